@@ -1,0 +1,66 @@
+//! Output files that appear all together or not at all: each is written to a temporary file
+//! beside its destination and renamed only when every output was written.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// A set of output files committed together.
+#[derive(Default)]
+pub struct AtomicFiles {
+    pending: Vec<(PathBuf, PathBuf)>,
+}
+
+impl AtomicFiles {
+    /// Writes one output through `write` into a temporary file.
+    pub fn write(
+        &mut self,
+        path: &Path,
+        write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+    ) -> Result<()> {
+        if self.pending.iter().any(|(_, p)| p == path) {
+            anyhow::bail!("{} is named for two different outputs", path.display());
+        }
+        let name = path
+            .file_name()
+            .with_context(|| format!("{}: not a file name", path.display()))?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".bbv-tmp-{}", std::process::id()));
+        let tmp = path.with_file_name(tmp_name);
+        let file =
+            File::create(&tmp).with_context(|| format!("cannot create {}", path.display()))?;
+        self.pending.push((tmp.clone(), path.to_path_buf()));
+        let mut out = BufWriter::new(file);
+        write(&mut out)
+            .and_then(|_| out.flush())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(())
+    }
+
+    /// Renames every temporary file to its destination.
+    pub fn commit(mut self) -> Result<Vec<PathBuf>> {
+        let pending = std::mem::take(&mut self.pending);
+        let mut done = Vec::new();
+        for (i, (tmp, dest)) in pending.iter().enumerate() {
+            if let Err(e) = fs::rename(tmp, dest) {
+                for (t, _) in &pending[i..] {
+                    let _ = fs::remove_file(t);
+                }
+                return Err(e).with_context(|| format!("cannot create {}", dest.display()));
+            }
+            done.push(dest.clone());
+        }
+        Ok(done)
+    }
+}
+
+impl Drop for AtomicFiles {
+    fn drop(&mut self) {
+        for (tmp, _) in &self.pending {
+            let _ = fs::remove_file(tmp);
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! `bbv bench simpoint`: wall and CPU time, peak memory and reading speed, printed beside the
+//! anchor figures measured for SimPoint 3.2 on this machine kind.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+
+/// What to benchmark.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Clustering speed against SimPoint 3.2 (needs ../shared/data or --data).
+    Simpoint {
+        /// Folder holding simpoint-bench/ and simpoint-golden/.
+        #[arg(long, default_value = "../shared/data")]
+        data: PathBuf,
+        /// Repetitions per case (the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+}
+
+struct Measure {
+    wall: f64,
+    cpu: f64,
+    max_rss_mb: f64,
+}
+
+/// Runs `bbv simpoint ARGS` as a child process and measures it with wait4's resource usage.
+fn measure(args: &[String]) -> Result<Measure> {
+    let exe = std::env::current_exe().context("cannot find the bbv binary")?;
+    let start = Instant::now();
+    let child = Command::new(exe)
+        .arg("simpoint")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("cannot start bbv simpoint")?;
+    let mut status = 0;
+    // SAFETY: rusage is plain old data, and wait4 reaps exactly the child we spawned.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    let wall = start.elapsed().as_secs_f64();
+    if pid < 0 {
+        bail!("wait4 failed: {}", std::io::Error::last_os_error());
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("bbv simpoint {} failed (status {status})", args.join(" "));
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(Measure {
+        wall,
+        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
+        max_rss_mb: usage.ru_maxrss as f64 / 1024.0,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn case(name: &str, args: &[String], runs: usize, anchor: Option<(f64, f64)>) -> Result<()> {
+    let mut walls = Vec::new();
+    let mut cpus = Vec::new();
+    let mut rss: f64 = 0.0;
+    for _ in 0..runs.max(1) {
+        let m = measure(args)?;
+        walls.push(m.wall);
+        cpus.push(m.cpu);
+        rss = rss.max(m.max_rss_mb);
+    }
+    let (wall, cpu) = (median(walls), median(cpus));
+    match anchor {
+        Some((a_cpu, a_wall)) => println!(
+            "{name:<34} wall {wall:>7.2} s  cpu {cpu:>7.2} s  rss {rss:>6.1} MB | SimPoint 3.2 wall {a_wall:>6.1} s cpu {a_cpu:>6.1} s | wall {:>5.1}x  cpu {:>5.1}x",
+            a_wall / wall,
+            a_cpu / cpu
+        ),
+        None => println!(
+            "{name:<34} wall {wall:>7.2} s  cpu {cpu:>7.2} s  rss {rss:>6.1} MB | (no SimPoint anchor recorded)"
+        ),
+    }
+    std::io::stdout().flush()?;
+    Ok(())
+}
+
+/// Reading speed on uncompressed text: parse + normalise + project, in this process.
+fn reading(bb_gz: &Path) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("bbv-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let plain = dir.join("bench.bb");
+    {
+        let mut input = bbv_profile::open_input(bb_gz)?;
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&plain)?);
+        loop {
+            let buf = input.reader.fill_buf()?;
+            if buf.is_empty() {
+                break;
+            }
+            out.write_all(buf)?;
+            let n = buf.len();
+            input.reader.consume(n);
+        }
+        out.flush()?;
+    }
+    let bytes = std::fs::metadata(&plain)?.len() as f64;
+    let projection = bbv_simpoint::Projection::Random {
+        dim: bbv_simpoint::DEFAULT_DIM,
+        seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
+    };
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let loaded = bbv_simpoint::load_file(&plain, &projection, |_| {})?;
+        best = best.min(start.elapsed().as_secs_f64());
+        std::hint::black_box(loaded);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "{:<34} {:.1} MB in {best:.3} s: {:.0} MB/s on one core (target >= 300 MB/s)",
+        "reading uncompressed BBV text",
+        bytes / 1e6,
+        bytes / 1e6 / best
+    );
+    Ok(())
+}
+
+/// Runs a benchmark.
+pub fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Simpoint { data, runs } => {
+            let bench = data.join("simpoint-bench/bzip2_9_i100k.bb.gz");
+            if !bench.exists() {
+                bail!("{} not found (give --data DIR)", bench.display());
+            }
+            let s = |p: &Path| p.display().to_string();
+            let args = |file: &Path, rest: &[&str]| -> Vec<String> {
+                let mut v = vec!["-loadFVFile".to_string(), s(file)];
+                v.extend(rest.iter().map(|x| x.to_string()));
+                v
+            };
+            println!("bbv simpoint vs SimPoint 3.2 (anchors: {}/simpoint-bench/README.md; median of {runs})", data.display());
+            reading(&bench)?;
+            case(
+                "bzip2_9_i100k -maxK 30",
+                &args(&bench, &["-maxK", "30"]),
+                runs,
+                Some((31.3, 31.3)),
+            )?;
+            case(
+                "bzip2_9_i100k -k 10",
+                &args(&bench, &["-k", "10"]),
+                runs,
+                Some((2.93, 2.93)),
+            )?;
+            case(
+                "bzip2_9_i100k -k 1 -iters 1",
+                &args(&bench, &["-k", "1", "-numInitSeeds", "1", "-iters", "1"]),
+                runs,
+                Some((1.70, 1.70)),
+            )?;
+            for name in ["bzip2_9", "gzip_9"] {
+                let file = data.join(format!("simpoint-golden/{name}/{name}.bb.gz"));
+                case(
+                    &format!("{name} -maxK 30"),
+                    &args(&file, &["-maxK", "30"]),
+                    runs,
+                    None,
+                )?;
+            }
+            println!("(SimPoint's wall anchors are its CPU seconds: single-threaded, on an idle machine they match.)");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The `bbv` command.
+
+mod atomic;
+mod bench;
+mod simpoint_cmd;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "bbv",
+    version,
+    about = "Basic-block vectors and SimPoints, faster and more exactly"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Cluster a BBV file and pick simulation points (SimPoint 3.2 compatible; accepts
+    /// SimPoint's own options too). See 'bbv simpoint --help'.
+    #[command(disable_help_flag = true)]
+    Simpoint {
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
+        args: Vec<OsString>,
+    },
+    /// Benchmarks against the anchor figures of the reference tools.
+    Bench {
+        #[command(subcommand)]
+        what: bench::BenchCommand,
+    },
+}
+
+fn simpoint(args: &[OsString]) -> anyhow::Result<()> {
+    let cfg = if simpoint_cmd::is_legacy(args) {
+        simpoint_cmd::parse_legacy(args)?
+    } else {
+        simpoint_cmd::parse_modern(args)?
+    };
+    simpoint_cmd::run(cfg)
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut msg = format!("{e}");
+            for cause in e.chain().skip(1) {
+                let c = cause.to_string();
+                if !msg.contains(&c) {
+                    msg.push_str(&format!(": {c}"));
+                }
+            }
+            eprintln!("bbv: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    // Invoked through a symlink named `simpoint`: behave as `bbv simpoint`.
+    let invoked_as = args
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    if invoked_as.as_deref() == Some("simpoint") {
+        args.remove(0);
+        return report(simpoint(&args));
+    }
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    report(match cli.command {
+        Command::Simpoint { args } => simpoint(&args),
+        Command::Bench { what } => bench::run(what),
+    })
+}

@@ -1,0 +1,34 @@
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The shared data folder (`../shared/data` beside the repository).
+pub fn data_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data");
+    assert!(
+        dir.is_dir(),
+        "{} is missing: the tests read SimPoint 3.2's golden outputs from there",
+        dir.display()
+    );
+    dir
+}
+
+pub fn bbv() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bbv"))
+}
+
+pub fn run_in(dir: &Path, args: &[&str]) -> Output {
+    bbv()
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("bbv runs")
+}
+
+pub fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}

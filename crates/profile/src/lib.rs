@@ -1,0 +1,28 @@
+//! The basic-block vector (BBV) contract of bbvkit.
+//!
+//! Every producer (QEMU plugin, LLVM runtime, GPU trace reader) writes this format and every
+//! consumer (clustering, reports) reads it, so no consumer knows which producer made a file.
+//!
+//! The text format is the one valgrind's exp-bbv writes and SimPoint 3.2 reads: one line per
+//! interval, `T` followed by `:id:value` tokens (ids 1-based, values non-negative numbers), with
+//! any whitespace between the parts. Lines that do not start with `T` are ignored.
+//!
+//! # Design constraints
+//! * Streaming: memory grows with the longest line, never with the file size.
+//! * No line-length limit, and the last line is read even without a trailing newline.
+//! * Compression (gzip, zstd) is detected from the content, not from the file name.
+//! * Every error names the file, the line and the column.
+
+mod error;
+mod input;
+mod reader;
+mod writer;
+
+pub use error::ProfileError;
+pub use input::{open_input, Compression, Input};
+pub use reader::{BbvReader, Token};
+pub use writer::BbvWriter;
+
+/// Largest block id accepted. Clustering allocates per-id state (a projection-matrix row), so an
+/// absurd id in a hostile file must be an error rather than an allocation of hundreds of GB.
+pub const MAX_BLOCK_ID: u32 = 1 << 26;

@@ -1,0 +1,347 @@
+//! Dense weighted row sets (vectors, centres, projection matrices) and SimPoint's text and binary
+//! dataset files.
+
+use std::io::{BufRead, Read, Write};
+use std::path::Path;
+
+use crate::cfmt::push_g;
+use crate::SimpointError;
+
+/// Row-major dense matrix with one weight per row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dataset {
+    /// Number of columns.
+    pub cols: usize,
+    /// `rows * cols` values, row-major.
+    pub data: Vec<f64>,
+    /// One weight per row.
+    pub weights: Vec<f64>,
+}
+
+impl Dataset {
+    /// An all-zero dataset.
+    pub fn zeros(rows: usize, cols: usize) -> Dataset {
+        Dataset {
+            cols,
+            data: vec![0.0; rows * cols],
+            weights: vec![0.0; rows],
+        }
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// Row `i`.
+    #[inline]
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.data[i * self.cols..(i + 1) * self.cols]
+    }
+
+    /// Row `i`, mutable.
+    #[inline]
+    pub fn row_mut(&mut self, i: usize) -> &mut [f64] {
+        &mut self.data[i * self.cols..(i + 1) * self.cols]
+    }
+
+    /// Writes SimPoint's text format: `rows:w`, then `weight cols: v0 v1 ... ` per row (`%.20g`).
+    pub fn write_text(&self, mut out: impl Write) -> std::io::Result<()> {
+        let mut line = String::with_capacity(32 * (self.cols + 2));
+        writeln!(out, "{}:w", self.rows())?;
+        for i in 0..self.rows() {
+            line.clear();
+            push_g(&mut line, self.weights[i], 20);
+            line.push(' ');
+            line.push_str(&self.cols.to_string());
+            line.push_str(": ");
+            for &v in self.row(i) {
+                push_g(&mut line, v, 20);
+                line.push(' ');
+            }
+            line.push('\n');
+            out.write_all(line.as_bytes())?;
+        }
+        out.flush()
+    }
+
+    /// Writes SimPoint's binary format: u32 rows, u32 1 (has weights), then per row f64 weight,
+    /// u32 cols and the f64 values, little-endian as SimPoint writes them on x86-64.
+    pub fn write_binary(&self, mut out: impl Write) -> std::io::Result<()> {
+        out.write_all(&(self.rows() as u32).to_le_bytes())?;
+        out.write_all(&1u32.to_le_bytes())?;
+        let mut buf = Vec::with_capacity(12 + 8 * self.cols);
+        for i in 0..self.rows() {
+            buf.clear();
+            buf.extend_from_slice(&self.weights[i].to_le_bytes());
+            buf.extend_from_slice(&(self.cols as u32).to_le_bytes());
+            for &v in self.row(i) {
+                buf.extend_from_slice(&v.to_le_bytes());
+            }
+            out.write_all(&buf)?;
+        }
+        out.flush()
+    }
+
+    /// Reads SimPoint's text format (the `:w` after the row count is optional; without it rows
+    /// have no weight column and get weight 1/rows).
+    pub fn read_text(input: impl BufRead, path: &Path) -> Result<Dataset, SimpointError> {
+        let fmt_err = |line: u64, msg: String| SimpointError::Format {
+            path: path.to_path_buf(),
+            line,
+            message: msg,
+        };
+        let mut words = Words::new(input, path);
+        let header = words
+            .next()?
+            .ok_or_else(|| fmt_err(1, "empty file: expected '<rows>:w'".into()))?;
+        let (rows_text, has_weights) = match header.strip_suffix(":w") {
+            Some(r) => (r.to_string(), true),
+            None => (header.trim_end_matches(':').to_string(), false),
+        };
+        let rows: usize = rows_text.parse().map_err(|_| {
+            fmt_err(
+                words.line,
+                format!("expected a row count, found '{header}'"),
+            )
+        })?;
+        let mut set = Dataset {
+            cols: 0,
+            data: Vec::new(),
+            weights: Vec::with_capacity(rows.min(1 << 20)),
+        };
+        for r in 0..rows {
+            let weight = if has_weights {
+                let w = words.expect_f64("a row weight")?;
+                if !(w.is_finite() && w >= 0.0) {
+                    return Err(fmt_err(words.line, format!("bad row weight {w}")));
+                }
+                w
+            } else {
+                1.0 / rows as f64
+            };
+            let cols_word = words
+                .next()?
+                .ok_or_else(|| fmt_err(words.line, format!("file ends before row {}", r + 1)))?;
+            let cols: usize = cols_word.trim_end_matches(':').parse().map_err(|_| {
+                fmt_err(
+                    words.line,
+                    format!("expected '<cols>:', found '{cols_word}'"),
+                )
+            })?;
+            if r == 0 {
+                set.cols = cols;
+            } else if cols != set.cols {
+                return Err(fmt_err(
+                    words.line,
+                    format!(
+                        "row {} has {cols} columns, earlier rows {}",
+                        r + 1,
+                        set.cols
+                    ),
+                ));
+            }
+            for _ in 0..cols {
+                let v = words.expect_f64("a value")?;
+                if !v.is_finite() {
+                    return Err(fmt_err(words.line, format!("value {v} is not finite")));
+                }
+                set.data.push(v);
+            }
+            set.weights.push(weight);
+        }
+        if words.next()?.is_some() {
+            return Err(fmt_err(
+                words.line,
+                format!("more than the {rows} rows announced"),
+            ));
+        }
+        Ok(set)
+    }
+
+    /// Reads SimPoint's binary format.
+    pub fn read_binary(mut input: impl Read, path: &Path) -> Result<Dataset, SimpointError> {
+        let err = |msg: String| SimpointError::Format {
+            path: path.to_path_buf(),
+            line: 0,
+            message: msg,
+        };
+        let mut read_exact = |buf: &mut [u8], what: &str| {
+            input.read_exact(buf).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    err(format!("file ends inside {what}"))
+                } else {
+                    SimpointError::Io {
+                        path: path.to_path_buf(),
+                        source: e,
+                    }
+                }
+            })
+        };
+        let mut b4 = [0u8; 4];
+        let mut b8 = [0u8; 8];
+        read_exact(&mut b4, "the header")?;
+        let rows = u32::from_le_bytes(b4) as usize;
+        read_exact(&mut b4, "the header")?;
+        let has_weights = u32::from_le_bytes(b4);
+        if has_weights > 1 {
+            return Err(err(format!(
+                "bad has-weights flag {has_weights} (expected 0 or 1)"
+            )));
+        }
+        let mut set = Dataset {
+            cols: 0,
+            data: Vec::new(),
+            weights: Vec::with_capacity(rows.min(1 << 20)),
+        };
+        for r in 0..rows {
+            let weight = if has_weights == 1 {
+                read_exact(&mut b8, "a row weight")?;
+                f64::from_le_bytes(b8)
+            } else {
+                1.0 / rows as f64
+            };
+            read_exact(&mut b4, "a column count")?;
+            let cols = u32::from_le_bytes(b4) as usize;
+            if r == 0 {
+                set.cols = cols;
+            } else if cols != set.cols {
+                return Err(err(format!(
+                    "row {} has {cols} columns, earlier rows {}",
+                    r + 1,
+                    set.cols
+                )));
+            }
+            for _ in 0..cols {
+                read_exact(&mut b8, "a value")?;
+                let v = f64::from_le_bytes(b8);
+                if !v.is_finite() {
+                    return Err(err(format!("row {}: value is not finite", r + 1)));
+                }
+                set.data.push(v);
+            }
+            if !(weight.is_finite() && weight >= 0.0) {
+                return Err(err(format!("row {}: bad weight {weight}", r + 1)));
+            }
+            set.weights.push(weight);
+        }
+        let mut extra = [0u8; 1];
+        if input.read(&mut extra).map_err(|e| SimpointError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })? != 0
+        {
+            return Err(err(format!("trailing bytes after the {rows} rows")));
+        }
+        Ok(set)
+    }
+}
+
+/// Whitespace-separated words of a text file, with line numbers for messages.
+pub(crate) struct Words<'a, R> {
+    input: R,
+    path: &'a Path,
+    buf: String,
+    pos: usize,
+    /// Line of the last word returned.
+    pub line: u64,
+}
+
+impl<'a, R: BufRead> Words<'a, R> {
+    pub(crate) fn new(input: R, path: &'a Path) -> Self {
+        Words {
+            input,
+            path,
+            buf: String::new(),
+            pos: 0,
+            line: 0,
+        }
+    }
+
+    pub(crate) fn next(&mut self) -> Result<Option<String>, SimpointError> {
+        loop {
+            let rest = &self.buf[self.pos..];
+            let trimmed = rest.trim_start();
+            if !trimmed.is_empty() {
+                let start = self.buf.len() - trimmed.len();
+                let end = trimmed
+                    .find(char::is_whitespace)
+                    .map_or(self.buf.len(), |e| start + e);
+                self.pos = end;
+                return Ok(Some(self.buf[start..end].to_string()));
+            }
+            self.buf.clear();
+            self.pos = 0;
+            let n = self
+                .input
+                .read_line(&mut self.buf)
+                .map_err(|e| SimpointError::Io {
+                    path: self.path.to_path_buf(),
+                    source: e,
+                })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+        }
+    }
+
+    pub(crate) fn expect_f64(&mut self, what: &str) -> Result<f64, SimpointError> {
+        let word = self.next()?.ok_or_else(|| SimpointError::Format {
+            path: self.path.to_path_buf(),
+            line: self.line,
+            message: format!("file ends where {what} was expected"),
+        })?;
+        word.parse().map_err(|_| SimpointError::Format {
+            path: self.path.to_path_buf(),
+            line: self.line,
+            message: format!("expected {what}, found '{word}'"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Dataset {
+        Dataset {
+            cols: 2,
+            data: vec![0.5, -1.25e-7, 3.0, 0.0],
+            weights: vec![0.25, 0.75],
+        }
+    }
+
+    #[test]
+    fn text_round_trip() {
+        let mut out = Vec::new();
+        sample().write_text(&mut out).unwrap();
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert_eq!(
+            text,
+            "2:w\n0.25 2: 0.5 -1.2499999999999999434e-07 \n0.75 2: 3 0 \n"
+        );
+        let back = Dataset::read_text(&out[..], Path::new("t")).unwrap();
+        assert_eq!(back, sample());
+    }
+
+    #[test]
+    fn binary_round_trip_and_truncation() {
+        let mut out = Vec::new();
+        sample().write_binary(&mut out).unwrap();
+        assert_eq!(out.len(), 8 + 2 * (12 + 16));
+        assert_eq!(
+            Dataset::read_binary(&out[..], Path::new("b")).unwrap(),
+            sample()
+        );
+        let e = Dataset::read_binary(&out[..out.len() - 3], Path::new("b")).unwrap_err();
+        assert!(e.to_string().contains("file ends inside a value"), "{e}");
+    }
+
+    #[test]
+    fn text_errors_have_lines() {
+        let e =
+            Dataset::read_text("2:w\n1 2: 1 2\n1 2: 1 x\n".as_bytes(), Path::new("t")).unwrap_err();
+        assert_eq!(e.to_string(), "t:3: expected a value, found 'x'");
+    }
+}

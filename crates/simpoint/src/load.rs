@@ -1,0 +1,212 @@
+//! Reading frequency vectors: L1 normalisation and random projection in one streaming pass.
+
+use std::path::Path;
+
+use bbv_profile::{BbvReader, Token};
+
+use crate::dataset::Dataset;
+use crate::rng::Random;
+use crate::SimpointError;
+
+/// How vectors are reduced before clustering.
+#[derive(Clone, Debug)]
+pub enum Projection {
+    /// SimPoint's random projection to `dim` columns, matrix drawn from `seed`.
+    Random {
+        /// Target dimension.
+        dim: usize,
+        /// Generator seed (`-seedproj`).
+        seed: i64,
+    },
+    /// A matrix given by the user (rows = block ids, columns = target dimension).
+    Matrix(Dataset),
+    /// No projection: L1-normalised vectors, one column per block id.
+    None,
+}
+
+/// Vectors read from a BBV file.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Projected (or dense normalised) vectors; each row's weight is its share of all counts.
+    pub vectors: Dataset,
+    /// Largest block id seen (SimPoint's vector dimension).
+    pub num_dims: usize,
+    /// The projection matrix used, `num_dims` rows, when projecting.
+    pub matrix: Option<Dataset>,
+}
+
+/// Rows of the random projection matrix, drawn lazily as larger block ids appear: the matrix is
+/// filled row by row from one generator, so row r never depends on how many rows follow it.
+struct LazyMatrix {
+    rng: Random,
+    dim: usize,
+    rows: Vec<f64>,
+}
+
+impl LazyMatrix {
+    fn ensure(&mut self, rows: usize) {
+        while self.rows.len() < rows * self.dim {
+            let v = f64::from(self.rng.rand_float()) * 2.0 - 1.0;
+            self.rows.push(v);
+        }
+    }
+}
+
+/// Reads every vector of `reader`, normalising and projecting each as it is read.
+pub fn load_vectors<R: std::io::BufRead>(
+    reader: &mut BbvReader<R>,
+    projection: &Projection,
+    mut progress: impl FnMut(u64),
+) -> Result<Loaded, SimpointError> {
+    let mut tokens: Vec<Token> = Vec::new();
+    let mut lazy = match projection {
+        Projection::Random { dim, seed } => Some(LazyMatrix {
+            rng: Random::new(*seed),
+            dim: *dim,
+            rows: Vec::new(),
+        }),
+        _ => None,
+    };
+    let out_dim = match projection {
+        Projection::Random { dim, .. } => *dim,
+        Projection::Matrix(m) => m.cols,
+        Projection::None => 0,
+    };
+    let mut data: Vec<f64> = Vec::new();
+    let mut sums: Vec<f64> = Vec::new();
+    // Without projection the rows stay sparse until the dimension is known.
+    let mut sparse: Vec<(u32, f64)> = Vec::new();
+    let mut sparse_ends: Vec<usize> = Vec::new();
+    let mut num_dims = 0usize;
+    while reader.next_vector(&mut tokens)? {
+        let mut s = 0.0;
+        let mut line_max = 0;
+        for t in &tokens {
+            s += t.value;
+            line_max = line_max.max(t.id as usize);
+        }
+        if s <= 0.0 {
+            return Err(SimpointError::ZeroVector {
+                path: reader.path().to_path_buf(),
+                line: reader.line_number(),
+            });
+        }
+        num_dims = num_dims.max(line_max);
+        match projection {
+            Projection::None => {
+                for t in &tokens {
+                    sparse.push((t.id, t.value / s));
+                }
+                sparse_ends.push(sparse.len());
+            }
+            _ => {
+                let matrix: &[f64] = match (&mut lazy, projection) {
+                    (Some(l), _) => {
+                        l.ensure(line_max);
+                        &l.rows
+                    }
+                    (None, Projection::Matrix(m)) => {
+                        if line_max > m.rows() {
+                            return Err(SimpointError::Invalid(format!(
+                                "{}:{}: block id {} is beyond the {} rows of the loaded projection matrix",
+                                reader.path().display(),
+                                reader.line_number(),
+                                line_max,
+                                m.rows()
+                            )));
+                        }
+                        &m.data
+                    }
+                    _ => unreachable!("projection without matrix"),
+                };
+                let base = data.len();
+                data.resize(base + out_dim, 0.0);
+                let y = &mut data[base..];
+                for t in &tokens {
+                    let v = t.value / s;
+                    let row = &matrix[(t.id as usize - 1) * out_dim..t.id as usize * out_dim];
+                    for (acc, &p) in y.iter_mut().zip(row) {
+                        *acc += v * p;
+                    }
+                }
+            }
+        }
+        sums.push(s);
+        if sums.len().is_multiple_of(65536) {
+            progress(sums.len() as u64);
+        }
+    }
+    let n = sums.len();
+    if n == 0 {
+        return Err(SimpointError::NoVectors(reader.path().to_path_buf()));
+    }
+    let total = sums.iter().fold(0.0, |a, &b| a + b);
+    let weights: Vec<f64> = sums.iter().map(|s| s / total).collect();
+    drop(sums);
+    let (vectors, matrix) = match projection {
+        Projection::None => {
+            let cells = n.checked_mul(num_dims).filter(|&c| c <= 1 << 32).ok_or_else(|| {
+                SimpointError::Invalid(format!(
+                    "-dim noProject needs a dense {n} x {num_dims} matrix; that is too large (use a projection)"
+                ))
+            })?;
+            let mut dense = vec![0.0; cells];
+            let mut start = 0;
+            for (i, &end) in sparse_ends.iter().enumerate() {
+                for &(id, v) in &sparse[start..end] {
+                    dense[i * num_dims + id as usize - 1] += v;
+                }
+                start = end;
+            }
+            (
+                Dataset {
+                    cols: num_dims,
+                    data: dense,
+                    weights,
+                },
+                None,
+            )
+        }
+        Projection::Random { dim, .. } => {
+            let mut l = lazy.expect("lazy matrix");
+            l.ensure(num_dims);
+            l.rows.truncate(num_dims * dim);
+            let matrix = Dataset {
+                cols: *dim,
+                data: l.rows,
+                weights: vec![1.0 / num_dims as f64; num_dims],
+            };
+            (
+                Dataset {
+                    cols: *dim,
+                    data,
+                    weights,
+                },
+                Some(matrix),
+            )
+        }
+        Projection::Matrix(m) => (
+            Dataset {
+                cols: m.cols,
+                data,
+                weights,
+            },
+            Some(m.clone()),
+        ),
+    };
+    Ok(Loaded {
+        vectors,
+        num_dims,
+        matrix,
+    })
+}
+
+/// Opens and loads a BBV file.
+pub fn load_file(
+    path: &Path,
+    projection: &Projection,
+    progress: impl FnMut(u64),
+) -> Result<Loaded, SimpointError> {
+    let mut reader = BbvReader::open(path)?;
+    load_vectors(&mut reader, projection, progress)
+}
