@@ -121,8 +121,122 @@ pub fn distance_error(max_abs: f64, dims: usize) -> f64 {
     (4.0 * (d + 4.0) * d * span * span * f64::EPSILON).sqrt() + 1e-300
 }
 
+/// Centres per block: a block's distances are computed side by side, each centre's sum still
+/// running over the dimensions in order.
+const LANES: usize = 8;
+
+/// Centres laid out in blocks of [`LANES`], dimension-major inside a block, so that distance
+/// sums stay in registers and fill the vector lanes.
+pub struct Blocked {
+    k: usize,
+    d: usize,
+    blocks: usize,
+    t: Vec<f64>,
+}
+
+impl Blocked {
+    /// Empty layout for `k` centres of `d` dimensions.
+    pub fn new(k: usize, d: usize) -> Blocked {
+        let blocks = k.div_ceil(LANES);
+        Blocked {
+            k,
+            d,
+            blocks,
+            // Padding centres sit at infinity: never nearest, never second.
+            t: vec![f64::INFINITY; blocks * LANES * d],
+        }
+    }
+
+    /// Copies `centres` in.
+    pub fn load(&mut self, centres: &Dataset) {
+        for c in 0..self.k {
+            let (b, lane) = (c / LANES, c % LANES);
+            for (dd, &v) in centres.row(c).iter().enumerate() {
+                self.t[(b * self.d + dd) * LANES + lane] = v;
+            }
+        }
+    }
+
+    /// Nearest centre (ties to the lowest index), its squared distance and the second-smallest
+    /// squared distance; the same values as [`nearest2`].
+    #[inline]
+    pub fn nearest(&self, y: &[f64]) -> (usize, f64, f64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above).
+                return unsafe { nearest_avx2(&self.t, &y[..self.d], self.blocks) };
+            }
+        }
+        nearest_lanes(&self.t, &y[..self.d], self.blocks)
+    }
+}
+
+/// Lane-wise minimum over blocks, then across lanes: branch-free, and the same answer as a scan
+/// in index order with strict `<` (each lane keeps the first block reaching its minimum; across
+/// lanes, equal values go to the lowest index).
+#[inline(always)]
+fn nearest_lanes(t: &[f64], y: &[f64], blocks: usize) -> (usize, f64, f64) {
+    let d = y.len();
+    let mut bv = [f64::INFINITY; LANES];
+    let mut bi = [0u32; LANES];
+    let mut sv = [f64::INFINITY; LANES];
+    let mut d2 = [0.0f64; LANES];
+    for b in 0..blocks {
+        block_d2(&t[b * d * LANES..(b + 1) * d * LANES], y, &mut d2);
+        for l in 0..LANES {
+            let v = d2[l];
+            let lt = v < bv[l];
+            sv[l] = if lt { bv[l] } else { sv[l].min(v) };
+            bi[l] = if lt { b as u32 } else { bi[l] };
+            bv[l] = if lt { v } else { bv[l] };
+        }
+    }
+    let mut best_l = 0;
+    for l in 1..LANES {
+        let idx = bi[l] as usize * LANES + l;
+        let best_idx = bi[best_l] as usize * LANES + best_l;
+        if bv[l] < bv[best_l] || (bv[l] == bv[best_l] && idx < best_idx) {
+            best_l = l;
+        }
+    }
+    let mut second = sv[best_l];
+    for l in 0..LANES {
+        if l != best_l {
+            second = second.min(bv[l]);
+        }
+    }
+    (bi[best_l] as usize * LANES + best_l, bv[best_l], second)
+}
+
+/// AVX2 without FMA: wider lanes, the same roundings.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn nearest_avx2(t: &[f64], y: &[f64], blocks: usize) -> (usize, f64, f64) {
+    nearest_lanes(t, y, blocks)
+}
+
+#[inline(always)]
+fn block_d2(block: &[f64], y: &[f64], out: &mut [f64; LANES]) {
+    let mut a = [0.0f64; LANES];
+    for (dd, &yd) in y.iter().enumerate() {
+        let row: &[f64; LANES] = block[dd * LANES..(dd + 1) * LANES]
+            .try_into()
+            .expect("lane block");
+        for l in 0..LANES {
+            let diff = yd - row[l];
+            a[l] += diff * diff;
+        }
+    }
+    *out = a;
+}
+
 /// Runs weighted Lloyd k-means from `init` (whose weights are the initial centre weights) for at
 /// most `max_iter` passes, following SimPoint's stopping rule and empty-cluster handling.
+///
+/// Two exact shortcuts: Hamerly's bounds skip distance computations whose outcome is certain, and
+/// a cluster whose members are the same as in the previous pass keeps its centre, because its
+/// sums would add the same numbers in the same order.
 pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, err: f64) -> LloydResult {
     let n = points.rows();
     let d = points.cols;
@@ -135,41 +249,78 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, err: f64) -> Lloy
     let mut lower = vec![0.0f64; n];
     let mut half_gap = vec![0.0f64; k];
     let mut drift = vec![0.0f64; k];
+    let mut changed = vec![true; k];
+    let mut blocked = Blocked::new(k, d);
+    let (mut max_drift, mut second_drift, mut max_drift_c) = (0.0f64, 0.0f64, usize::MAX);
     for iter in 0..max_iter {
-        if iter > 0 {
-            centre_half_gaps(&cur, err, &mut half_gap);
-        }
-        next.data.iter_mut().for_each(|v| *v = 0.0);
-        next.weights.iter_mut().for_each(|v| *v = 0.0);
-        for p in 0..n {
-            let y = points.row(p);
-            let a = if iter == 0 {
-                full_assign(y, &cur, err, &mut labels[p], &mut upper[p], &mut lower[p])
-            } else {
-                let a = labels[p] as usize;
-                let m = half_gap[a].max(lower[p]);
-                if upper[p] + margin < m {
-                    a
-                } else {
-                    upper[p] = dist2(y, cur.row(a)).sqrt() + err;
-                    if upper[p] + margin < m {
-                        a
-                    } else {
-                        full_assign(y, &cur, err, &mut labels[p], &mut upper[p], &mut lower[p])
-                    }
-                }
-            };
-            let w = points.weights[p];
-            for (acc, &v) in next.row_mut(a).iter_mut().zip(y) {
-                *acc += v * w;
+        blocked.load(&cur);
+        if iter == 0 {
+            for p in 0..n {
+                let (c, best, second) = blocked.nearest(points.row(p));
+                labels[p] = c as u32;
+                upper[p] = best.sqrt() + err;
+                lower[p] = (second.sqrt() - err).max(0.0);
             }
-            next.weights[a] += w;
+        } else {
+            centre_half_gaps(&cur, err, &mut half_gap);
+            changed.iter_mut().for_each(|c| *c = false);
+            for p in 0..n {
+                let a = labels[p] as usize;
+                let u = upper[p] + drift[a];
+                let l = lower[p]
+                    - if a == max_drift_c {
+                        second_drift
+                    } else {
+                        max_drift
+                    };
+                lower[p] = l;
+                let m = half_gap[a].max(l);
+                if u + margin < m {
+                    upper[p] = u;
+                    continue;
+                }
+                let y = points.row(p);
+                let u = dist2(y, cur.row(a)).sqrt() + err;
+                upper[p] = u;
+                if u + margin < m {
+                    continue;
+                }
+                let (c, best, second) = blocked.nearest(y);
+                upper[p] = best.sqrt() + err;
+                lower[p] = (second.sqrt() - err).max(0.0);
+                if c != a {
+                    labels[p] = c as u32;
+                    changed[a] = true;
+                    changed[c] = true;
+                }
+            }
         }
+        // Clusters with unchanged members keep the centre and weight computed last pass.
         for c in 0..k {
-            let w = next.weights[c];
-            if w > 0.0 {
-                for v in next.row_mut(c) {
-                    *v /= w;
+            if changed[c] {
+                next.row_mut(c).iter_mut().for_each(|v| *v = 0.0);
+                next.weights[c] = 0.0;
+            } else {
+                next.row_mut(c).copy_from_slice(cur.row(c));
+                next.weights[c] = cur.weights[c];
+            }
+        }
+        if changed.iter().any(|&c| c) {
+            for p in 0..n {
+                let a = labels[p] as usize;
+                if !changed[a] {
+                    continue;
+                }
+                let w = points.weights[p];
+                for (acc, &v) in next.row_mut(a).iter_mut().zip(points.row(p)) {
+                    *acc += v * w;
+                }
+                next.weights[a] += w;
+            }
+            for c in 0..k {
+                let w = next.weights[c];
+                if changed[c] && w > 0.0 {
+                    next.row_mut(c).iter_mut().for_each(|v| *v /= w);
                 }
             }
         }
@@ -187,14 +338,22 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, err: f64) -> Lloy
                 labels: Some(labels),
             };
         }
-        let mut max_drift = 0.0f64;
+        max_drift = 0.0;
+        second_drift = 0.0;
+        max_drift_c = usize::MAX;
         for c in 0..k {
-            drift[c] = dist2(cur.row(c), next.row(c)).sqrt() + err;
-            max_drift = max_drift.max(drift[c]);
-        }
-        for p in 0..n {
-            upper[p] += drift[labels[p] as usize];
-            lower[p] -= max_drift;
+            drift[c] = if cur.row(c) == next.row(c) {
+                0.0
+            } else {
+                dist2(cur.row(c), next.row(c)).sqrt() + err
+            };
+            if drift[c] > max_drift {
+                second_drift = max_drift;
+                max_drift = drift[c];
+                max_drift_c = c;
+            } else if drift[c] > second_drift {
+                second_drift = drift[c];
+            }
         }
         std::mem::swap(&mut cur, &mut next);
     }
@@ -203,22 +362,6 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, err: f64) -> Lloy
         iterations: max_iter,
         labels: None,
     }
-}
-
-#[inline]
-fn full_assign(
-    y: &[f64],
-    centres: &Dataset,
-    err: f64,
-    label: &mut u32,
-    upper: &mut f64,
-    lower: &mut f64,
-) -> usize {
-    let (c, best, second) = nearest2(y, centres);
-    *label = c as u32;
-    *upper = best.sqrt() + err;
-    *lower = (second.sqrt() - err).max(0.0);
-    c
 }
 
 /// Half the distance from each centre to its nearest other centre, rounded down by `err`.
@@ -232,9 +375,6 @@ fn centre_half_gaps(centres: &Dataset, err: f64, out: &mut [f64]) {
             out[a] = out[a].min(h);
             out[b] = out[b].min(h);
         }
-    }
-    if k == 1 {
-        out[0] = f64::INFINITY;
     }
 }
 
