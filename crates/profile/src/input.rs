@@ -51,7 +51,8 @@ pub struct Input {
     pub path: PathBuf,
 }
 
-const CHUNK: usize = 1 << 20;
+/// Decompressed bytes per hand-over between the threads (small: memory is part of the bar).
+const CHUNK: usize = 128 << 10;
 
 /// Opens `path`, detecting gzip or zstd from its content.
 ///
@@ -65,7 +66,7 @@ pub fn open_input(path: &Path) -> Result<Input, ProfileError> {
     if file.metadata().map_err(io_err)?.is_dir() {
         return Err(io_err(io::Error::other("is a directory")));
     }
-    let mut buf = BufReader::with_capacity(256 * 1024, file);
+    let mut buf = BufReader::with_capacity(64 * 1024, file);
     let compression = Compression::detect(buf.fill_buf().map_err(io_err)?);
     let reader: Box<dyn BufRead + Send> = match compression {
         Compression::None => Box::new(buf),
@@ -95,7 +96,7 @@ struct Pipelined {
 
 impl Pipelined {
     fn spawn<R: Read + Send + 'static>(mut inner: R) -> Pipelined {
-        let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(3);
+        let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(2);
         thread::spawn(move || loop {
             let mut chunk = vec![0u8; CHUNK];
             let mut filled = 0;

@@ -40,17 +40,13 @@ pub fn nearest2(p: &[f64], centres: &Dataset) -> (usize, f64, f64) {
     (best, best_d, second)
 }
 
-/// Labels every row of `data` with its nearest centre; returns labels and squared distances.
-pub fn label_all(data: &Dataset, centres: &Dataset) -> (Vec<u32>, Vec<f64>) {
-    let n = data.rows();
-    let mut labels = Vec::with_capacity(n);
-    let mut d2 = Vec::with_capacity(n);
-    for i in 0..n {
-        let (c, dd, _) = nearest2(data.row(i), centres);
-        labels.push(c as u32);
-        d2.push(dd);
-    }
-    (labels, d2)
+/// Labels every row of `data` with its nearest centre (ties to the lowest index).
+pub fn label_all(data: &Dataset, centres: &Dataset) -> Vec<u32> {
+    let mut blocked = Blocked::new(centres.rows(), centres.cols);
+    blocked.load(centres);
+    (0..data.rows())
+        .map(|i| blocked.nearest(data.row(i)).0 as u32)
+        .collect()
 }
 
 /// `-initkm samp`: k rows drawn with replacement.
@@ -231,6 +227,19 @@ fn block_d2(block: &[f64], y: &[f64], out: &mut [f64; LANES]) {
     *out = a;
 }
 
+/// A single-precision value not below `v` (for `v >= 0`): widening by 2^-22 relative exceeds the
+/// at most 2^-24 relative change of rounding to nearest.
+#[inline(always)]
+fn f32_up(v: f64) -> f32 {
+    (v * (1.0 + 1.0 / 4_194_304.0)) as f32
+}
+
+/// A single-precision value not above `v` and not below 0: distances are never negative.
+#[inline(always)]
+fn f32_down(v: f64) -> f32 {
+    (v.max(0.0) * (1.0 - 1.0 / 4_194_304.0)) as f32
+}
+
 /// Runs weighted Lloyd k-means from `init` (whose weights are the initial centre weights) for at
 /// most `max_iter` passes, following SimPoint's stopping rule and empty-cluster handling.
 ///
@@ -245,8 +254,9 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, err: f64) -> Lloy
     let mut cur = init;
     let mut next = Dataset::zeros(k, d);
     let mut labels = vec![0u32; n];
-    let mut upper = vec![0.0f64; n];
-    let mut lower = vec![0.0f64; n];
+    // Bounds are kept in single precision, rounded outwards, to halve their memory.
+    let mut upper = vec![0.0f32; n];
+    let mut lower = vec![0.0f32; n];
     let mut half_gap = vec![0.0f64; k];
     let mut drift = vec![0.0f64; k];
     let mut changed = vec![true; k];
@@ -258,36 +268,36 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, err: f64) -> Lloy
             for p in 0..n {
                 let (c, best, second) = blocked.nearest(points.row(p));
                 labels[p] = c as u32;
-                upper[p] = best.sqrt() + err;
-                lower[p] = (second.sqrt() - err).max(0.0);
+                upper[p] = f32_up(best.sqrt() + err);
+                lower[p] = f32_down((second.sqrt() - err).max(0.0));
             }
         } else {
             centre_half_gaps(&cur, err, &mut half_gap);
             changed.iter_mut().for_each(|c| *c = false);
             for p in 0..n {
                 let a = labels[p] as usize;
-                let u = upper[p] + drift[a];
-                let l = lower[p]
+                let u = f64::from(upper[p]) + drift[a];
+                let l = f64::from(lower[p])
                     - if a == max_drift_c {
                         second_drift
                     } else {
                         max_drift
                     };
-                lower[p] = l;
+                lower[p] = f32_down(l);
                 let m = half_gap[a].max(l);
                 if u + margin < m {
-                    upper[p] = u;
+                    upper[p] = f32_up(u);
                     continue;
                 }
                 let y = points.row(p);
                 let u = dist2(y, cur.row(a)).sqrt() + err;
-                upper[p] = u;
+                upper[p] = f32_up(u);
                 if u + margin < m {
                     continue;
                 }
                 let (c, best, second) = blocked.nearest(y);
-                upper[p] = best.sqrt() + err;
-                lower[p] = (second.sqrt() - err).max(0.0);
+                upper[p] = f32_up(best.sqrt() + err);
+                lower[p] = f32_down((second.sqrt() - err).max(0.0));
                 if c != a {
                     labels[p] = c as u32;
                     changed[a] = true;
@@ -378,22 +388,24 @@ fn centre_half_gaps(centres: &Dataset, err: f64, out: &mut [f64]) {
     }
 }
 
-/// SimPoint's BIC of a clustering of `data` whose rows have `labels` and squared distances `d2`.
-pub fn bic(data: &Dataset, centres: &Dataset, labels: &[u32], d2: &[f64]) -> f64 {
+/// SimPoint's BIC of a clustering of `data` whose rows have `labels`, and the weighted
+/// distortion (sum of weight times squared distance).
+pub fn bic(data: &Dataset, centres: &Dataset, labels: &[u32]) -> (f64, f64) {
     // SimPoint's truncated constant, not f64::consts::PI: the BIC must match to the last bit.
     #[allow(clippy::approx_constant)]
     const PI: f64 = 3.14159265358979;
     let n = data.rows();
     let dim = data.cols as f64;
     let k = centres.rows() as f64;
-    let mut dist = 0.0;
+    let mut distortion = 0.0;
     let mut tw = 0.0;
     for i in 0..n {
-        dist += data.weights[i] * d2[i];
+        let d2 = dist2(data.row(i), centres.row(labels[i] as usize));
+        distortion += data.weights[i] * d2;
         tw += data.weights[i];
     }
     let nf = n as f64;
-    let dist = dist / (tw / nf);
+    let dist = distortion / (tw / nf);
     let sigma2 = dist / (dim * nf);
     let mut l = -dim * ((2.0 * PI * sigma2).ln() + 1.0) / 2.0 - tw.ln();
     for i in 0..n {
@@ -404,7 +416,7 @@ pub fn bic(data: &Dataset, centres: &Dataset, labels: &[u32], d2: &[f64]) -> f64
     }
     let l = l * nf;
     let params = (k - 1.0) + k * dim + 1.0;
-    l - params / 2.0 * nf.ln()
+    (l - params / 2.0 * nf.ln(), distortion)
 }
 
 #[cfg(test)]

@@ -422,16 +422,9 @@ fn run_trial(prep: &Prepared<'_>, opts: &Options, r: usize, s: usize, k: usize) 
     let result = lloyd(points, initial.clone(), opts.max_iter, err);
     let labels = match (&prep.sample, result.labels) {
         (None, Some(l)) => l,
-        _ => label_all(data, &result.centres).0,
+        _ => label_all(data, &result.centres),
     };
-    let d2: Vec<f64> = (0..data.rows())
-        .map(|i| kmeans::dist2(data.row(i), result.centres.row(labels[i] as usize)))
-        .collect();
-    let score = bic(data, &result.centres, &labels, &d2);
-    let mut distortion = 0.0;
-    for i in 0..data.rows() {
-        distortion += data.weights[i] * d2[i];
-    }
+    let (score, distortion) = bic(data, &result.centres, &labels);
     TrialOutcome {
         trial: Trial {
             logged_seed: i64::from(logged),

@@ -97,14 +97,15 @@ impl PostResult {
 
     /// `-saveLabels`: `<cluster> <distance>` per row.
     pub fn write_labels(&self, mut out: impl Write) -> std::io::Result<()> {
-        let mut text = String::with_capacity(16 * self.labels.len());
+        let mut text = String::with_capacity(64);
         for (l, d) in self.labels.iter().zip(&self.dists) {
+            text.clear();
             text.push_str(&l.to_string());
             text.push(' ');
             push_g(&mut text, *d, 6);
             text.push('\n');
+            out.write_all(text.as_bytes())?;
         }
-        out.write_all(text.as_bytes())?;
         out.flush()
     }
 }
