@@ -21,6 +21,21 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
+    /// Scale: generate a large BBV (phased, sparse) and cluster it, printing time and peak memory.
+    Scale {
+        /// Intervals (vectors).
+        #[arg(long, default_value_t = 1_000_000)]
+        intervals: usize,
+        /// Distinct blocks (largest block id).
+        #[arg(long, default_value_t = 100_000)]
+        blocks: u32,
+        /// k search limit.
+        #[arg(long = "max-k", default_value_t = 30)]
+        max_k: usize,
+        /// Where to write the generated file (removed afterwards).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
 }
 
 struct Measure {
@@ -130,9 +145,78 @@ fn reading(bb_gz: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Writes a phased BBV: `phases` groups of hot blocks, intervals in runs of one phase, counts
+/// with noise; block `blocks` appears so that the dimension is exactly `blocks`.
+fn generate(path: &Path, intervals: usize, blocks: u32) -> Result<u64> {
+    let mut rng = bbv_simpoint::Random::new(12345);
+    let mut next = |m: u32| (rng.rand_int() % i64::from(m)) as u32;
+    const PHASES: usize = 40;
+    let phases: Vec<Vec<(u32, u64)>> = (0..PHASES)
+        .map(|p| {
+            let mut ids: Vec<u32> = (0..60).map(|_| 1 + next(blocks)).collect();
+            if p == 0 {
+                ids.push(blocks);
+            }
+            ids.sort_unstable();
+            ids.dedup();
+            ids.into_iter()
+                .map(|id| (id, 1 + u64::from(next(200_000))))
+                .collect()
+        })
+        .collect();
+    let file = std::fs::File::create(path)?;
+    let mut w = bbv_profile::BbvWriter::new(std::io::BufWriter::new(file));
+    let mut i = 0;
+    let mut line = Vec::new();
+    while i < intervals {
+        let phase = next(PHASES as u32) as usize;
+        let run = 100 + next(4900) as usize;
+        for _ in 0..run.min(intervals - i) {
+            line.clear();
+            for &(id, base) in &phases[phase] {
+                let noise = u64::from(next(1000));
+                line.push((id, base * (1000 + noise) / 1000));
+            }
+            w.write_vector(&line)?;
+            i += 1;
+        }
+    }
+    w.finish()?.flush()?;
+    Ok(std::fs::metadata(path)?.len())
+}
+
 /// Runs a benchmark.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
+        BenchCommand::Scale {
+            intervals,
+            blocks,
+            max_k,
+            dir,
+        } => {
+            let path = dir.join(format!("bbv-scale-{}.bb", std::process::id()));
+            let start = Instant::now();
+            let bytes = generate(&path, intervals, blocks)?;
+            println!(
+                "generated {} ({intervals} intervals, {blocks} blocks, {:.0} MB) in {:.1} s",
+                path.display(),
+                bytes as f64 / 1e6,
+                start.elapsed().as_secs_f64()
+            );
+            let args = vec![
+                path.display().to_string(),
+                "--max-k".to_string(),
+                max_k.to_string(),
+            ];
+            let result = measure(&args);
+            let _ = std::fs::remove_file(&path);
+            let m = result?;
+            println!(
+                "bbv simpoint --max-k {max_k}: wall {:.1} s, cpu {:.1} s, peak RSS {:.0} MB",
+                m.wall, m.cpu, m.max_rss_mb
+            );
+            Ok(())
+        }
         BenchCommand::Simpoint { data, runs } => {
             let bench = data.join("simpoint-bench/bzip2_9_i100k.bb.gz");
             if !bench.exists() {

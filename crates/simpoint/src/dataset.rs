@@ -338,6 +338,23 @@ mod tests {
         assert!(e.to_string().contains("file ends inside a value"), "{e}");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn random_dataset_files_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = Dataset::read_text(&bytes[..], Path::new("t"));
+            let _ = Dataset::read_binary(&bytes[..], Path::new("b"));
+        }
+    }
+
+    #[test]
+    fn huge_row_count_in_header_is_an_error_not_an_allocation() {
+        let mut bin = Vec::new();
+        bin.extend_from_slice(&u32::MAX.to_le_bytes());
+        bin.extend_from_slice(&1u32.to_le_bytes());
+        assert!(Dataset::read_binary(&bin[..], Path::new("b")).is_err());
+        assert!(Dataset::read_text("99999999999:w\n".as_bytes(), Path::new("t")).is_err());
+    }
+
     #[test]
     fn text_errors_have_lines() {
         let e =
