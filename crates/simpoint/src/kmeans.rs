@@ -159,12 +159,100 @@ impl Blocked {
     pub fn nearest(&self, y: &[f64]) -> (usize, f64, f64) {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU supports AVX2 (checked just above).
-                return unsafe { nearest_avx2(&self.t, &y[..self.d], self.blocks) };
+            if self.blocks * LANES <= avx2::MAX_LANES && std::arch::is_x86_feature_detected!("avx2")
+            {
+                // SAFETY: AVX2 is present (checked just above).
+                return unsafe { avx2::nearest(&self.t, &y[..self.d], self.blocks) };
             }
         }
         nearest_lanes(&self.t, &y[..self.d], self.blocks)
+    }
+}
+
+/// Explicit AVX2 (never FMA: each product and sum is rounded as SimPoint's scalar code rounds
+/// it). Up to four blocks (eight registers of four lanes) are summed side by side so that the
+/// additions of different centres overlap; each centre's sum still runs over the dimensions in
+/// order.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::LANES;
+    use std::arch::x86_64::*;
+
+    /// Centres (lanes) handled by [`nearest`]; more fall back to the portable code.
+    pub const MAX_LANES: usize = 64;
+
+    /// Nearest centre (lowest index on ties), its squared distance and the second-smallest.
+    /// Padding lanes hold infinite distances and never win.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn nearest(t: &[f64], y: &[f64], blocks: usize) -> (usize, f64, f64) {
+        let mut out = [f64::INFINITY; MAX_LANES];
+        distances(t, y, blocks, &mut out);
+        let chunks = blocks * LANES / 4;
+        let p = out.as_mut_ptr();
+        let min_all = |p: *const f64| {
+            let mut m = _mm256_loadu_pd(p);
+            for c in 1..chunks {
+                m = _mm256_min_pd(m, _mm256_loadu_pd(p.add(4 * c)));
+            }
+            let m2 = _mm_min_pd(_mm256_castpd256_pd128(m), _mm256_extractf128_pd(m, 1));
+            let m1 = _mm_min_sd(m2, _mm_unpackhi_pd(m2, m2));
+            _mm_cvtsd_f64(m1)
+        };
+        let best = min_all(p);
+        let bv = _mm256_set1_pd(best);
+        let mut index = 0;
+        for c in 0..chunks {
+            let mask =
+                _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(p.add(4 * c)), bv, _CMP_EQ_OQ));
+            if mask != 0 {
+                index = 4 * c + mask.trailing_zeros() as usize;
+                break;
+            }
+        }
+        *p.add(index) = f64::INFINITY;
+        let second = min_all(p);
+        (index, best, second)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn distances(t: &[f64], y: &[f64], blocks: usize, out: &mut [f64]) {
+        let d = y.len();
+        let size = d * LANES;
+        assert!(t.len() >= blocks * size && out.len() >= blocks * LANES);
+        let mut b = 0;
+        while b < blocks {
+            let src = t.as_ptr().add(b * size);
+            let dst = out.as_mut_ptr().add(b * LANES);
+            match blocks - b {
+                1 => group::<1>(src, y, dst),
+                2 => group::<2>(src, y, dst),
+                3 => group::<3>(src, y, dst),
+                _ => group::<4>(src, y, dst),
+            }
+            b += (blocks - b).min(4);
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn group<const B: usize>(t: *const f64, y: &[f64], out: *mut f64) {
+        let d = y.len();
+        let mut lo = [_mm256_setzero_pd(); B];
+        let mut hi = [_mm256_setzero_pd(); B];
+        for (dd, &yd) in y.iter().enumerate() {
+            let yv = _mm256_set1_pd(yd);
+            for g in 0..B {
+                let row = t.add((g * d + dd) * LANES);
+                let a = _mm256_sub_pd(yv, _mm256_loadu_pd(row));
+                let b = _mm256_sub_pd(yv, _mm256_loadu_pd(row.add(4)));
+                lo[g] = _mm256_add_pd(lo[g], _mm256_mul_pd(a, a));
+                hi[g] = _mm256_add_pd(hi[g], _mm256_mul_pd(b, b));
+            }
+        }
+        for g in 0..B {
+            _mm256_storeu_pd(out.add(g * LANES), lo[g]);
+            _mm256_storeu_pd(out.add(g * LANES + 4), hi[g]);
+        }
     }
 }
 
@@ -205,13 +293,6 @@ fn nearest_lanes(t: &[f64], y: &[f64], blocks: usize) -> (usize, f64, f64) {
     (bi[best_l] as usize * LANES + best_l, bv[best_l], second)
 }
 
-/// AVX2 without FMA: wider lanes, the same roundings.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn nearest_avx2(t: &[f64], y: &[f64], blocks: usize) -> (usize, f64, f64) {
-    nearest_lanes(t, y, blocks)
-}
-
 #[inline(always)]
 fn block_d2(block: &[f64], y: &[f64], out: &mut [f64; LANES]) {
     let mut a = [0.0f64; LANES];
@@ -246,10 +327,15 @@ fn f32_down(v: f64) -> f32 {
 /// Two exact shortcuts: Hamerly's bounds skip distance computations whose outcome is certain, and
 /// a cluster whose members are the same as in the previous pass keeps its centre, because its
 /// sums would add the same numbers in the same order.
-pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, err: f64) -> LloydResult {
+///
+/// `max_abs` bounds the magnitude of every point coordinate; it sets the rounding-error margins.
+pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> LloydResult {
     let n = points.rows();
     let d = points.cols;
     let k = init.rows();
+    // Centres are weighted means of points, or the origin, or the initial centres.
+    let max_abs = init.data.iter().fold(max_abs, |m, v| m.max(v.abs()));
+    let err = distance_error(max_abs, d);
     let margin = 4.0 * err;
     let mut cur = init;
     let mut next = Dataset::zeros(k, d);
@@ -476,8 +562,7 @@ mod tests {
                     let mut rng = Random::new(seed + k as i64);
                     let mut init = init_sample(&data, k, &mut rng);
                     initial_weights(&data, &mut init);
-                    let err = distance_error(1.3, 5);
-                    let fast = lloyd(&data, init.clone(), iters, err);
+                    let fast = lloyd(&data, init.clone(), iters, 1.3);
                     let (slow, it) = naive(&data, init, iters);
                     assert_eq!(fast.centres, slow, "seed {seed} k {k} iters {iters}");
                     assert_eq!(fast.iterations, it);
@@ -498,7 +583,7 @@ mod tests {
             data: vec![1.0, 1.0],
             weights: vec![0.5, 0.5],
         };
-        let r = lloyd(&data, init, 100, distance_error(2.0, 1));
+        let r = lloyd(&data, init, 100, 2.0);
         // Pass 1 puts every point in cluster 0 (tie) and moves the empty cluster 1 to the
         // origin, which then captures the point at 0.
         assert_eq!(r.labels.unwrap(), vec![1, 0, 0, 0]);

@@ -413,13 +413,12 @@ fn run_trial(prep: &Prepared<'_>, opts: &Options, r: usize, s: usize, k: usize) 
         },
     };
     let points = prep.sample.as_ref().unwrap_or(data);
-    let err = distance_error(prep.max_abs, data.cols);
     if opts.max_iter <= 1 || prep.want_initial_weights {
         kmeans::initial_weights(data, &mut initial);
     } else {
         initial.weights = vec![0.0; k];
     }
-    let result = lloyd(points, initial.clone(), opts.max_iter, err);
+    let result = lloyd(points, initial.clone(), opts.max_iter, prep.max_abs);
     let labels = match (&prep.sample, result.labels) {
         (None, Some(l)) => l,
         _ => label_all(data, &result.centres),
