@@ -554,6 +554,41 @@ mod tests {
     }
 
     #[test]
+    fn vector_kernels_equal_the_scalar_scan() {
+        let mut r = Random::new(99);
+        for trial in 0..300 {
+            let k = 1 + trial % 70;
+            let d = 1 + trial % 19;
+            let mut centres = Dataset::zeros(k, d);
+            for v in &mut centres.data {
+                *v = f64::from(r.rand_float()) * 2.0 - 1.0;
+            }
+            if k > 3 {
+                // Duplicate centres force ties.
+                let row = centres.row(1).to_vec();
+                centres.row_mut(k - 2).copy_from_slice(&row);
+            }
+            let mut blocked = Blocked::new(k, d);
+            blocked.load(&centres);
+            for p in 0..40 {
+                let y: Vec<f64> = match p % 4 {
+                    0 => centres.row(p % k).to_vec(),
+                    1 if k > 1 => centres
+                        .row(0)
+                        .iter()
+                        .zip(centres.row(1))
+                        .map(|(a, b)| (a + b) / 2.0)
+                        .collect(),
+                    _ => (0..d).map(|_| f64::from(r.rand_float()) * 2.0 - 1.0).collect(),
+                };
+                let want = nearest2(&y, &centres);
+                assert_eq!(blocked.nearest(&y), want, "k {k} d {d} p {p}");
+                assert_eq!(nearest_lanes(&blocked.t, &y, blocked.blocks), want);
+            }
+        }
+    }
+
+    #[test]
     fn pruned_equals_naive_bitwise() {
         for seed in [5, 77, 1234] {
             let data = grid(2000, 5, seed);
