@@ -214,6 +214,84 @@ mod avx2 {
         (index, best, second)
     }
 
+    /// Centre sums for the marked clusters, in point order: `row += y * w` (product rounded,
+    /// then the sum, as SimPoint does) and `weight += w`. Consecutive points of one cluster are
+    /// summed in registers; sums of other clusters wait in a padded scratch area, whose full-width
+    /// stores and loads forward cheaply. Needs at most 16 dimensions.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn accumulate16(
+        points: &crate::Dataset,
+        labels: &[u32],
+        changed: &[bool],
+        next: &mut crate::Dataset,
+    ) {
+        let d = points.cols;
+        let k = next.rows();
+        assert!(d <= 16 && labels.len() == points.rows() && changed.len() == k);
+        let mut scratch = vec![0.0f64; k * 16];
+        for c in 0..k {
+            scratch[c * 16..c * 16 + d].copy_from_slice(next.row(c));
+        }
+        let lane = |j: usize| if j < d { -1i64 } else { 0 };
+        let last = (d - 1) / 4;
+        let tail = _mm256_setr_epi64x(
+            lane(4 * last),
+            lane(4 * last + 1),
+            lane(4 * last + 2),
+            lane(4 * last + 3),
+        );
+        let chunks = last + 1;
+        let mut acc = [_mm256_setzero_pd(); 4];
+        let mut wacc = 0.0f64;
+        let mut run = usize::MAX;
+        let data = points.data.as_ptr();
+        let sp = scratch.as_mut_ptr();
+        for (p, &l) in labels.iter().enumerate() {
+            let a = l as usize;
+            if !changed[a] {
+                continue;
+            }
+            if a != run {
+                if run != usize::MAX {
+                    for c in 0..4 {
+                        _mm256_storeu_pd(sp.add(run * 16 + 4 * c), acc[c]);
+                    }
+                    next.weights[run] = wacc;
+                }
+                run = a;
+                for c in 0..4 {
+                    acc[c] = _mm256_loadu_pd(sp.add(a * 16 + 4 * c));
+                }
+                wacc = next.weights[a];
+            }
+            let w = points.weights[p];
+            let wv = _mm256_set1_pd(w);
+            let y = data.add(p * d);
+            for c in 0..chunks {
+                // Only the last chunk may end past the row (and past the data).
+                let v = if c == last {
+                    _mm256_maskload_pd(y.add(4 * c), tail)
+                } else {
+                    _mm256_loadu_pd(y.add(4 * c))
+                };
+                acc[c] = _mm256_add_pd(acc[c], _mm256_mul_pd(v, wv));
+            }
+            wacc += w;
+        }
+        if run != usize::MAX {
+            for c in 0..4 {
+                _mm256_storeu_pd(sp.add(run * 16 + 4 * c), acc[c]);
+            }
+            next.weights[run] = wacc;
+        }
+        for c in 0..k {
+            if changed[c] {
+                next.row_mut(c)
+                    .copy_from_slice(&scratch[c * 16..c * 16 + d]);
+            }
+        }
+    }
+
     #[target_feature(enable = "avx2")]
     pub unsafe fn distances(t: &[f64], y: &[f64], blocks: usize, out: &mut [f64]) {
         let d = y.len();
@@ -402,17 +480,7 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> 
             }
         }
         if changed.iter().any(|&c| c) {
-            for p in 0..n {
-                let a = labels[p] as usize;
-                if !changed[a] {
-                    continue;
-                }
-                let w = points.weights[p];
-                for (acc, &v) in next.row_mut(a).iter_mut().zip(points.row(p)) {
-                    *acc += v * w;
-                }
-                next.weights[a] += w;
-            }
+            accumulate(points, &labels, &changed, &mut next);
             for c in 0..k {
                 let w = next.weights[c];
                 if changed[c] && w > 0.0 {
@@ -457,6 +525,34 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> 
         centres: cur,
         iterations: max_iter,
         labels: None,
+    }
+}
+
+/// Adds `y * w` of every point of a marked cluster into the cluster's (zeroed) row and `w` into
+/// its weight, in point order: the sums SimPoint computes, with the same roundings.
+fn accumulate(points: &Dataset, labels: &[u32], changed: &[bool], next: &mut Dataset) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if points.cols <= 16 && points.cols > 0 && std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 is present (checked just above); the dimension fits.
+            unsafe { avx2::accumulate16(points, labels, changed, next) };
+            return;
+        }
+    }
+    accumulate_portable(points, labels, changed, next);
+}
+
+fn accumulate_portable(points: &Dataset, labels: &[u32], changed: &[bool], next: &mut Dataset) {
+    for (p, &l) in labels.iter().enumerate() {
+        let a = l as usize;
+        if !changed[a] {
+            continue;
+        }
+        let w = points.weights[p];
+        for (acc, &v) in next.row_mut(a).iter_mut().zip(points.row(p)) {
+            *acc += v * w;
+        }
+        next.weights[a] += w;
     }
 }
 
@@ -579,7 +675,9 @@ mod tests {
                         .zip(centres.row(1))
                         .map(|(a, b)| (a + b) / 2.0)
                         .collect(),
-                    _ => (0..d).map(|_| f64::from(r.rand_float()) * 2.0 - 1.0).collect(),
+                    _ => (0..d)
+                        .map(|_| f64::from(r.rand_float()) * 2.0 - 1.0)
+                        .collect(),
                 };
                 let want = nearest2(&y, &centres);
                 assert_eq!(blocked.nearest(&y), want, "k {k} d {d} p {p}");
@@ -625,5 +723,34 @@ mod tests {
         assert_eq!(r.centres.row(0), &[4.0 / 3.0]);
         assert_eq!(r.centres.row(1), &[0.0]);
         assert_eq!(r.centres.weights, vec![0.75, 0.25]);
+    }
+}
+
+#[cfg(test)]
+mod accumulate_tests {
+    use super::*;
+
+    #[test]
+    fn vector_accumulation_equals_portable() {
+        let mut r = Random::new(5);
+        for d in [1, 3, 4, 5, 15, 16] {
+            let n = 997;
+            let k = 7;
+            let mut points = Dataset::zeros(n, d);
+            for v in &mut points.data {
+                *v = f64::from(r.rand_float()) * 2.0 - 1.0;
+            }
+            for w in &mut points.weights {
+                *w = f64::from(r.rand_float());
+            }
+            // Runs of equal labels and isolated switches.
+            let labels: Vec<u32> = (0..n).map(|p| ((p / 13 + p % 3) % k) as u32).collect();
+            let changed: Vec<bool> = (0..k).map(|c| c != 2).collect();
+            let mut a = Dataset::zeros(k, d);
+            let mut b = Dataset::zeros(k, d);
+            accumulate(&points, &labels, &changed, &mut a);
+            accumulate_portable(&points, &labels, &changed, &mut b);
+            assert_eq!(a, b, "d {d}");
+        }
     }
 }
