@@ -58,10 +58,12 @@ impl<R: BufRead> BbvReader<R> {
     pub fn next_vector(&mut self, out: &mut Vec<Token>) -> Result<bool, ProfileError> {
         out.clear();
         loop {
+            // A line wholly inside the read buffer is parsed in place; only a line that spans
+            // buffer refills is gathered into `self.line`.
             self.line.clear();
-            let n = loop {
-                match self.inner.read_until(b'\n', &mut self.line) {
-                    Ok(n) => break n,
+            let (parsed, used) = loop {
+                let buf = match self.inner.fill_buf() {
+                    Ok(b) => b,
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(source) => {
                         return Err(ProfileError::Decompress {
@@ -71,29 +73,75 @@ impl<R: BufRead> BbvReader<R> {
                             source,
                         })
                     }
+                };
+                if buf.is_empty() {
+                    if self.line.is_empty() {
+                        return Ok(false);
+                    }
+                    // Last line without a newline: read it (SimPoint 3.2 drops it).
+                    break (Some(parse_line(&self.line, out)), 0);
+                }
+                match memchr::memchr(b'\n', buf) {
+                    Some(end) if self.line.is_empty() => {
+                        break (Some(parse_line(&buf[..=end], out)), end + 1);
+                    }
+                    Some(end) => {
+                        self.line.extend_from_slice(&buf[..=end]);
+                        break (None, end + 1);
+                    }
+                    None => {
+                        self.line.extend_from_slice(buf);
+                        let n = buf.len();
+                        self.inner.consume(n);
+                    }
                 }
             };
-            if n == 0 {
-                return Ok(false);
-            }
+            let result = match parsed {
+                Some(r) => r,
+                None => parse_line(&self.line, out),
+            };
+            self.inner.consume(used);
             self.line_no += 1;
-            if self.line[0] != b'T' {
-                continue;
+            match result {
+                Ok(true) => return Ok(true),
+                Ok(false) => continue,
+                Err((column, message)) => {
+                    return Err(ProfileError::Syntax {
+                        path: self.path.clone(),
+                        line: self.line_no,
+                        column,
+                        message,
+                    })
+                }
             }
-            parse_t_line(&self.line, out).map_err(|(column, message)| ProfileError::Syntax {
-                path: self.path.clone(),
-                line: self.line_no,
-                column,
-                message,
-            })?;
-            return Ok(true);
         }
     }
 }
 
+/// Parses a line: `Ok(false)` for a line that is not a vector (does not start with `T`).
 #[inline]
+fn parse_line(line: &[u8], out: &mut Vec<Token>) -> Result<bool, (usize, SyntaxMessage)> {
+    if line.first() != Some(&b'T') {
+        return Ok(false);
+    }
+    parse_t_line(line, out).map(|_| true)
+}
+
+/// C's isspace in the C locale, as a table lookup (this sits in the hottest loop).
+static SPACE: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b' ' as usize] = true;
+    t[b'\t' as usize] = true;
+    t[b'\n' as usize] = true;
+    t[b'\r' as usize] = true;
+    t[0x0b] = true;
+    t[0x0c] = true;
+    t
+};
+
+#[inline(always)]
 fn is_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+    SPACE[b as usize]
 }
 
 #[inline]
@@ -178,8 +226,9 @@ fn parse_value(line: &[u8], start: usize) -> Result<(f64, usize), SyntaxMessage>
     }
     let plain_end = i == line.len() || is_space(line[i]) || line[i] == b':';
     if i > start && plain_end {
-        // Up to 15 decimal digits convert exactly, as strtod would.
-        return Ok((int as f64, i));
+        // Up to 15 decimal digits convert exactly, as strtod would (and fit i64, whose
+        // conversion is a single instruction).
+        return Ok((int as i64 as f64, i));
     }
     let mut j = start;
     while j < line.len() && matches!(line[j], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {

@@ -121,14 +121,7 @@ pub fn load_vectors<R: std::io::BufRead>(
                 };
                 let base = data.len();
                 data.resize(base + out_dim, 0.0);
-                let y = &mut data[base..];
-                for t in &tokens {
-                    let v = t.value / s;
-                    let row = &matrix[(t.id as usize - 1) * out_dim..t.id as usize * out_dim];
-                    for (acc, &p) in y.iter_mut().zip(row) {
-                        *acc += v * p;
-                    }
-                }
+                project(&tokens, s, matrix, &mut data[base..]);
             }
         }
         sums.push(s);
@@ -199,6 +192,59 @@ pub fn load_vectors<R: std::io::BufRead>(
         num_dims,
         matrix,
     })
+}
+
+/// `y += (value / s) * P[id - 1]` for every token, in token order (SimPoint's arithmetic: the
+/// quotient, then the product, then the sum, each rounded).
+#[inline]
+fn project(tokens: &[Token], s: f64, matrix: &[f64], y: &mut [f64]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !y.is_empty() && y.len() <= 16 && std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 is present (checked just above); the dimension fits.
+            unsafe { project_avx2(tokens, s, matrix, y) };
+            return;
+        }
+    }
+    let d = y.len();
+    for t in tokens {
+        let v = t.value / s;
+        let row = &matrix[(t.id as usize - 1) * d..t.id as usize * d];
+        for (acc, &p) in y.iter_mut().zip(row) {
+            *acc += v * p;
+        }
+    }
+}
+
+/// The projected row stays in registers across the line's tokens (no FMA: same roundings).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn project_avx2(tokens: &[Token], s: f64, matrix: &[f64], y: &mut [f64]) {
+    use std::arch::x86_64::*;
+    let d = y.len();
+    let lane = |j: usize| if j < d { -1i64 } else { 0 };
+    let masks = [
+        _mm256_setr_epi64x(lane(0), lane(1), lane(2), lane(3)),
+        _mm256_setr_epi64x(lane(4), lane(5), lane(6), lane(7)),
+        _mm256_setr_epi64x(lane(8), lane(9), lane(10), lane(11)),
+        _mm256_setr_epi64x(lane(12), lane(13), lane(14), lane(15)),
+    ];
+    let chunks = d.div_ceil(4);
+    let mut acc = [_mm256_setzero_pd(); 4];
+    for t in tokens {
+        let row = (t.id as usize - 1) * d;
+        assert!(row + d <= matrix.len());
+        let p = matrix.as_ptr().add(row);
+        let v = _mm256_set1_pd(t.value / s);
+        for c in 0..chunks {
+            let m = _mm256_maskload_pd(p.add(4 * c), masks[c]);
+            acc[c] = _mm256_add_pd(acc[c], _mm256_mul_pd(v, m));
+        }
+    }
+    let out = y.as_mut_ptr();
+    for c in 0..chunks {
+        _mm256_maskstore_pd(out.add(4 * c), masks[c], acc[c]);
+    }
 }
 
 /// Opens and loads a BBV file.
