@@ -426,48 +426,39 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> 
     let mut changed = vec![true; k];
     let mut blocked = Blocked::new(k, d);
     let (mut max_drift, mut second_drift, mut max_drift_c) = (0.0f64, 0.0f64, usize::MAX);
+    let parallel = n >= 16_384 && rayon::current_num_threads() > 1;
     for iter in 0..max_iter {
         blocked.load(&cur);
-        if iter == 0 {
-            for p in 0..n {
-                let (c, best, second) = blocked.nearest(points.row(p));
-                labels[p] = c as u32;
-                upper[p] = f32_up(best.sqrt() + err);
-                lower[p] = f32_down((second.sqrt() - err).max(0.0));
+        if iter > 0 {
+            centre_half_gaps(&cur, err, &mut half_gap);
+        }
+        let pass = Pass {
+            points,
+            cur: &cur,
+            blocked: &blocked,
+            half_gap: &half_gap,
+            drift: &drift,
+            max_drift,
+            second_drift,
+            max_drift_c,
+            err,
+            margin,
+            first: iter == 0,
+        };
+        if parallel {
+            let mid = n / 2;
+            let (la, lb) = labels.split_at_mut(mid);
+            let (ua, ub) = upper.split_at_mut(mid);
+            let (wa, wb) = lower.split_at_mut(mid);
+            let (ca, cb) = rayon::join(
+                || pass.assign(0, la, ua, wa),
+                || pass.assign(mid, lb, ub, wb),
+            );
+            for c in 0..k {
+                changed[c] = ca[c] || cb[c];
             }
         } else {
-            centre_half_gaps(&cur, err, &mut half_gap);
-            changed.iter_mut().for_each(|c| *c = false);
-            for p in 0..n {
-                let a = labels[p] as usize;
-                let u = f64::from(upper[p]) + drift[a];
-                let l = f64::from(lower[p])
-                    - if a == max_drift_c {
-                        second_drift
-                    } else {
-                        max_drift
-                    };
-                lower[p] = f32_down(l);
-                let m = half_gap[a].max(l);
-                if u + margin < m {
-                    upper[p] = f32_up(u);
-                    continue;
-                }
-                let y = points.row(p);
-                let u = dist2(y, cur.row(a)).sqrt() + err;
-                upper[p] = f32_up(u);
-                if u + margin < m {
-                    continue;
-                }
-                let (c, best, second) = blocked.nearest(y);
-                upper[p] = f32_up(best.sqrt() + err);
-                lower[p] = f32_down((second.sqrt() - err).max(0.0));
-                if c != a {
-                    labels[p] = c as u32;
-                    changed[a] = true;
-                    changed[c] = true;
-                }
-            }
+            changed = pass.assign(0, &mut labels, &mut upper, &mut lower);
         }
         // Clusters with unchanged members keep the centre and weight computed last pass.
         for c in 0..k {
@@ -480,7 +471,26 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> 
             }
         }
         if changed.iter().any(|&c| c) {
-            accumulate(points, &labels, &changed, &mut next);
+            if parallel {
+                // Each thread sums a disjoint set of clusters, every one in point order.
+                let odd: Vec<bool> = (0..k).map(|c| changed[c] && c % 2 == 1).collect();
+                let even: Vec<bool> = (0..k).map(|c| changed[c] && c % 2 == 0).collect();
+                let mut other = next.clone();
+                let next_ref = &mut next;
+                let other_ref = &mut other;
+                rayon::join(
+                    || accumulate(points, &labels, &even, next_ref),
+                    || accumulate(points, &labels, &odd, other_ref),
+                );
+                for c in (1..k).step_by(2) {
+                    if changed[c] {
+                        next.row_mut(c).copy_from_slice(other.row(c));
+                        next.weights[c] = other.weights[c];
+                    }
+                }
+            } else {
+                accumulate(points, &labels, &changed, &mut next);
+            }
             for c in 0..k {
                 let w = next.weights[c];
                 if changed[c] && w > 0.0 {
@@ -525,6 +535,71 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> 
         centres: cur,
         iterations: max_iter,
         labels: None,
+    }
+}
+
+/// What one assignment pass reads.
+struct Pass<'a> {
+    points: &'a Dataset,
+    cur: &'a Dataset,
+    blocked: &'a Blocked,
+    half_gap: &'a [f64],
+    drift: &'a [f64],
+    max_drift: f64,
+    second_drift: f64,
+    max_drift_c: usize,
+    err: f64,
+    margin: f64,
+    first: bool,
+}
+
+impl Pass<'_> {
+    /// Assigns points `start..start + labels.len()` to their nearest centre, updating their
+    /// bounds; returns which clusters gained or lost a point (all, on the first pass).
+    fn assign(&self, start: usize, labels: &mut [u32], upper: &mut [f32], lower: &mut [f32]) -> Vec<bool> {
+        let (err, margin) = (self.err, self.margin);
+        let k = self.cur.rows();
+        if self.first {
+            for (i, label) in labels.iter_mut().enumerate() {
+                let (c, best, second) = self.blocked.nearest(self.points.row(start + i));
+                *label = c as u32;
+                upper[i] = f32_up(best.sqrt() + err);
+                lower[i] = f32_down((second.sqrt() - err).max(0.0));
+            }
+            return vec![true; k];
+        }
+        let mut changed = vec![false; k];
+        for i in 0..labels.len() {
+            let a = labels[i] as usize;
+            let u = f64::from(upper[i]) + self.drift[a];
+            let l = f64::from(lower[i])
+                - if a == self.max_drift_c {
+                    self.second_drift
+                } else {
+                    self.max_drift
+                };
+            lower[i] = f32_down(l);
+            let m = self.half_gap[a].max(l);
+            if u + margin < m {
+                upper[i] = f32_up(u);
+                continue;
+            }
+            let y = self.points.row(start + i);
+            let u = dist2(y, self.cur.row(a)).sqrt() + err;
+            upper[i] = f32_up(u);
+            if u + margin < m {
+                continue;
+            }
+            let (c, best, second) = self.blocked.nearest(y);
+            upper[i] = f32_up(best.sqrt() + err);
+            lower[i] = f32_down((second.sqrt() - err).max(0.0));
+            if c != a {
+                labels[i] = c as u32;
+                changed[a] = true;
+                changed[c] = true;
+            }
+        }
+        changed
     }
 }
 
