@@ -99,13 +99,69 @@ pub fn initial_weights(data: &Dataset, centres: &mut Dataset) {
     centres.weights = cw;
 }
 
+/// Identical rows of a point set, found once so that k-means assigns each distinct row once
+/// (identical rows have identical distances, hence the same nearest centre).
+#[derive(Clone, Debug)]
+pub struct Distinct {
+    /// Index of the first occurrence of each distinct row, ascending.
+    pub first: Vec<u32>,
+    /// For each row, the position of its distinct row in `first`.
+    pub slot: Vec<u32>,
+}
+
+impl Distinct {
+    /// Groups bitwise-identical rows (open addressing over row hashes: small and temporary).
+    pub fn new(points: &Dataset) -> Distinct {
+        let n = points.rows();
+        let hash = |row: &[f64]| {
+            let h = row.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, v| {
+                (h ^ v.to_bits())
+                    .wrapping_mul(0x0100_0000_01b3)
+                    .rotate_left(23)
+            });
+            h ^ (h >> 29)
+        };
+        let size = (n + n / 2).next_power_of_two().max(16);
+        let mask = size - 1;
+        let mut table = vec![u32::MAX; size];
+        let mut first: Vec<u32> = Vec::new();
+        let mut slot = Vec::with_capacity(n);
+        for p in 0..n {
+            let row = points.row(p);
+            let mut at = (hash(row) as usize) & mask;
+            let s = loop {
+                let s = table[at];
+                if s == u32::MAX {
+                    let s_new = first.len() as u32;
+                    table[at] = s_new;
+                    first.push(p as u32);
+                    break s_new;
+                }
+                let other = points.row(first[s as usize] as usize);
+                if other
+                    .iter()
+                    .zip(row)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+                {
+                    break s;
+                }
+                at = (at + 1) & mask;
+            };
+            slot.push(s);
+        }
+        first.shrink_to_fit();
+        Distinct { first, slot }
+    }
+}
+
 /// Result of one Lloyd run.
 pub struct LloydResult {
     /// Final centres (coordinates and weights), as SimPoint returns them.
     pub centres: Dataset,
     /// Iteration count as SimPoint logs it.
     pub iterations: usize,
-    /// Labels of the clustered rows with respect to `centres`, when at least one pass ran.
+    /// Labels of the distinct clustered rows (see [`Distinct`]) with respect to `centres`,
+    /// when at least one pass ran.
     pub labels: Option<Vec<u32>>,
 }
 
@@ -221,13 +277,14 @@ mod avx2 {
     #[target_feature(enable = "avx2")]
     pub unsafe fn accumulate16(
         points: &crate::Dataset,
+        slot: &[u32],
         labels: &[u32],
         changed: &[bool],
         next: &mut crate::Dataset,
     ) {
         let d = points.cols;
         let k = next.rows();
-        assert!(d <= 16 && labels.len() == points.rows() && changed.len() == k);
+        assert!(d <= 16 && slot.len() == points.rows() && changed.len() == k);
         let mut scratch = vec![0.0f64; k * 16];
         for c in 0..k {
             scratch[c * 16..c * 16 + d].copy_from_slice(next.row(c));
@@ -246,8 +303,8 @@ mod avx2 {
         let mut run = usize::MAX;
         let data = points.data.as_ptr();
         let sp = scratch.as_mut_ptr();
-        for (p, &l) in labels.iter().enumerate() {
-            let a = l as usize;
+        for (p, &s) in slot.iter().enumerate() {
+            let a = labels[s as usize] as usize;
             if !changed[a] {
                 continue;
             }
@@ -407,8 +464,15 @@ fn f32_down(v: f64) -> f32 {
 /// sums would add the same numbers in the same order.
 ///
 /// `max_abs` bounds the magnitude of every point coordinate; it sets the rounding-error margins.
-pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> LloydResult {
-    let n = points.rows();
+pub fn lloyd(
+    points: &Dataset,
+    distinct: &Distinct,
+    init: Dataset,
+    max_iter: usize,
+    max_abs: f64,
+) -> LloydResult {
+    // Assignment state lives on distinct rows; sums run over every row in order.
+    let n = distinct.first.len();
     let d = points.cols;
     let k = init.rows();
     // Centres are weighted means of points, or the origin, or the initial centres.
@@ -434,6 +498,7 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> 
         }
         let pass = Pass {
             points,
+            first: &distinct.first,
             cur: &cur,
             blocked: &blocked,
             half_gap: &half_gap,
@@ -443,7 +508,7 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> 
             max_drift_c,
             err,
             margin,
-            first: iter == 0,
+            initial: iter == 0,
         };
         if parallel {
             let mid = n / 2;
@@ -479,8 +544,8 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> 
                 let next_ref = &mut next;
                 let other_ref = &mut other;
                 rayon::join(
-                    || accumulate(points, &labels, &even, next_ref),
-                    || accumulate(points, &labels, &odd, other_ref),
+                    || accumulate(points, &distinct.slot, &labels, &even, next_ref),
+                    || accumulate(points, &distinct.slot, &labels, &odd, other_ref),
                 );
                 for c in (1..k).step_by(2) {
                     if changed[c] {
@@ -489,7 +554,7 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> 
                     }
                 }
             } else {
-                accumulate(points, &labels, &changed, &mut next);
+                accumulate(points, &distinct.slot, &labels, &changed, &mut next);
             }
             for c in 0..k {
                 let w = next.weights[c];
@@ -541,6 +606,7 @@ pub fn lloyd(points: &Dataset, init: Dataset, max_iter: usize, max_abs: f64) -> 
 /// What one assignment pass reads.
 struct Pass<'a> {
     points: &'a Dataset,
+    first: &'a [u32],
     cur: &'a Dataset,
     blocked: &'a Blocked,
     half_gap: &'a [f64],
@@ -550,18 +616,25 @@ struct Pass<'a> {
     max_drift_c: usize,
     err: f64,
     margin: f64,
-    first: bool,
+    initial: bool,
 }
 
 impl Pass<'_> {
     /// Assigns points `start..start + labels.len()` to their nearest centre, updating their
     /// bounds; returns which clusters gained or lost a point (all, on the first pass).
-    fn assign(&self, start: usize, labels: &mut [u32], upper: &mut [f32], lower: &mut [f32]) -> Vec<bool> {
+    fn assign(
+        &self,
+        start: usize,
+        labels: &mut [u32],
+        upper: &mut [f32],
+        lower: &mut [f32],
+    ) -> Vec<bool> {
         let (err, margin) = (self.err, self.margin);
         let k = self.cur.rows();
-        if self.first {
+        let row = |i: usize| self.points.row(self.first[start + i] as usize);
+        if self.initial {
             for (i, label) in labels.iter_mut().enumerate() {
-                let (c, best, second) = self.blocked.nearest(self.points.row(start + i));
+                let (c, best, second) = self.blocked.nearest(row(i));
                 *label = c as u32;
                 upper[i] = f32_up(best.sqrt() + err);
                 lower[i] = f32_down((second.sqrt() - err).max(0.0));
@@ -584,7 +657,7 @@ impl Pass<'_> {
                 upper[i] = f32_up(u);
                 continue;
             }
-            let y = self.points.row(start + i);
+            let y = row(i);
             let u = dist2(y, self.cur.row(a)).sqrt() + err;
             upper[i] = f32_up(u);
             if u + margin < m {
@@ -605,21 +678,34 @@ impl Pass<'_> {
 
 /// Adds `y * w` of every point of a marked cluster into the cluster's (zeroed) row and `w` into
 /// its weight, in point order: the sums SimPoint computes, with the same roundings.
-fn accumulate(points: &Dataset, labels: &[u32], changed: &[bool], next: &mut Dataset) {
+/// `slot` maps each row to its distinct row, whose label `labels` holds.
+fn accumulate(
+    points: &Dataset,
+    slot: &[u32],
+    labels: &[u32],
+    changed: &[bool],
+    next: &mut Dataset,
+) {
     #[cfg(target_arch = "x86_64")]
     {
         if points.cols <= 16 && points.cols > 0 && std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: AVX2 is present (checked just above); the dimension fits.
-            unsafe { avx2::accumulate16(points, labels, changed, next) };
+            unsafe { avx2::accumulate16(points, slot, labels, changed, next) };
             return;
         }
     }
-    accumulate_portable(points, labels, changed, next);
+    accumulate_portable(points, slot, labels, changed, next);
 }
 
-fn accumulate_portable(points: &Dataset, labels: &[u32], changed: &[bool], next: &mut Dataset) {
-    for (p, &l) in labels.iter().enumerate() {
-        let a = l as usize;
+fn accumulate_portable(
+    points: &Dataset,
+    slot: &[u32],
+    labels: &[u32],
+    changed: &[bool],
+    next: &mut Dataset,
+) {
+    for (p, &s) in slot.iter().enumerate() {
+        let a = labels[s as usize] as usize;
         if !changed[a] {
             continue;
         }
@@ -647,7 +733,7 @@ fn centre_half_gaps(centres: &Dataset, err: f64, out: &mut [f64]) {
 
 /// SimPoint's BIC of a clustering of `data` whose rows have `labels`, and the weighted
 /// distortion (sum of weight times squared distance).
-pub fn bic(data: &Dataset, centres: &Dataset, labels: &[u32]) -> (f64, f64) {
+pub fn bic(data: &Dataset, centres: &Dataset, label: impl Fn(usize) -> usize) -> (f64, f64) {
     // SimPoint's truncated constant, not f64::consts::PI: the BIC must match to the last bit.
     #[allow(clippy::approx_constant)]
     const PI: f64 = 3.14159265358979;
@@ -657,7 +743,7 @@ pub fn bic(data: &Dataset, centres: &Dataset, labels: &[u32]) -> (f64, f64) {
     let mut distortion = 0.0;
     let mut tw = 0.0;
     for i in 0..n {
-        let d2 = dist2(data.row(i), centres.row(labels[i] as usize));
+        let d2 = dist2(data.row(i), centres.row(label(i)));
         distortion += data.weights[i] * d2;
         tw += data.weights[i];
     }
@@ -666,7 +752,7 @@ pub fn bic(data: &Dataset, centres: &Dataset, labels: &[u32]) -> (f64, f64) {
     let sigma2 = dist / (dim * nf);
     let mut l = -dim * ((2.0 * PI * sigma2).ln() + 1.0) / 2.0 - tw.ln();
     for i in 0..n {
-        let cw = centres.weights[labels[i] as usize];
+        let cw = centres.weights[label(i)];
         if cw > 0.0 {
             l += cw.ln() * data.weights[i] / tw;
         }
@@ -770,7 +856,7 @@ mod tests {
                     let mut rng = Random::new(seed + k as i64);
                     let mut init = init_sample(&data, k, &mut rng);
                     initial_weights(&data, &mut init);
-                    let fast = lloyd(&data, init.clone(), iters, 1.3);
+                    let fast = lloyd(&data, &Distinct::new(&data), init.clone(), iters, 1.3);
                     let (slow, it) = naive(&data, init, iters);
                     assert_eq!(fast.centres, slow, "seed {seed} k {k} iters {iters}");
                     assert_eq!(fast.iterations, it);
@@ -791,10 +877,13 @@ mod tests {
             data: vec![1.0, 1.0],
             weights: vec![0.5, 0.5],
         };
-        let r = lloyd(&data, init, 100, 2.0);
+        let distinct = Distinct::new(&data);
+        let r = lloyd(&data, &distinct, init, 100, 2.0);
         // Pass 1 puts every point in cluster 0 (tie) and moves the empty cluster 1 to the
         // origin, which then captures the point at 0.
-        assert_eq!(r.labels.unwrap(), vec![1, 0, 0, 0]);
+        let labels = r.labels.unwrap();
+        let all: Vec<u32> = distinct.slot.iter().map(|&s| labels[s as usize]).collect();
+        assert_eq!(all, vec![1, 0, 0, 0]);
         assert_eq!(r.centres.row(0), &[4.0 / 3.0]);
         assert_eq!(r.centres.row(1), &[0.0]);
         assert_eq!(r.centres.weights, vec![0.75, 0.25]);
@@ -823,8 +912,9 @@ mod accumulate_tests {
             let changed: Vec<bool> = (0..k).map(|c| c != 2).collect();
             let mut a = Dataset::zeros(k, d);
             let mut b = Dataset::zeros(k, d);
-            accumulate(&points, &labels, &changed, &mut a);
-            accumulate_portable(&points, &labels, &changed, &mut b);
+            let slot: Vec<u32> = (0..n as u32).collect();
+            accumulate(&points, &slot, &labels, &changed, &mut a);
+            accumulate_portable(&points, &slot, &labels, &changed, &mut b);
             assert_eq!(a, b, "d {d}");
         }
     }

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use rayon::prelude::*;
 
 pub use dataset::Dataset;
-pub use kmeans::{bic, distance_error, label_all, lloyd};
+pub use kmeans::{bic, distance_error, label_all, lloyd, Distinct};
 pub use load::{load_file, load_vectors, Loaded, Projection};
 pub use output::{largest_clusters, PostResult};
 pub use rng::Random;
@@ -195,6 +195,8 @@ pub struct Prepared<'a> {
     pub initial: Option<Dataset>,
     /// Largest coordinate magnitude, for rounding-error bounds.
     pub max_abs: f64,
+    /// Identical rows of the k-means rows (`sample`, or `data`).
+    pub distinct: Distinct,
     /// Whether initial centre weights must be computed even when unobservable in the result
     /// (they are written by `-saveInitCtrs`).
     pub want_initial_weights: bool,
@@ -208,11 +210,13 @@ impl<'a> Prepared<'a> {
             None => None,
         };
         let max_abs = data.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let distinct = Distinct::new(sample.as_ref().unwrap_or(data));
         Ok(Prepared {
             data,
             sample,
             initial: None,
             max_abs,
+            distinct,
             want_initial_weights: false,
         })
     }
@@ -418,12 +422,23 @@ fn run_trial(prep: &Prepared<'_>, opts: &Options, r: usize, s: usize, k: usize) 
     } else {
         initial.weights = vec![0.0; k];
     }
-    let result = lloyd(points, initial.clone(), opts.max_iter, prep.max_abs);
-    let labels = match (&prep.sample, result.labels) {
-        (None, Some(l)) => l,
-        _ => label_all(data, &result.centres),
+    let result = lloyd(
+        points,
+        &prep.distinct,
+        initial.clone(),
+        opts.max_iter,
+        prep.max_abs,
+    );
+    let (score, distortion) = match (&prep.sample, result.labels) {
+        (None, Some(l)) => {
+            let slot = &prep.distinct.slot;
+            bic(data, &result.centres, |i| l[slot[i] as usize] as usize)
+        }
+        _ => {
+            let l = label_all(data, &result.centres);
+            bic(data, &result.centres, |i| l[i] as usize)
+        }
     };
-    let (score, distortion) = bic(data, &result.centres, &labels);
     TrialOutcome {
         trial: Trial {
             logged_seed: i64::from(logged),

@@ -134,8 +134,8 @@ pub fn load_vectors<R: std::io::BufRead>(
         return Err(SimpointError::NoVectors(reader.path().to_path_buf()));
     }
     let total = sums.iter().fold(0.0, |a, &b| a + b);
-    let weights: Vec<f64> = sums.iter().map(|s| s / total).collect();
-    drop(sums);
+    let mut weights = sums;
+    weights.iter_mut().for_each(|s| *s /= total);
     let (vectors, matrix) = match projection {
         Projection::None => {
             let cells = n.checked_mul(num_dims).filter(|&c| c <= 1 << 32).ok_or_else(|| {
