@@ -163,6 +163,11 @@ fn parse_t_line(line: &[u8], out: &mut Vec<Token>) -> Result<(), (usize, SyntaxM
         if line[i] != b':' {
             return Err((i + 1, SyntaxMessage::ExpectedColon(char_at(line, i))));
         }
+        if let Some((token, end)) = fast_token(line, i) {
+            out.push(token);
+            i = end;
+            continue;
+        }
         i = skip_space(line, i + 1);
         let id_start = i;
         let mut id: u64 = 0;
@@ -204,6 +209,52 @@ fn parse_t_line(line: &[u8], out: &mut Vec<Token>) -> Result<(), (usize, SyntaxM
         return Err((1, SyntaxMessage::EmptyTLine));
     }
     Ok(())
+}
+
+/// The common spelling `:id:count` (no spaces inside, at most 8 and 15 digits, count followed
+/// by whitespace, `:` or the end), parsed in one go; anything else returns `None` and goes
+/// through the general parser, which also produces the errors.
+#[inline(always)]
+fn fast_token(line: &[u8], colon: usize) -> Option<(Token, usize)> {
+    let digit = |j: usize| {
+        line.get(j)
+            .map(|b| b.wrapping_sub(b'0'))
+            .filter(|&d| d < 10)
+    };
+    let mut j = colon + 1;
+    let mut id: u32 = 0;
+    while let Some(d) = digit(j) {
+        if j - colon > 8 {
+            return None;
+        }
+        id = id * 10 + u32::from(d);
+        j += 1;
+    }
+    if j == colon + 1 || id == 0 || id > MAX_BLOCK_ID || line.get(j) != Some(&b':') {
+        return None;
+    }
+    j += 1;
+    let start = j;
+    let mut value: u64 = 0;
+    while let Some(d) = digit(j) {
+        value = value * 10 + u64::from(d);
+        j += 1;
+    }
+    let digits = j - start;
+    let ends = match line.get(j) {
+        None => true,
+        Some(&b) => is_space(b) || b == b':',
+    };
+    if digits == 0 || digits > 15 || !ends {
+        return None;
+    }
+    Some((
+        Token {
+            id,
+            value: value as i64 as f64,
+        },
+        j,
+    ))
 }
 
 fn char_at(line: &[u8], i: usize) -> char {
