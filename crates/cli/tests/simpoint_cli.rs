@@ -23,47 +23,44 @@ fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-#[test]
-fn modern_options_match_simpoint_files() {
+/// Runs `bbv simpoint gzip_9.bb.gz ARGS -o g` and checks that each `(ours, golden)` pair of
+/// files is identical to SimPoint's in `golden_case`; returns bbv's stdout.
+fn modern_run_matches(args: &[&str], golden_case: &str, files: &[(&str, &str)]) -> String {
     let work = tempfile::tempdir().unwrap();
     let input = golden("gzip_9/gzip_9.bb.gz");
-    let out = run_in(
-        work.path(),
-        &[
-            "simpoint",
-            input.to_str().unwrap(),
-            "--max-k",
-            "20",
-            "--var-length",
-            "-o",
-            "g",
-        ],
-    );
+    let mut all = vec!["simpoint", input.to_str().unwrap()];
+    all.extend(args);
+    all.extend(["-o", "g"]);
+    let out = run_in(work.path(), &all);
     assert!(out.status.success(), "{}", stderr(&out));
-    for (mine, theirs) in [
-        ("g.simpoints", "simpoints"),
-        ("g.weights", "weights"),
-        ("g.labels", "labels"),
-    ] {
+    for (mine, theirs) in files {
         assert_eq!(
             std::fs::read(work.path().join(mine)).unwrap(),
-            std::fs::read(golden("gzip_9/varlen-maxK20").join(theirs)).unwrap(),
+            std::fs::read(golden(golden_case).join(theirs)).unwrap(),
             "{mine}"
         );
     }
-    let summary = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn modern_options_match_simpoint_files() {
+    let summary = modern_run_matches(
+        &["--max-k", "20", "--var-length"],
+        "gzip_9/varlen-maxK20",
+        &[
+            ("g.simpoints", "simpoints"),
+            ("g.weights", "weights"),
+            ("g.labels", "labels"),
+        ],
+    );
     assert!(summary.contains("picked k ="), "{summary}");
 }
 
 #[test]
 fn coverage_files_take_simpoints_names() {
-    let work = tempfile::tempdir().unwrap();
-    let input = golden("gzip_9/gzip_9.bb.gz");
-    let out = run_in(
-        work.path(),
+    modern_run_matches(
         &[
-            "simpoint",
-            input.to_str().unwrap(),
             "-k",
             "5:15",
             "--init",
@@ -72,21 +69,13 @@ fn coverage_files_take_simpoints_names() {
             "10",
             "--coverage",
             "0.9",
-            "-o",
-            "g",
+        ],
+        "gzip_9/ff-dim10-cov90",
+        &[
+            ("g.simpoints.lpt0.9", "simpoints.lpt0.9"),
+            ("g.weights.lpt0.9", "weights.lpt0.9"),
         ],
     );
-    assert!(out.status.success(), "{}", stderr(&out));
-    for (mine, theirs) in [
-        ("g.simpoints.lpt0.9", "simpoints.lpt0.9"),
-        ("g.weights.lpt0.9", "weights.lpt0.9"),
-    ] {
-        assert_eq!(
-            std::fs::read(work.path().join(mine)).unwrap(),
-            std::fs::read(golden("gzip_9/ff-dim10-cov90").join(theirs)).unwrap(),
-            "{mine}"
-        );
-    }
 }
 
 #[test]
