@@ -603,6 +603,26 @@ pub fn lloyd(
     }
 }
 
+/// Asks the cache for a row that will be read soon.
+#[inline(always)]
+fn prefetch_row(row: &[f64]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let bytes = std::mem::size_of_val(row);
+        let p = row.as_ptr() as *const i8;
+        // SAFETY: prefetching never faults; the addresses lie inside `row` anyway.
+        unsafe {
+            _mm_prefetch(p, _MM_HINT_T0);
+            if bytes > 64 {
+                _mm_prefetch(p.add(bytes - 1), _MM_HINT_T0);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
+}
+
 /// What one assignment pass reads.
 struct Pass<'a> {
     points: &'a Dataset,
@@ -642,6 +662,9 @@ impl Pass<'_> {
             return vec![true; k];
         }
         let mut changed = vec![false; k];
+        // First the bound checks, which touch no coordinates; then, with the rows prefetched a
+        // few points ahead, the points whose bounds failed.
+        let mut todo: Vec<u32> = Vec::new();
         for i in 0..labels.len() {
             let a = labels[i] as usize;
             let u = f64::from(upper[i]) + self.drift[a];
@@ -652,11 +675,20 @@ impl Pass<'_> {
                     self.max_drift
                 };
             lower[i] = f32_down(l);
-            let m = self.half_gap[a].max(l);
-            if u + margin < m {
-                upper[i] = f32_up(u);
+            upper[i] = f32_up(u);
+            if u + margin < self.half_gap[a].max(l) {
                 continue;
             }
+            todo.push(i as u32);
+        }
+        const AHEAD: usize = 8;
+        for (j, &i) in todo.iter().enumerate() {
+            if let Some(&ahead) = todo.get(j + AHEAD) {
+                prefetch_row(row(ahead as usize));
+            }
+            let i = i as usize;
+            let a = labels[i] as usize;
+            let m = self.half_gap[a].max(f64::from(lower[i]));
             let y = row(i);
             let u = dist2(y, self.cur.row(a)).sqrt() + err;
             upper[i] = f32_up(u);
