@@ -2,6 +2,7 @@
 
 mod atomic;
 mod bench;
+mod gpu_cmd;
 mod simpoint_cmd;
 
 use std::ffi::OsString;
@@ -29,6 +30,11 @@ enum Command {
     Simpoint {
         #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
         args: Vec<OsString>,
+    },
+    /// GPU kernels from Accel-Sim traces: NVBit-exact instruction counts.
+    Gpu {
+        #[command(subcommand)]
+        what: gpu_cmd::GpuCommand,
     },
     /// Benchmarks against the anchor figures of the reference tools.
     Bench {
@@ -83,6 +89,7 @@ fn main() -> ExitCode {
     };
     report(match cli.command {
         Command::Simpoint { args } => simpoint(&args),
+        Command::Gpu { what } => gpu_cmd::run(what),
         Command::Bench { what } => bench::run(what),
     })
 }

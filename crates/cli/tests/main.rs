@@ -2,4 +2,5 @@
 
 mod common;
 mod golden;
+mod gpu_cli;
 mod simpoint_cli;

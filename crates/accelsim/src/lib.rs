@@ -1,0 +1,17 @@
+//! Streaming parser of Accel-Sim GPU traces: `kernelslist.g` and `kernel-N.traceg` (plain, xz or
+//! zstd, detected from the content), of every tracer version.
+//!
+//! # Design constraints
+//! * Streaming: one line buffer; memory does not grow with the trace.
+//! * Every inconsistency (a count that disagrees with the lines, an instruction outside a thread
+//!   block, an unknown address mode, register counts that disagree with the tokens) is an error
+//!   naming the file and line: a silently wrong instruction count is the worst outcome.
+
+mod error;
+mod input;
+mod list;
+mod trace;
+
+pub use error::TraceError;
+pub use list::{Command, KernelList};
+pub use trace::{AddressMode, Event, Instruction, KernelHeader, TraceReader};

@@ -1,0 +1,173 @@
+//! `bbv gpu`: GPU kernels from Accel-Sim traces.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use bbv_gpu::{count_list, CountMode, KernelCount};
+use clap::{Subcommand, ValueEnum};
+
+/// Output formats of `bbv gpu count`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    /// NVBit instr_count_bb's lines.
+    Nvbit,
+    /// Accel-Sim's stats.csv.
+    Csv,
+    /// Every field and the count of every mode.
+    Json,
+}
+
+/// `bbv gpu` commands.
+#[derive(Subcommand)]
+pub enum GpuCommand {
+    /// Per-launch instruction counts as NVBit's instr_count tools print them.
+    Count {
+        /// kernelslist.g of the trace.
+        list: PathBuf,
+        /// Count threads (active lanes) instead of warps (NVBit COUNT_WARP_LEVEL=0).
+        #[arg(long = "thread-level")]
+        thread_level: bool,
+        /// Skip instructions predicated off in every lane (NVBit EXCLUDE_PRED_OFF=1).
+        #[arg(long = "exclude-pred-off")]
+        exclude_pred_off: bool,
+        /// First launch counted (0-based, NVBit START_GRID_NUM).
+        #[arg(long = "start-grid", default_value_t = 0)]
+        start_grid: usize,
+        /// Launches from this one on are not counted (NVBit END_GRID_NUM).
+        #[arg(long = "end-grid")]
+        end_grid: Option<usize>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "nvbit")]
+        format: Format,
+        /// Also print each launch's opcode histogram (NVBit opcode_hist's lines).
+        #[arg(long)]
+        opcodes: bool,
+    },
+}
+
+fn write_counts(
+    out: &mut impl Write,
+    counts: &[(usize, &KernelCount)],
+    mode: CountMode,
+    format: Format,
+    opcodes: bool,
+) -> std::io::Result<()> {
+    match format {
+        Format::Nvbit => {
+            let mut total: u64 = 0;
+            for (launch, k) in counts {
+                let n = k.count(mode);
+                total += n;
+                writeln!(
+                    out,
+                    "kernel {launch} - {} - #thread-blocks {},  kernel instructions {n}, total instructions {total}",
+                    k.header.name,
+                    k.header.blocks()
+                )?;
+                if opcodes {
+                    for (op, c) in k.sorted_opcodes() {
+                        writeln!(out, "  {op} = {c}")?;
+                    }
+                }
+            }
+            writeln!(out, "Total app instructions: {total}")?;
+        }
+        Format::Csv => {
+            writeln!(out, "kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, block_dimY, block_dimZ, #threads, total_insts, total_reported_insts")?;
+            for (_, k) in counts {
+                let h = &k.header;
+                writeln!(
+                    out,
+                    "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}",
+                    h.id,
+                    h.name,
+                    h.grid[0],
+                    h.grid[1],
+                    h.grid[2],
+                    h.blocks(),
+                    h.block[0],
+                    h.block[1],
+                    h.block[2],
+                    h.blocks() * h.threads_per_block(),
+                    k.count(mode),
+                    k.warp_insts
+                )?;
+            }
+        }
+        Format::Json => {
+            let mut v = Vec::new();
+            for (launch, k) in counts {
+                let h = &k.header;
+                let ops: serde_json::Map<String, serde_json::Value> = k
+                    .sorted_opcodes()
+                    .into_iter()
+                    .map(|(o, c)| (o.to_string(), c.into()))
+                    .collect();
+                v.push(serde_json::json!({
+                    "launch": launch,
+                    "kernel_id": h.id,
+                    "name": h.name,
+                    "file": k.path.display().to_string(),
+                    "grid": h.grid,
+                    "block": h.block,
+                    "blocks": h.blocks(),
+                    "threads": h.blocks() * h.threads_per_block(),
+                    "traced_blocks": k.traced_blocks,
+                    "count": k.count(mode),
+                    "warp_insts": k.warp_insts,
+                    "warp_insts_pred_on": k.warp_insts_pred_on,
+                    "thread_insts_pred_on": k.thread_insts,
+                    "mem_insts": k.mem_insts,
+                    "opcodes": ops,
+                }));
+            }
+            let total: u64 = counts.iter().map(|(_, k)| k.count(mode)).sum();
+            let doc = serde_json::json!({"launches": v, "total": total});
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&doc).unwrap_or_default()
+            )?;
+        }
+    }
+    out.flush()
+}
+
+/// Runs a `bbv gpu` command.
+pub fn run(cmd: GpuCommand) -> Result<()> {
+    match cmd {
+        GpuCommand::Count {
+            list,
+            thread_level,
+            exclude_pred_off,
+            start_grid,
+            end_grid,
+            format,
+            opcodes,
+        } => {
+            let mode = CountMode {
+                thread_level,
+                exclude_pred_off,
+            }
+            .check()?;
+            if let Some(end) = end_grid {
+                if end <= start_grid {
+                    bail!("--end-grid {end} must be greater than --start-grid {start_grid}");
+                }
+            }
+            let kl = accelsim_trace::KernelList::open(&list)?;
+            let all = count_list(&kl)?;
+            let end = end_grid.unwrap_or(usize::MAX);
+            let chosen: Vec<(usize, &KernelCount)> = all
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i >= start_grid && *i < end)
+                .collect();
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            write_counts(&mut out, &chosen, mode, format, opcodes)?;
+            Ok(())
+        }
+    }
+}

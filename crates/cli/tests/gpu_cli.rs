@@ -1,0 +1,99 @@
+//! `bbv gpu count` on the real Accel-Sim traces.
+
+use crate::common::{bbv, data_dir};
+
+fn list(name: &str) -> String {
+    data_dir()
+        .join("accelsim")
+        .join(name)
+        .join("kernelslist.g")
+        .display()
+        .to_string()
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    bbv().arg("gpu").arg("count").args(args).output().unwrap()
+}
+
+#[test]
+fn nvbit_lines_match_the_reference_counts() {
+    for (name, kernel, counts) in [
+        (
+            "vectoradd-100-32-trace-0c94f481",
+            "_Z6vecAddIfEvPT_S1_S1_i",
+            [344, 341, 10516],
+        ),
+        (
+            "matrixmul-32-32-trace-aba4ea32",
+            "_Z8mult_gpuIfEvPT_S1_S1_ii",
+            [4416, 4352, 139264],
+        ),
+    ] {
+        let l = list(name);
+        for (flags, n) in [
+            (&[][..], counts[0]),
+            (&["--exclude-pred-off"][..], counts[1]),
+            (&["--exclude-pred-off", "--thread-level"][..], counts[2]),
+        ] {
+            let mut args = vec![l.as_str()];
+            args.extend(flags);
+            let out = run(&args);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                String::from_utf8(out.stdout).unwrap(),
+                format!(
+                    "kernel 0 - {kernel} - #thread-blocks 1,  kernel instructions {n}, total instructions {n}\nTotal app instructions: {n}\n"
+                ),
+                "{name} {flags:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn csv_json_and_opcodes() {
+    let l = list("vectoradd-100-32-trace-0c94f481");
+    let out = run(&[&l, "--format", "csv"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.lines().nth(1).unwrap(),
+        "1, _Z6vecAddIfEvPT_S1_S1_i, 1, 1, 1, 1, 1024, 1, 1, 1024, 344, 344"
+    );
+    let out = run(&[&l, "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["total"], 344);
+    assert_eq!(v["launches"][0]["thread_insts_pred_on"], 10516);
+    let out = run(&[&l, "--opcodes"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let sum: u64 = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("  "))
+        .map(|line| line.rsplit(" = ").next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(sum, 344, "opcode histogram adds up to the warp-level count");
+}
+
+#[test]
+fn refusals_and_bad_input_exit_2() {
+    let l = list("vectoradd-100-32-trace-0c94f481");
+    let out = run(&[&l, "--thread-level"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be recovered"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("kernelslist.g");
+    std::fs::write(&bad, "MemcpyHtoD,0x10,4\nkernel-9.traceg\n").unwrap();
+    let out = run(&[bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kernel-9.traceg does not exist"));
+    let out = run(&[&l, "--start-grid", "3", "--end-grid", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&[&l, "--start-grid", "1"]);
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "Total app instructions: 0\n"
+    );
+}

@@ -1,0 +1,156 @@
+//! GPU kernel analysis from Accel-Sim traces: per-launch instruction counts with the semantics of
+//! NVBit's `instr_count` tools, and opcode histograms.
+//!
+//! # Design constraints
+//! * A count is exact or an error: settings a trace cannot answer are refused, not approximated.
+//! * Memory is bounded by the number of distinct opcodes, not by the trace size.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use accelsim_trace::{Event, KernelHeader, KernelList, TraceError, TraceReader};
+use rayon::prelude::*;
+
+/// Errors of GPU trace analysis.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// A trace or list file is unreadable or malformed.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// A kernel file named in the list does not exist.
+    #[error("{list}: kernel trace {kernel} does not exist")]
+    MissingKernel {
+        /// The list naming it.
+        list: PathBuf,
+        /// The missing file.
+        kernel: PathBuf,
+    },
+    /// A setting the trace cannot answer.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// What to count, as NVBit's `COUNT_WARP_LEVEL` and `EXCLUDE_PRED_OFF` choose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountMode {
+    /// Count per thread (popcount of the active mask) instead of per warp.
+    pub thread_level: bool,
+    /// Skip instructions whose guard predicate is off for every lane.
+    pub exclude_pred_off: bool,
+}
+
+impl CountMode {
+    /// Refuses the one setting a trace cannot answer: thread level with predicated-off lanes
+    /// included (the trace keeps only active-and-predicated-on lanes).
+    pub fn check(self) -> Result<CountMode, GpuError> {
+        if self.thread_level && !self.exclude_pred_off {
+            return Err(GpuError::Unsupported(
+                "thread-level counts that include predicated-off instructions cannot be recovered \
+                 from a trace: its mask holds only the lanes that were active with the predicate on. \
+                 Add --exclude-pred-off (NVBit's EXCLUDE_PRED_OFF=1) or count at warp level."
+                    .into(),
+            ));
+        }
+        Ok(self)
+    }
+}
+
+/// Counts of one kernel launch.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KernelCount {
+    /// The trace file.
+    pub path: PathBuf,
+    /// Its header.
+    pub header: KernelHeader,
+    /// Instruction lines (NVBit warp level, predicated-off included).
+    pub warp_insts: u64,
+    /// Instruction lines with a non-zero mask (warp level, predicated-off excluded).
+    pub warp_insts_pred_on: u64,
+    /// Sum of active lanes (thread level, predicated-off excluded).
+    pub thread_insts: u64,
+    /// Memory instructions (warp level).
+    pub mem_insts: u64,
+    /// Thread blocks present in the trace (empty ones are not traced).
+    pub traced_blocks: u64,
+    /// Warp-level executions per opcode.
+    pub opcodes: HashMap<String, u64>,
+}
+
+impl KernelCount {
+    /// The count NVBit would report in `mode`.
+    pub fn count(&self, mode: CountMode) -> u64 {
+        match (mode.thread_level, mode.exclude_pred_off) {
+            (false, false) => self.warp_insts,
+            (false, true) => self.warp_insts_pred_on,
+            (true, _) => self.thread_insts,
+        }
+    }
+
+    /// Opcodes sorted by name, as `opcode_hist` prints them (zero counts never occur).
+    pub fn sorted_opcodes(&self) -> Vec<(&str, u64)> {
+        let mut v: Vec<(&str, u64)> = self.opcodes.iter().map(|(k, &c)| (k.as_str(), c)).collect();
+        v.sort();
+        v
+    }
+}
+
+/// Reads one kernel trace and counts it.
+pub fn count_kernel(path: &Path) -> Result<KernelCount, GpuError> {
+    let mut reader = TraceReader::open(path)?;
+    let header = reader.header().clone();
+    let warps_per_block = header.threads_per_block().div_ceil(32);
+    let mut c = KernelCount {
+        path: path.to_path_buf(),
+        header,
+        ..KernelCount::default()
+    };
+    while let Some(event) = reader.next_event()? {
+        match event {
+            Event::ThreadBlock(_) => c.traced_blocks += 1,
+            Event::Warp { id, .. } => {
+                if u64::from(id) >= warps_per_block {
+                    return Err(GpuError::Trace(TraceError::Format {
+                        path: path.to_path_buf(),
+                        line: reader.line_number(),
+                        message: format!(
+                            "warp {id} does not exist in a block of {} threads",
+                            c.header.threads_per_block()
+                        ),
+                    }));
+                }
+            }
+            Event::Inst(i) => {
+                c.warp_insts += 1;
+                if i.mask != 0 {
+                    c.warp_insts_pred_on += 1;
+                }
+                c.thread_insts += u64::from(i.mask.count_ones());
+                if i.mem_width > 0 {
+                    c.mem_insts += 1;
+                }
+                match c.opcodes.get_mut(i.opcode) {
+                    Some(n) => *n += 1,
+                    None => {
+                        c.opcodes.insert(i.opcode.to_string(), 1);
+                    }
+                }
+            }
+            Event::EndThreadBlock => {}
+        }
+    }
+    Ok(c)
+}
+
+/// Counts every kernel of a list, in launch order (kernel files are read in parallel).
+pub fn count_list(list: &KernelList) -> Result<Vec<KernelCount>, GpuError> {
+    let kernels: Vec<&Path> = list.kernels().collect();
+    for k in &kernels {
+        if !k.exists() {
+            return Err(GpuError::MissingKernel {
+                list: list.path.clone(),
+                kernel: k.to_path_buf(),
+            });
+        }
+    }
+    kernels.par_iter().map(|k| count_kernel(k)).collect()
+}
