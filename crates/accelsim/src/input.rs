@@ -74,6 +74,28 @@ impl Lines {
             })
     }
 
+    /// The next line as bytes (trailing `\r\n` removed), or `None` at the end; no UTF-8 check
+    /// (the body parser checks what it keeps).
+    pub(crate) fn next_bytes(&mut self) -> Result<Option<&[u8]>, TraceError> {
+        self.buf.clear();
+        let n = self
+            .inner
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|source| TraceError::Io {
+                path: self.path.clone(),
+                line: self.line_no + 1,
+                source,
+            })?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.line_no += 1;
+        while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
+            self.buf.pop();
+        }
+        Ok(Some(&self.buf))
+    }
+
     /// Bytes of the line last returned.
     pub(crate) fn current_bytes(&self) -> &[u8] {
         &self.buf

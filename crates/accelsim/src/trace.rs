@@ -237,7 +237,7 @@ impl TraceReader {
                         self.pending_kind(&p)?
                     }
                     None => {
-                        let Some(line) = self.lines.next_line()? else {
+                        let Some(line) = self.lines.next_bytes()? else {
                             return match self.state {
                                 State::Outside => Ok(None),
                                 _ => Err(self
@@ -245,7 +245,7 @@ impl TraceReader {
                                     .error("file ends inside a thread block (truncated trace?)")),
                             };
                         };
-                        classify(line)
+                        classify_bytes(line)
                     }
                 };
                 line
@@ -315,16 +315,19 @@ impl TraceReader {
                         )));
                     }
                     self.remaining -= 1;
-                    let (h, block, warp) = (&self.header, self.block, self.warp);
-                    let (path, line_no) = (self.lines.path.clone(), self.lines.line_no);
-                    let text = self.lines.current();
-                    return parse_instruction(text, h, block, warp)
-                        .map(|i| Some(Event::Inst(i)))
-                        .map_err(|message| TraceError::Format {
-                            path,
-                            line: line_no,
-                            message,
-                        });
+                    let lines = &self.lines;
+                    return parse_instruction(
+                        lines.current_bytes(),
+                        &self.header,
+                        self.block,
+                        self.warp,
+                    )
+                    .map(|i| Some(Event::Inst(i)))
+                    .map_err(|message| TraceError::Format {
+                        path: lines.path.clone(),
+                        line: lines.line_no,
+                        message,
+                    });
                 }
             }
         }
@@ -355,6 +358,18 @@ enum Kind {
     Other,
 }
 
+/// Instruction lines start with a hex digit: decide those without any string work.
+#[inline]
+fn classify_bytes(line: &[u8]) -> Kind {
+    match line.first() {
+        Some(b) if b.is_ascii_hexdigit() => Kind::Other,
+        _ => match std::str::from_utf8(line) {
+            Ok(text) => classify(text),
+            Err(_) => Kind::Other,
+        },
+    }
+}
+
 fn classify(line: &str) -> Kind {
     let t = line.trim();
     if t.is_empty() {
@@ -383,38 +398,112 @@ fn classify(line: &str) -> Kind {
     Kind::Other
 }
 
-impl Lines {
-    /// The line last returned by `next_line`.
-    pub(crate) fn current(&self) -> &str {
-        // Lines were validated as UTF-8 when read.
-        std::str::from_utf8(self.current_bytes()).unwrap_or("")
+/// Whitespace-separated tokens of a line.
+struct Tokens<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Tokens<'a> {
+    #[inline(always)]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let s = self.s;
+        let mut i = self.i;
+        while i < s.len() && (s[i] == b' ' || s[i] == b'\t') {
+            i += 1;
+        }
+        if i >= s.len() {
+            self.i = i;
+            return None;
+        }
+        let start = i;
+        while i < s.len() && s[i] != b' ' && s[i] != b'\t' {
+            i += 1;
+        }
+        self.i = i;
+        Some(&s[start..i])
+    }
+
+    #[inline(always)]
+    fn expect(&mut self, what: &str) -> Result<&'a [u8], String> {
+        self.next()
+            .ok_or_else(|| format!("line ends where {what} was expected"))
     }
 }
 
+fn show(t: &[u8]) -> String {
+    String::from_utf8_lossy(t).into_owned()
+}
+
+#[inline(always)]
+fn dec(t: &[u8], what: &str) -> Result<u64, String> {
+    if t.is_empty() || t.len() > 19 {
+        return Err(format!("{what}: '{}' is not a decimal number", show(t)));
+    }
+    let mut v: u64 = 0;
+    for &b in t {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return Err(format!("{what}: '{}' is not a decimal number", show(t)));
+        }
+        v = v * 10 + u64::from(d);
+    }
+    Ok(v)
+}
+
+#[inline(always)]
+fn signed(t: &[u8], what: &str) -> Result<i64, String> {
+    match t.first() {
+        Some(b'-') => dec(&t[1..], what).map(|v| -(v as i64)),
+        Some(b'+') => dec(&t[1..], what).map(|v| v as i64),
+        _ => dec(t, what).map(|v| v as i64),
+    }
+}
+
+/// Value of a hex digit, or 0xff: a table, because digit classes vary unpredictably.
+static HEX: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
+#[inline(always)]
+fn hex(t: &[u8], what: &str) -> Result<u64, String> {
+    let digits = t.strip_prefix(b"0x").unwrap_or(t);
+    let mut v: u64 = 0;
+    let mut bad = digits.is_empty() || digits.len() > 16;
+    for &b in digits {
+        let d = HEX[b as usize];
+        bad |= d == 0xff;
+        v = (v << 4) | u64::from(d & 0x0f);
+    }
+    if bad {
+        return Err(format!("{what}: '{}' is not a hexadecimal number", show(t)));
+    }
+    Ok(v)
+}
+
 fn parse_instruction<'a>(
-    text: &'a str,
+    text: &'a [u8],
     h: &KernelHeader,
     block: [u32; 3],
     warp: u32,
 ) -> Result<Instruction<'a>, String> {
-    let mut tok = text.split_ascii_whitespace();
-    let mut next = |what: &str| {
-        tok.next()
-            .ok_or_else(|| format!("line ends where {what} was expected"))
-    };
-    let dec = |t: &str, what: &str| {
-        t.parse::<u64>()
-            .map_err(|_| format!("{what}: '{t}' is not a decimal number"))
-    };
-    let hex = |t: &str, what: &str| {
-        u64::from_str_radix(t.trim_start_matches("0x"), 16)
-            .map_err(|_| format!("{what}: '{t}' is not a hexadecimal number"))
-    };
+    let mut tok = Tokens { s: text, i: 0 };
     if h.prefix {
         let mut pre = [0u64; 4];
-        for (i, p) in pre.iter_mut().enumerate() {
-            *p = dec(next("the thread block / warp prefix")?, "prefix")?;
-            let _ = i;
+        for p in &mut pre {
+            *p = dec(tok.expect("the thread block / warp prefix")?, "prefix")?;
         }
         if [pre[0], pre[1], pre[2]] != block.map(u64::from) || pre[3] != u64::from(warp) {
             return Err(format!(
@@ -424,91 +513,96 @@ fn parse_instruction<'a>(
         }
     }
     let line_num = if h.lineinfo {
-        Some(dec(next("a line number")?, "line number")?)
+        Some(dec(tok.expect("a line number")?, "line number")?)
     } else {
         None
     };
-    let pc = hex(next("the PC")?, "PC")?;
-    let mask_text = next("the active mask")?;
-    let mask = u32::from_str_radix(mask_text, 16)
-        .map_err(|_| format!("active mask: '{mask_text}' is not a 32-bit hexadecimal mask"))?;
-    let dst = dec(next("the destination register count")?, "destination count")?;
+    let pc = hex(tok.expect("the PC")?, "PC")?;
+    let mask_text = tok.expect("the active mask")?;
+    if mask_text.len() > 8 {
+        return Err(format!(
+            "active mask: '{}' is not a 32-bit hexadecimal mask",
+            show(mask_text)
+        ));
+    }
+    let mask = hex(mask_text, "active mask")? as u32;
+    let dst = dec(
+        tok.expect("the destination register count")?,
+        "destination count",
+    )?;
     if dst > 8 {
         return Err(format!("destination register count {dst} is implausible"));
     }
     for _ in 0..dst {
-        let r = next("a destination register")?;
+        let r = tok.expect("a destination register")?;
         if !is_register(r) {
             return Err(format!(
-                "expected {dst} destination register(s), found '{r}' (register count disagrees with the tokens)"
+                "expected {dst} destination register(s), found '{}' (register count disagrees with the tokens)",
+                show(r)
             ));
         }
     }
-    let opcode = next("the opcode")?;
-    if is_register(opcode) || opcode.parse::<u64>().is_ok() {
+    let op = tok.expect("the opcode")?;
+    if is_register(op) || op.iter().all(u8::is_ascii_digit) || !op.is_ascii() {
         return Err(format!(
-            "expected an opcode, found '{opcode}' (register count disagrees with the tokens)"
+            "expected an opcode, found '{}' (register count disagrees with the tokens)",
+            show(op)
         ));
     }
-    let src = dec(next("the source register count")?, "source count")?;
+    let opcode = std::str::from_utf8(op).map_err(|_| "opcode is not text".to_string())?;
+    let src = dec(tok.expect("the source register count")?, "source count")?;
     if src > 8 {
         return Err(format!("source register count {src} is implausible"));
     }
     for _ in 0..src {
-        let r = next("a source register")?;
+        let r = tok.expect("a source register")?;
         if !is_register(r) {
             return Err(format!(
-                "expected {src} source register(s), found '{r}' (register count disagrees with the tokens)"
+                "expected {src} source register(s), found '{}' (register count disagrees with the tokens)",
+                show(r)
             ));
         }
     }
-    let mem_width = dec(next("the memory width")?, "memory width")?;
+    let mem_width = dec(tok.expect("the memory width")?, "memory width")?;
     let mut address_mode = None;
     if mem_width > 0 {
         let lanes = mask.count_ones() as usize;
-        let mode = next("the address mode")?;
-        match mode {
-            "0" => {
+        match tok.expect("the address mode")? {
+            b"0" => {
                 address_mode = Some(AddressMode::ListAll);
                 for _ in 0..lanes {
-                    hex(next("an address")?, "address")?;
+                    hex(tok.expect("an address")?, "address")?;
                 }
             }
-            "1" => {
+            b"1" => {
                 address_mode = Some(AddressMode::BaseStride);
-                hex(next("the base address")?, "base address")?;
-                let s = next("the stride")?;
-                s.parse::<i64>()
-                    .map_err(|_| format!("stride: '{s}' is not a decimal number"))?;
+                hex(tok.expect("the base address")?, "base address")?;
+                signed(tok.expect("the stride")?, "stride")?;
             }
-            "2" => {
+            b"2" => {
                 address_mode = Some(AddressMode::BaseDelta);
-                hex(next("the base address")?, "base address")?;
+                hex(tok.expect("the base address")?, "base address")?;
                 for _ in 1..lanes.max(1) {
-                    let d = next("an address delta")?;
-                    d.parse::<i64>()
-                        .map_err(|_| format!("address delta: '{d}' is not a decimal number"))?;
+                    signed(tok.expect("an address delta")?, "address delta")?;
                 }
             }
             other => {
                 return Err(format!(
-                    "unknown address mode '{other}' (expected 0, 1 or 2)"
+                    "unknown address mode '{}' (expected 0, 1 or 2)",
+                    show(other)
                 ))
             }
         }
     }
     let immediate = if h.immediate {
-        let t = next("the immediate")?;
-        Some(
-            t.parse::<i64>()
-                .map_err(|_| format!("immediate: '{t}' is not a decimal number"))?,
-        )
+        Some(signed(tok.expect("the immediate")?, "immediate")?)
     } else {
         None
     };
     if let Some(extra) = tok.next() {
         return Err(format!(
-            "unexpected '{extra}' after the instruction's last field"
+            "unexpected '{}' after the instruction's last field",
+            show(extra)
         ));
     }
     Ok(Instruction {
@@ -524,7 +618,8 @@ fn parse_instruction<'a>(
     })
 }
 
-fn is_register(t: &str) -> bool {
-    let digits = t.strip_prefix("UR").or_else(|| t.strip_prefix('R'));
-    digits.is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+#[inline(always)]
+fn is_register(t: &[u8]) -> bool {
+    let digits = t.strip_prefix(b"UR").or_else(|| t.strip_prefix(b"R"));
+    digits.is_some_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit))
 }

@@ -6,6 +6,7 @@
 //! * Memory is bounded by the number of distinct opcodes, not by the trace size.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 
 use accelsim_trace::{Event, KernelHeader, KernelList, TraceError, TraceReader};
@@ -55,6 +56,28 @@ impl CountMode {
     }
 }
 
+/// A fast hash for short opcode strings (looked up once per instruction line).
+#[derive(Default, Clone, Copy)]
+pub struct OpcodeHasher(u64);
+
+impl Hasher for OpcodeHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Per-opcode counts.
+pub type OpcodeCounts = HashMap<String, u64, BuildHasherDefault<OpcodeHasher>>;
+
 /// Counts of one kernel launch.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct KernelCount {
@@ -73,7 +96,7 @@ pub struct KernelCount {
     /// Thread blocks present in the trace (empty ones are not traced).
     pub traced_blocks: u64,
     /// Warp-level executions per opcode.
-    pub opcodes: HashMap<String, u64>,
+    pub opcodes: OpcodeCounts,
 }
 
 impl KernelCount {
