@@ -44,6 +44,15 @@ pub enum GpuCommand {
         #[arg(long)]
         opcodes: bool,
     },
+    /// Basic-block vectors: PREFIX.bb (one SimPoint `T` line per launch, warp-level
+    /// instructions per block) and PREFIX.blocks (id, kernel, start PC, size, executions).
+    Bbv {
+        /// kernelslist.g of the trace.
+        list: PathBuf,
+        /// Output prefix.
+        #[arg(short = 'o', value_name = "PREFIX")]
+        output: PathBuf,
+    },
 }
 
 fn write_counts(
@@ -137,6 +146,43 @@ fn write_counts(
 /// Runs a `bbv gpu` command.
 pub fn run(cmd: GpuCommand) -> Result<()> {
     match cmd {
+        GpuCommand::Bbv { list, output } => {
+            let kl = accelsim_trace::KernelList::open(&list)?;
+            let bv = bbv_gpu::list_block_vectors(&kl)?;
+            let with = |ext: &str| {
+                let mut s = output.clone().into_os_string();
+                s.push(ext);
+                PathBuf::from(s)
+            };
+            let mut files = crate::atomic::AtomicFiles::default();
+            files.write(&with(".bb"), |w| {
+                let mut bb = bbv_profile::BbvWriter::new(w);
+                bb.write_comment(&format!(
+                    "basic-block vectors of {} launches from {} (warp-level instructions per block)",
+                    bv.vectors.len(),
+                    list.display()
+                ))?;
+                for v in &bv.vectors {
+                    bb.write_vector(v)?;
+                }
+                bb.finish().map(|_| ())
+            })?;
+            files.write(&with(".blocks"), |w| {
+                writeln!(w, "# id kernel start_pc size executions")?;
+                for b in &bv.blocks {
+                    writeln!(
+                        w,
+                        "{} {} 0x{:04x} {} {}",
+                        b.id, b.kernel, b.start, b.size, b.executions
+                    )?;
+                }
+                Ok(())
+            })?;
+            for p in files.commit()? {
+                eprintln!("wrote {}", p.display());
+            }
+            Ok(())
+        }
         GpuCommand::Count {
             list,
             thread_level,

@@ -97,3 +97,53 @@ fn refusals_and_bad_input_exit_2() {
         "Total app instructions: 0\n"
     );
 }
+
+#[test]
+fn block_vectors_match_the_reference_blocks_and_feed_simpoint() {
+    for (name, blocks, pcs, insts) in [
+        ("vectoradd-100-32-trace-0c94f481", 2, 23, 344),
+        ("matrixmul-32-32-trace-aba4ea32", 3, 138, 4416),
+    ] {
+        let work = tempfile::tempdir().unwrap();
+        let prefix = work.path().join("g");
+        let out = bbv()
+            .args(["gpu", "bbv", &list(name), "-o", prefix.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let table = std::fs::read_to_string(work.path().join("g.blocks")).unwrap();
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(' ').collect())
+            .collect();
+        assert_eq!(rows.len(), blocks, "{name}");
+        let size: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
+        assert_eq!(size, pcs, "{name}: every executed PC in exactly one block");
+        let bb = std::fs::read_to_string(work.path().join("g.bb")).unwrap();
+        let t: Vec<&str> = bb.lines().filter(|l| l.starts_with('T')).collect();
+        assert_eq!(t.len(), 1);
+        let total: u64 = t[0]
+            .split_whitespace()
+            .map(|tok| tok.rsplit(':').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(
+            total, insts,
+            "{name}: the vector adds up to the warp-level count"
+        );
+        let out = bbv()
+            .current_dir(work.path())
+            .args(["simpoint", "g.bb", "-k", "1", "-o", "s"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 
+pub mod blocks;
+
 use accelsim_trace::{Event, KernelHeader, KernelList, TraceError, TraceReader};
 use rayon::prelude::*;
 
@@ -164,8 +166,8 @@ pub fn count_kernel(path: &Path) -> Result<KernelCount, GpuError> {
     Ok(c)
 }
 
-/// Counts every kernel of a list, in launch order (kernel files are read in parallel).
-pub fn count_list(list: &KernelList) -> Result<Vec<KernelCount>, GpuError> {
+/// The kernel files of a list, checked to exist.
+fn kernel_files(list: &KernelList) -> Result<Vec<&Path>, GpuError> {
     let kernels: Vec<&Path> = list.kernels().collect();
     for k in &kernels {
         if !k.exists() {
@@ -175,5 +177,22 @@ pub fn count_list(list: &KernelList) -> Result<Vec<KernelCount>, GpuError> {
             });
         }
     }
-    kernels.par_iter().map(|k| count_kernel(k)).collect()
+    Ok(kernels)
+}
+
+/// Counts every kernel of a list, in launch order (kernel files are read in parallel).
+pub fn count_list(list: &KernelList) -> Result<Vec<KernelCount>, GpuError> {
+    kernel_files(list)?
+        .par_iter()
+        .map(|k| count_kernel(k))
+        .collect()
+}
+
+/// Basic blocks and one basic-block vector per launch (kernel files are read in parallel).
+pub fn list_block_vectors(list: &KernelList) -> Result<blocks::BlockVectors, GpuError> {
+    let launches: Vec<blocks::LaunchPcs> = kernel_files(list)?
+        .par_iter()
+        .map(|k| blocks::launch_pcs(k))
+        .collect::<Result<_, _>>()?;
+    Ok(blocks::block_vectors(&launches))
 }

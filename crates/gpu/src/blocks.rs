@@ -1,0 +1,222 @@
+//! Basic blocks rebuilt from the warps' PC streams, and per-launch basic-block vectors.
+//!
+//! Leaders: the first PC of every warp, every PC reached other than sequentially, and the PC
+//! after every control-flow instruction. Leaders are gathered over every launch of a kernel
+//! (by name) before blocks are cut, so that a kernel's blocks are the same in every launch.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+
+use accelsim_trace::{Event, TraceReader};
+
+use crate::GpuError;
+
+/// The next sequential PC, from the SM version: 16-byte instructions from Volta on; 8-byte
+/// slots before, with a control word in the first slot of every 32 bytes (Maxwell, Pascal) or
+/// of every 64 bytes (Kepler).
+pub fn next_pc(pc: u64, sm: u32) -> u64 {
+    if sm >= 70 {
+        return pc + 16;
+    }
+    let group = if sm >= 50 { 32 } else { 64 };
+    let n = pc + 8;
+    if n.is_multiple_of(group) {
+        n + 8
+    } else {
+        n
+    }
+}
+
+/// Whether an opcode may transfer control (its base name, before the first '.').
+pub fn is_control(opcode: &str) -> bool {
+    let base = opcode.split('.').next().unwrap_or(opcode);
+    matches!(
+        base,
+        "BRA"
+            | "BRX"
+            | "JMP"
+            | "JMX"
+            | "EXIT"
+            | "RET"
+            | "CAL"
+            | "CALL"
+            | "JCAL"
+            | "SYNC"
+            | "BRK"
+            | "CONT"
+            | "KIL"
+            | "BPT"
+            | "BSYNC"
+            | "RTT"
+    )
+}
+
+/// Per-PC facts of one launch.
+#[derive(Clone, Debug, Default)]
+pub struct LaunchPcs {
+    /// Kernel name.
+    pub kernel: String,
+    /// SM version.
+    pub sm: u32,
+    /// Warp-level executions per PC.
+    pub counts: BTreeMap<u64, u64>,
+    /// Leaders seen in this launch.
+    pub leaders: BTreeSet<u64>,
+}
+
+/// Reads one launch's PC streams.
+pub fn launch_pcs(path: &Path) -> Result<LaunchPcs, GpuError> {
+    let mut reader = TraceReader::open(path)?;
+    let sm = reader.header().binary_version;
+    let mut out = LaunchPcs {
+        kernel: reader.header().name.clone(),
+        sm,
+        ..LaunchPcs::default()
+    };
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    let mut prev: Option<(u64, bool)> = None;
+    while let Some(event) = reader.next_event()? {
+        match event {
+            Event::Warp { .. } | Event::ThreadBlock(_) | Event::EndThreadBlock => prev = None,
+            Event::Inst(i) => {
+                *counts.entry(i.pc).or_insert(0) += 1;
+                match prev {
+                    None => {
+                        out.leaders.insert(i.pc);
+                    }
+                    Some((p, control)) => {
+                        let seq = next_pc(p, sm);
+                        if control {
+                            out.leaders.insert(seq);
+                        }
+                        if i.pc != seq {
+                            out.leaders.insert(i.pc);
+                        }
+                    }
+                }
+                prev = Some((i.pc, is_control(i.opcode)));
+            }
+        }
+    }
+    out.counts = counts.into_iter().collect();
+    Ok(out)
+}
+
+/// One basic block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    /// 1-based id, in order of (kernel, start PC).
+    pub id: u32,
+    /// Kernel name.
+    pub kernel: String,
+    /// First PC.
+    pub start: u64,
+    /// Instructions in the block.
+    pub size: u32,
+    /// Warp-level executions of the block (of its first instruction) over all launches.
+    pub executions: u64,
+}
+
+/// Blocks of every kernel and one vector per launch: block id and warp-level instructions
+/// executed in it.
+#[derive(Clone, Debug, Default)]
+pub struct BlockVectors {
+    /// All blocks, by id.
+    pub blocks: Vec<Block>,
+    /// Per launch: (block id, instructions), ascending ids.
+    pub vectors: Vec<Vec<(u32, u64)>>,
+}
+
+/// Cuts blocks from the leaders of every launch of each kernel and builds per-launch vectors.
+pub fn block_vectors(launches: &[LaunchPcs]) -> BlockVectors {
+    // Per kernel: every executed PC, leaders, SM.
+    let mut kernels: BTreeMap<&str, (BTreeSet<u64>, BTreeSet<u64>, u32)> = BTreeMap::new();
+    for l in launches {
+        let e = kernels
+            .entry(l.kernel.as_str())
+            .or_insert_with(|| (BTreeSet::new(), BTreeSet::new(), l.sm));
+        e.0.extend(l.counts.keys());
+        e.1.extend(l.leaders.iter());
+    }
+    let mut blocks = Vec::new();
+    // (kernel, pc) -> block index
+    let mut block_of: HashMap<(&str, u64), usize> = HashMap::new();
+    for (kernel, (pcs, leaders, sm)) in &kernels {
+        let mut current: Option<usize> = None;
+        let mut prev: Option<u64> = None;
+        for &pc in pcs {
+            let continues = prev.is_some_and(|p| next_pc(p, *sm) == pc) && !leaders.contains(&pc);
+            if !continues || current.is_none() {
+                blocks.push(Block {
+                    id: blocks.len() as u32 + 1,
+                    kernel: kernel.to_string(),
+                    start: pc,
+                    size: 0,
+                    executions: 0,
+                });
+                current = Some(blocks.len() - 1);
+            }
+            let b = current.expect("block");
+            blocks[b].size += 1;
+            block_of.insert((kernel, pc), b);
+            prev = Some(pc);
+        }
+    }
+    let mut vectors = Vec::with_capacity(launches.len());
+    for l in launches {
+        let mut v: BTreeMap<u32, u64> = BTreeMap::new();
+        for (&pc, &n) in &l.counts {
+            let b = block_of[&(l.kernel.as_str(), pc)];
+            *v.entry(blocks[b].id).or_insert(0) += n;
+            if blocks[b].start == pc {
+                blocks[b].executions += n;
+            }
+        }
+        vectors.push(v.into_iter().collect());
+    }
+    BlockVectors { blocks, vectors }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequential_pcs_skip_control_words() {
+        assert_eq!(next_pc(0x08, 61), 0x10);
+        assert_eq!(next_pc(0x18, 61), 0x28);
+        assert_eq!(next_pc(0x38, 35), 0x48);
+        assert_eq!(next_pc(0x38, 30), 0x48);
+        assert_eq!(next_pc(0x78, 35), 0x88);
+        assert_eq!(next_pc(0x70, 75), 0x80);
+    }
+
+    #[test]
+    fn blocks_split_at_targets_and_after_branches() {
+        // 0x10 0x20 BRA -> 0x50 0x60 EXIT ; a second warp runs 0x10 0x20 0x30 0x40 0x50 0x60
+        let mut a = LaunchPcs {
+            kernel: "k".into(),
+            sm: 75,
+            ..LaunchPcs::default()
+        };
+        for (pc, n) in [
+            (0x10, 2),
+            (0x20, 2),
+            (0x30, 1),
+            (0x40, 1),
+            (0x50, 2),
+            (0x60, 2),
+        ] {
+            a.counts.insert(pc, n);
+        }
+        a.leaders.extend([0x10, 0x50, 0x30]);
+        let bv = block_vectors(&[a]);
+        let starts: Vec<(u64, u32, u64)> = bv
+            .blocks
+            .iter()
+            .map(|b| (b.start, b.size, b.executions))
+            .collect();
+        assert_eq!(starts, vec![(0x10, 2, 2), (0x30, 2, 1), (0x50, 2, 2)]);
+        assert_eq!(bv.vectors[0], vec![(1, 4), (2, 2), (3, 4)]);
+    }
+}
