@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use bbv_gpu::{count_list, CountMode, KernelCount};
 use clap::{Subcommand, ValueEnum};
 
@@ -43,6 +43,24 @@ pub enum GpuCommand {
         /// Also print each launch's opcode histogram (NVBit opcode_hist's lines).
         #[arg(long)]
         opcodes: bool,
+    },
+    /// Kernel sampling: representative launches with weights, and every metric estimated from
+    /// them with its error against the full trace.
+    Sample {
+        /// kernelslist.g of the trace.
+        list: PathBuf,
+        /// Output folder: kernelslist.g (chosen launches), weights.csv, report.
+        #[arg(short = 'o', value_name = "DIR")]
+        output: PathBuf,
+        /// Cluster the launches' basic-block vectors, trying k up to K.
+        #[arg(long = "max-k", default_value_t = 20, conflicts_with = "stratified")]
+        max_k: usize,
+        /// Sieve-style strata by kernel name and instruction count instead of clustering.
+        #[arg(long)]
+        stratified: bool,
+        /// Relative width of an instruction-count stratum (with --stratified).
+        #[arg(long, default_value_t = 0.1)]
+        spread: f64,
     },
     /// Basic-block vectors: PREFIX.bb (one SimPoint `T` line per launch, warp-level
     /// instructions per block) and PREFIX.blocks (id, kernel, start PC, size, executions).
@@ -146,6 +164,91 @@ fn write_counts(
 /// Runs a `bbv gpu` command.
 pub fn run(cmd: GpuCommand) -> Result<()> {
     match cmd {
+        GpuCommand::Sample {
+            list,
+            output,
+            max_k,
+            stratified,
+            spread,
+        } => {
+            use bbv_gpu::sample::{estimate, pick, Method};
+            if max_k == 0 {
+                bail!("--max-k must be at least 1");
+            }
+            if !(spread.is_finite() && spread >= 0.0) {
+                bail!("--spread must be a non-negative number");
+            }
+            let kl = accelsim_trace::KernelList::open(&list)?;
+            let counts = count_list(&kl)?;
+            let bv = bbv_gpu::list_block_vectors(&kl)?;
+            let method = if stratified {
+                Method::Stratified { spread }
+            } else {
+                Method::Cluster { max_k }
+            };
+            let picks = pick(&counts, &bv, method)?;
+            let estimates = estimate(&counts, &picks);
+            std::fs::create_dir_all(&output)
+                .with_context(|| format!("cannot create {}", output.display()))?;
+            let chosen: std::collections::BTreeSet<usize> =
+                picks.iter().map(|p| p.launch).collect();
+            let mut files = crate::atomic::AtomicFiles::default();
+            files.write(&output.join("kernelslist.g"), |w| {
+                let mut launch = 0;
+                for c in &kl.commands {
+                    match c {
+                        accelsim_trace::Command::MemcpyHtoD { text, .. } => writeln!(w, "{text}")?,
+                        accelsim_trace::Command::Kernel { path, .. } => {
+                            if chosen.contains(&launch) {
+                                let abs = std::fs::canonicalize(path)?;
+                                writeln!(w, "{}", abs.display())?;
+                            }
+                            launch += 1;
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+            files.write(&output.join("weights.csv"), |w| {
+                writeln!(w, "launch,kernel,weight,launches_represented")?;
+                for p in &picks {
+                    writeln!(
+                        w,
+                        "{},{},{},{}",
+                        p.launch,
+                        counts[p.launch].header.name,
+                        p.weight,
+                        p.members.len()
+                    )?;
+                }
+                Ok(())
+            })?;
+            let mut report = String::new();
+            report.push_str(&format!(
+                "{} of {} launches chosen ({})\n",
+                picks.len(),
+                counts.len(),
+                if stratified {
+                    "stratified by kernel name and instruction count"
+                } else {
+                    "clustered basic-block vectors"
+                }
+            ));
+            report.push_str("metric | full trace | estimate | relative error\n");
+            for e in &estimates {
+                report.push_str(&format!(
+                    "{} | {} | {:.1} | {:.4}%\n",
+                    e.metric,
+                    e.actual,
+                    e.estimate,
+                    100.0 * e.relative_error()
+                ));
+            }
+            files.write(&output.join("report"), |w| w.write_all(report.as_bytes()))?;
+            files.commit()?;
+            print!("{report}");
+            Ok(())
+        }
         GpuCommand::Bbv { list, output } => {
             let kl = accelsim_trace::KernelList::open(&list)?;
             let bv = bbv_gpu::list_block_vectors(&kl)?;

@@ -147,3 +147,38 @@ fn block_vectors_match_the_reference_blocks_and_feed_simpoint() {
         );
     }
 }
+
+#[test]
+fn sample_writes_list_weights_and_report() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("s");
+    for extra in [&[][..], &["--stratified"][..]] {
+        let mut args = vec!["gpu", "sample"];
+        let l = list("matrixmul-32-32-trace-aba4ea32");
+        args.push(&l);
+        args.extend(["-o", dir.to_str().unwrap()]);
+        args.extend(extra);
+        let out = bbv().args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kl = std::fs::read_to_string(dir.join("kernelslist.g")).unwrap();
+        assert_eq!(
+            kl.lines().filter(|l| l.starts_with("MemcpyHtoD")).count(),
+            2
+        );
+        assert!(kl.lines().last().unwrap().ends_with("kernel-1.traceg"));
+        let w = std::fs::read_to_string(dir.join("weights.csv")).unwrap();
+        assert_eq!(
+            w.lines().nth(1).unwrap(),
+            "0,_Z8mult_gpuIfEvPT_S1_S1_ii,1,1"
+        );
+        let r = std::fs::read_to_string(dir.join("report")).unwrap();
+        assert!(
+            r.contains("warp instructions | 4416 | 4416.0 | 0.0000%"),
+            "{r}"
+        );
+    }
+}

@@ -10,6 +10,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 
 pub mod blocks;
+pub mod sample;
 
 use accelsim_trace::{Event, KernelHeader, KernelList, TraceError, TraceReader};
 use rayon::prelude::*;

@@ -219,3 +219,138 @@ fn generated_traces_count_exactly_in_every_version() {
         }
     }
 }
+
+/// One instruction of a planted program: (pc, opcode, mask, memory).
+type Op = (u64, &'static str, u32, bool);
+
+fn program(phase: usize, trips: usize) -> Vec<Op> {
+    let mut p: Vec<Op> = Vec::new();
+    match phase {
+        // Kernel kA, loop path.
+        0 => {
+            for i in 0..5 {
+                p.push((i * 16, "IMAD.MOV.U32", 0xffff_ffff, false));
+            }
+            for _ in 0..trips {
+                p.push((0x50, "LDG.E", 0xffff_ffff, true));
+                p.push((0x60, "FFMA", 0xffff_ffff, false));
+                p.push((0x70, "ISETP.GE.AND", 0xffff_ffff, false));
+                p.push((0x80, "BRA", 0xffff_ffff, false));
+            }
+            p.push((0x90, "EXIT", 0xffff_ffff, false));
+        }
+        // Kernel kB: straight line, half the lanes, stores.
+        1 => {
+            for i in 0..12 {
+                let (op, mem) = if i % 3 == 0 {
+                    ("STG.E", true)
+                } else {
+                    ("IADD3", false)
+                };
+                p.push((i * 16, op, 0x0000_ffff, mem));
+            }
+            p.push((12 * 16, "EXIT", 0x0000_ffff, false));
+        }
+        // Kernel kA again, the other path: divergent masks, shared memory.
+        _ => {
+            for i in 0..5 {
+                p.push((i * 16, "IMAD.MOV.U32", 0xffff_ffff, false));
+            }
+            p.push((0x50, "BRA", 0xffff_ffff, false));
+            for _ in 0..trips {
+                p.push((0x200, "LDS.U.32", 0x0f0f_0f0f, true));
+                p.push((0x210, "FADD", 0x0f0f_0f0f, false));
+                p.push((0x220, "BRA", 0x0f0f_0f0f, false));
+            }
+            p.push((0x230, "EXIT", 0xffff_ffff, false));
+        }
+    }
+    p
+}
+
+fn planted_launch(path: &Path, id: u64, phase: usize, blocks: u32, extra_trip: usize) {
+    let name = if phase == 1 { "_Z2kBv" } else { "_Z2kAv" };
+    let mut s = format!(
+        "-kernel name = {name}\n-kernel id = {id}\n-grid dim = ({blocks},1,1)\n-block dim = (64,1,1)\n-shmem = 0\n-nregs = 16\n-binary version = 70\n-cuda stream id = 0\n-accelsim tracer version = 4\n-enable lineinfo = 0\n\n#traces format = PC mask dest_num [reg_dests] opcode src_num [reg_srcs] mem_width [adrrescompress?] [mem_addresses]\n\n"
+    );
+    for tb in 0..blocks {
+        writeln!(s, "#BEGIN_TB\nthread block = {tb},0,0").unwrap();
+        for w in 0..2 {
+            let trips = 40 + if tb == 0 && w == 1 { extra_trip } else { 0 };
+            let prog = program(phase, trips);
+            writeln!(s, "warp = {w}\ninsts = {}", prog.len()).unwrap();
+            for (pc, op, mask, mem) in prog {
+                if mem {
+                    writeln!(
+                        s,
+                        "{pc:04x} {mask:08x} 1 R2 {op} 1 R4 4 1 0x7f0000000000 4 "
+                    )
+                    .unwrap();
+                } else {
+                    writeln!(s, "{pc:04x} {mask:08x} 1 R2 {op} 2 R4 R5 0 ").unwrap();
+                }
+            }
+        }
+        s.push_str("#END_TB\n");
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+#[test]
+fn sampling_picks_one_launch_per_planted_phase_within_one_percent() {
+    use bbv_gpu::sample::{estimate, pick, Method};
+    let dir = tempfile::tempdir().unwrap();
+    let mut list = String::new();
+    let mut phases = Vec::new();
+    let mut g = Gen(0xfeed_beef_1234_5678);
+    for launch in 0..18u64 {
+        let phase = [0, 1, 2][(launch as usize * 7 / 3) % 3];
+        let blocks = 2 + g.below(4) as u32;
+        let name = format!("kernel-{}.traceg", launch + 1);
+        planted_launch(
+            &dir.path().join(&name),
+            launch + 1,
+            phase,
+            blocks,
+            g.below(2) as usize,
+        );
+        list.push_str(&name);
+        list.push('\n');
+        phases.push(phase);
+    }
+    let list_path = dir.path().join("kernelslist.g");
+    std::fs::write(&list_path, list).unwrap();
+    let kl = KernelList::open(&list_path).unwrap();
+    let counts = count_list(&kl).unwrap();
+    let bv = bbv_gpu::list_block_vectors(&kl).unwrap();
+    for method in [
+        Method::Cluster { max_k: 10 },
+        Method::Stratified { spread: 0.5 },
+    ] {
+        let picks = pick(&counts, &bv, method).unwrap();
+        let mut picked: Vec<usize> = picks.iter().map(|p| phases[p.launch]).collect();
+        picked.sort();
+        if let Method::Cluster { .. } = method {
+            assert_eq!(picked, vec![0, 1, 2], "one launch per planted phase");
+            for p in &picks {
+                assert!(p.members.iter().all(|&m| phases[m] == phases[p.launch]));
+            }
+        }
+        assert_eq!(
+            picks.iter().map(|p| p.members.len()).sum::<usize>(),
+            counts.len(),
+            "every launch represented once"
+        );
+        for e in estimate(&counts, &picks) {
+            if let Method::Cluster { .. } = method {
+                assert!(
+                    e.relative_error() < 0.01,
+                    "{method:?}: {} estimated {} for {}",
+                    e.metric,
+                    e.estimate,
+                    e.actual
+                );
+            }
+        }
+    }
+}

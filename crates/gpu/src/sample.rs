@@ -1,0 +1,214 @@
+//! Kernel sampling: pick representative launches, weight them, and estimate every counted metric
+//! of the whole run from the sample, with its error against the full trace.
+
+use std::collections::BTreeMap;
+
+use bbv_simpoint::{cluster, KChoice, Options, PostResult, Prepared, Projection, Quiet};
+
+use crate::blocks::BlockVectors;
+use crate::{GpuError, KernelCount};
+
+/// How launches are grouped.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Method {
+    /// Cluster the launches' basic-block vectors (SimPoint, k searched up to `max_k`).
+    Cluster {
+        /// Largest k tried.
+        max_k: usize,
+    },
+    /// Sieve-style strata: same kernel name, and instruction counts within `spread` (relative)
+    /// of the stratum's first launch.
+    Stratified {
+        /// Relative width of an instruction-count stratum.
+        spread: f64,
+    },
+}
+
+/// A chosen launch and what it stands for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pick {
+    /// 0-based launch index.
+    pub launch: usize,
+    /// Launches it represents (itself included).
+    pub members: Vec<usize>,
+    /// Multiplier of its metrics in the estimate: the members' warp instructions over its own.
+    pub weight: f64,
+}
+
+/// One metric's truth and estimate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Estimate {
+    /// Metric name.
+    pub metric: String,
+    /// Value over the full trace.
+    pub actual: f64,
+    /// Value estimated from the picks.
+    pub estimate: f64,
+}
+
+impl Estimate {
+    /// Relative error (0 when both are 0).
+    pub fn relative_error(&self) -> f64 {
+        if self.actual == 0.0 {
+            if self.estimate == 0.0 {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        } else {
+            (self.estimate - self.actual).abs() / self.actual
+        }
+    }
+}
+
+/// Picks representative launches.
+pub fn pick(
+    counts: &[KernelCount],
+    bv: &BlockVectors,
+    method: Method,
+) -> Result<Vec<Pick>, GpuError> {
+    let n = counts.len();
+    if n == 0 {
+        return Err(GpuError::Unsupported(
+            "the kernel list launches no kernel".into(),
+        ));
+    }
+    let groups: Vec<(usize, Vec<usize>)> = match method {
+        Method::Stratified { spread } => {
+            let mut strata: Vec<(String, f64, usize, Vec<usize>)> = Vec::new();
+            for (i, c) in counts.iter().enumerate() {
+                let insts = c.warp_insts as f64;
+                let found = strata.iter_mut().find(|(name, base, _, _)| {
+                    *name == c.header.name && (insts - base).abs() <= spread * base.max(1.0)
+                });
+                match found {
+                    Some(s) => s.3.push(i),
+                    None => strata.push((c.header.name.clone(), insts, i, vec![i])),
+                }
+            }
+            strata
+                .into_iter()
+                .map(|(_, _, _, members)| {
+                    // The member closest to the stratum's mean instruction count represents it.
+                    let mean = members
+                        .iter()
+                        .map(|&m| counts[m].warp_insts as f64)
+                        .sum::<f64>()
+                        / members.len() as f64;
+                    let rep = *members
+                        .iter()
+                        .min_by(|&&a, &&b| {
+                            let da = (counts[a].warp_insts as f64 - mean).abs();
+                            let db = (counts[b].warp_insts as f64 - mean).abs();
+                            da.total_cmp(&db).then(a.cmp(&b))
+                        })
+                        .expect("non-empty stratum");
+                    (rep, members)
+                })
+                .collect()
+        }
+        Method::Cluster { max_k } => {
+            // The vectors go through SimPoint exactly as a .bb file would.
+            let mut w = bbv_profile::BbvWriter::new(Vec::new());
+            for v in &bv.vectors {
+                if v.is_empty() {
+                    return Err(GpuError::Unsupported(
+                        "a launch executed no instruction: it has no basic-block vector".into(),
+                    ));
+                }
+                w.write_vector(v)
+                    .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+            }
+            let text = w.finish().map_err(|e| GpuError::Unsupported(e.to_string()))?;
+            let mut reader = bbv_profile::BbvReader::new(&text[..], "launch vectors");
+            let loaded = bbv_simpoint::load_vectors(
+                &mut reader,
+                &Projection::Random {
+                    dim: bbv_simpoint::DEFAULT_DIM,
+                    seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
+                },
+                |_| {},
+            )
+            .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+            // Weighted by instruction count (SimPoint's -fixedLength off).
+            let data = loaded.vectors;
+            let opts = Options {
+                k: KChoice::Search {
+                    max_k: max_k.clamp(1, n),
+                },
+                ..Options::default()
+            };
+            let prep =
+                Prepared::new(&data, &opts).map_err(|e| GpuError::Unsupported(e.to_string()))?;
+            let result =
+                cluster(&prep, &opts, &Quiet).map_err(|e| GpuError::Unsupported(e.to_string()))?;
+            let post = PostResult::new(&data, &result.runs[result.best].centres);
+            let mut by_cluster: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+            for (i, &l) in post.labels.iter().enumerate() {
+                by_cluster.entry(l).or_default().push(i);
+            }
+            by_cluster
+                .into_iter()
+                .map(|(c, members)| (post.simpoints[c as usize] as usize, members))
+                .collect()
+        }
+    };
+    Ok(groups
+        .into_iter()
+        .map(|(rep, members)| {
+            let total: u64 = members.iter().map(|&m| counts[m].warp_insts).sum();
+            let own = counts[rep].warp_insts.max(1);
+            Pick {
+                launch: rep,
+                members,
+                weight: total as f64 / own as f64,
+            }
+        })
+        .collect())
+}
+
+/// Every counted metric, estimated from the picks.
+pub fn estimate(counts: &[KernelCount], picks: &[Pick]) -> Vec<Estimate> {
+    let mut metrics: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    let mut add = |name: String, actual: f64, est: f64| {
+        let e = metrics.entry(name).or_insert((0.0, 0.0));
+        e.0 += actual;
+        e.1 += est;
+    };
+    let weight_of: BTreeMap<usize, f64> = picks.iter().map(|p| (p.launch, p.weight)).collect();
+    for (i, c) in counts.iter().enumerate() {
+        let w = weight_of.get(&i).copied().unwrap_or(0.0);
+        add(
+            "warp instructions".into(),
+            c.warp_insts as f64,
+            w * c.warp_insts as f64,
+        );
+        add(
+            "warp instructions, predicated-off excluded".into(),
+            c.warp_insts_pred_on as f64,
+            w * c.warp_insts_pred_on as f64,
+        );
+        add(
+            "thread instructions, predicated-off excluded".into(),
+            c.thread_insts as f64,
+            w * c.thread_insts as f64,
+        );
+        add(
+            "memory instructions".into(),
+            c.mem_insts as f64,
+            w * c.mem_insts as f64,
+        );
+        for (op, &n) in &c.opcodes {
+            let class = op.split('.').next().unwrap_or(op);
+            add(format!("opcode {class}"), n as f64, w * n as f64);
+        }
+    }
+    metrics
+        .into_iter()
+        .map(|(metric, (actual, estimate))| Estimate {
+            metric,
+            actual,
+            estimate,
+        })
+        .collect()
+}
