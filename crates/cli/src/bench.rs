@@ -21,6 +21,18 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
+    /// GPU trace parsing speed and memory: generate a large Accel-Sim trace and count it.
+    Gpu {
+        /// Size of the generated kernel trace, in MB.
+        #[arg(long, default_value_t = 1000)]
+        mb: u64,
+        /// Kernel files (the size is split between them; they are parsed in parallel).
+        #[arg(long, default_value_t = 2)]
+        kernels: u64,
+        /// Where to write the generated trace (removed afterwards).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
     /// Scale: generate a large BBV (phased, sparse) and cluster it, printing time and peak memory.
     Scale {
         /// Intervals (vectors).
@@ -46,15 +58,21 @@ struct Measure {
 
 /// Runs `bbv simpoint ARGS` as a child process and measures it with wait4's resource usage.
 fn measure(args: &[String]) -> Result<Measure> {
+    let mut all = vec!["simpoint".to_string()];
+    all.extend(args.iter().cloned());
+    measure_bbv(&all)
+}
+
+/// Runs `bbv ARGS` as a child process and measures it with wait4's resource usage.
+fn measure_bbv(args: &[String]) -> Result<Measure> {
     let exe = std::env::current_exe().context("cannot find the bbv binary")?;
     let start = Instant::now();
     let child = Command::new(exe)
-        .arg("simpoint")
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .context("cannot start bbv simpoint")?;
+        .context("cannot start bbv")?;
     let mut status = 0;
     // SAFETY: rusage is plain old data, and wait4 reaps exactly the child we spawned.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -64,7 +82,7 @@ fn measure(args: &[String]) -> Result<Measure> {
         bail!("wait4 failed: {}", std::io::Error::last_os_error());
     }
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        bail!("bbv simpoint {} failed (status {status})", args.join(" "));
+        bail!("bbv {} failed (status {status})", args.join(" "));
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Ok(Measure {
@@ -184,9 +202,97 @@ fn generate(path: &Path, intervals: usize, blocks: u32) -> Result<u64> {
     Ok(std::fs::metadata(path)?.len())
 }
 
+/// Writes a tracer-v4 kernel trace of about `bytes` bytes: a loop of ALU, shared and global
+/// memory instructions (address modes 0, 1 and 2), mixed masks. Returns the instruction lines.
+fn generate_trace(path: &Path, id: u64, bytes: u64) -> Result<u64> {
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(w, "-kernel name = _Z6stressPfS_i\n-kernel id = {id}\n-grid dim = (100000,1,1)\n-block dim = (256,1,1)\n-shmem = 0\n-nregs = 32\n-binary version = 70\n-cuda stream id = 0\n-shmem base_addr = 0x00007f0000000000\n-local mem base_addr = 0x00007f1000000000\n-nvbit version = 1.5.5\n-accelsim tracer version = 4\n-enable lineinfo = 0\n\n#traces format = [line_num] PC mask dest_num [reg_dests] opcode src_num [reg_srcs] mem_width [adrrescompress?] [mem_addresses]\n")?;
+    let body = [
+        "0010 ffffffff 1 R1 IMAD.MOV.U32 2 R255 R2 0 ",
+        "0020 ffffffff 1 R4 S2R 0 0 ",
+        "0030 ffffffff 1 R6 IMAD.WIDE 2 R4 R5 0 ",
+        "0040 ffffffff 1 R8 LDG.E.SYS 1 R6 4 1 0x7f5e2a600000 4 ",
+        "0050 0000ffff 1 R9 LDS.U.32 1 R7 4 2 0x1000 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 ",
+        "0060 ffffffff 1 R10 FFMA 3 R8 R9 R10 0 ",
+        "0070 0f0f0f0f 0 STG.E.SYS 2 R6 R10 4 0 0x00007f5e2a700000 0x00007f5e2a700004 0x00007f5e2a700010 0x00007f5e2a700014 0x00007f5e2a700020 0x00007f5e2a700024 0x00007f5e2a700030 0x00007f5e2a700034 0x00007f5e2a700040 0x00007f5e2a700044 0x00007f5e2a700050 0x00007f5e2a700054 0x00007f5e2a700060 0x00007f5e2a700064 0x00007f5e2a700070 0x00007f5e2a700074 ",
+        "0080 ffffffff 0 ISETP.GE.AND 2 R10 R11 0 ",
+        "0090 00000000 0 BRA 0 0 ",
+        "00a0 ffffffff 0 EXIT 0 0 ",
+    ];
+    let warp_lines = 200;
+    let mut written = 0u64;
+    let mut lines = 0u64;
+    let mut tb = 0u64;
+    while written < bytes {
+        let mut text = format!("#BEGIN_TB\n\nthread block = {tb},0,0\n\n");
+        for warp in 0..8 {
+            text.push_str(&format!("warp = {warp}\ninsts = {warp_lines}\n"));
+            for i in 0..warp_lines {
+                text.push_str(body[i % body.len()]);
+                text.push('\n');
+            }
+            text.push('\n');
+        }
+        text.push_str("#END_TB\n\n");
+        w.write_all(text.as_bytes())?;
+        written += text.len() as u64;
+        lines += 8 * warp_lines as u64;
+        tb += 1;
+    }
+    w.flush()?;
+    Ok(lines)
+}
+
 /// Runs a benchmark.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
+        BenchCommand::Gpu { mb, kernels, dir } => {
+            let root = dir.join(format!("bbv-gpu-bench-{}", std::process::id()));
+            std::fs::create_dir_all(&root)?;
+            let mut list = String::new();
+            let mut lines = 0;
+            for k in 1..=kernels.max(1) {
+                let name = format!("kernel-{k}.traceg");
+                lines += generate_trace(&root.join(&name), k, mb * 1_000_000 / kernels.max(1))?;
+                list.push_str(&name);
+                list.push('\n');
+            }
+            std::fs::write(root.join("kernelslist.g"), list)?;
+            let bytes: u64 = (1..=kernels.max(1))
+                .map(|k| {
+                    std::fs::metadata(root.join(format!("kernel-{k}.traceg")))
+                        .map(|m| m.len())
+                        .unwrap_or(0)
+                })
+                .sum();
+            // Warm the page cache, as the target is stated for a warm cache.
+            // (Streamed: a child's peak RSS starts from the parent's, so the parent stays small.)
+            for k in 1..=kernels.max(1) {
+                let mut f = std::fs::File::open(root.join(format!("kernel-{k}.traceg")))?;
+                std::io::copy(&mut f, &mut std::io::sink())?;
+            }
+            let args = vec![
+                "gpu".to_string(),
+                "count".to_string(),
+                root.join("kernelslist.g").display().to_string(),
+            ];
+            let result = measure_bbv(&args);
+            let _ = std::fs::remove_dir_all(&root);
+            let m = result?;
+            println!(
+                "bbv gpu count on {:.0} MB of .traceg ({lines} instruction lines, {kernels} kernel files): wall {:.2} s, cpu {:.2} s, peak RSS {:.1} MB",
+                bytes as f64 / 1e6,
+                m.wall,
+                m.cpu,
+                m.max_rss_mb
+            );
+            println!(
+                "  {:.0} MB/s per core (target >= 500), {:.0} MB/s wall",
+                bytes as f64 / 1e6 / m.cpu,
+                bytes as f64 / 1e6 / m.wall
+            );
+            Ok(())
+        }
         BenchCommand::Scale {
             intervals,
             blocks,

@@ -119,7 +119,9 @@ pub fn pick(
                 w.write_vector(v)
                     .map_err(|e| GpuError::Unsupported(e.to_string()))?;
             }
-            let text = w.finish().map_err(|e| GpuError::Unsupported(e.to_string()))?;
+            let text = w
+                .finish()
+                .map_err(|e| GpuError::Unsupported(e.to_string()))?;
             let mut reader = bbv_profile::BbvReader::new(&text[..], "launch vectors");
             let loaded = bbv_simpoint::load_vectors(
                 &mut reader,
