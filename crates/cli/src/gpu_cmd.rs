@@ -43,6 +43,9 @@ pub enum GpuCommand {
         /// Also print each launch's opcode histogram (NVBit opcode_hist's lines).
         #[arg(long)]
         opcodes: bool,
+        /// Print kernel names demangled (NVBit MANGLED_NAMES=0).
+        #[arg(long)]
+        demangle: bool,
     },
     /// Kernel sampling: representative launches with weights, and every metric estimated from
     /// them with its error against the full trace.
@@ -73,12 +76,25 @@ pub enum GpuCommand {
     },
 }
 
+/// A kernel name as NVBit prints it: mangled, or demangled when asked and possible.
+fn display_name(name: &str, demangle: bool) -> String {
+    if demangle {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(text) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return text;
+            }
+        }
+    }
+    name.to_string()
+}
+
 fn write_counts(
     out: &mut impl Write,
     counts: &[(usize, &KernelCount)],
     mode: CountMode,
     format: Format,
     opcodes: bool,
+    demangle: bool,
 ) -> std::io::Result<()> {
     match format {
         Format::Nvbit => {
@@ -89,7 +105,7 @@ fn write_counts(
                 writeln!(
                     out,
                     "kernel {launch} - {} - #thread-blocks {},  kernel instructions {n}, total instructions {total}",
-                    k.header.name,
+                    display_name(&k.header.name, demangle),
                     k.header.blocks()
                 )?;
                 if opcodes {
@@ -294,6 +310,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
             end_grid,
             format,
             opcodes,
+            demangle,
         } => {
             let mode = CountMode {
                 thread_level,
@@ -315,7 +332,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 .collect();
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            write_counts(&mut out, &chosen, mode, format, opcodes)?;
+            write_counts(&mut out, &chosen, mode, format, opcodes, demangle)?;
             Ok(())
         }
     }

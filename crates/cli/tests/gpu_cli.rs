@@ -55,6 +55,14 @@ fn nvbit_lines_match_the_reference_counts() {
 }
 
 #[test]
+fn demangled_names() {
+    let out = run(&[&list("vectoradd-100-32-trace-0c94f481"), "--demangle"]);
+    assert!(String::from_utf8(out.stdout).unwrap().starts_with(
+        "kernel 0 - void vecAdd<float>(float*, float*, float*, int) - #thread-blocks 1,"
+    ));
+}
+
+#[test]
 fn csv_json_and_opcodes() {
     let l = list("vectoradd-100-32-trace-0c94f481");
     let out = run(&[&l, "--format", "csv"]);
