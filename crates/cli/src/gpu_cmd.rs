@@ -46,6 +46,9 @@ pub enum GpuCommand {
         /// Print kernel names demangled (NVBit MANGLED_NAMES=0).
         #[arg(long)]
         demangle: bool,
+        /// Warn about a damaged or missing kernel file and skip that launch instead of stopping.
+        #[arg(long = "keep-going")]
+        keep_going: bool,
     },
     /// Kernel sampling: representative launches with weights, and every metric estimated from
     /// them with its error against the full trace.
@@ -311,6 +314,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
             format,
             opcodes,
             demangle,
+            keep_going,
         } => {
             let mode = CountMode {
                 thread_level,
@@ -323,11 +327,26 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 }
             }
             let kl = accelsim_trace::KernelList::open(&list)?;
-            let all = count_list(&kl)?;
+            let all: Vec<Option<KernelCount>> = if keep_going {
+                bbv_gpu::count_list_each(&kl)
+                    .into_iter()
+                    .map(|r| match r {
+                        Ok(c) => Some(c),
+                        Err(e) => {
+                            eprintln!("bbv: warning: launch skipped: {e}");
+                            None
+                        }
+                    })
+                    .collect()
+            } else {
+                count_list(&kl)?.into_iter().map(Some).collect()
+            };
             let end = end_grid.unwrap_or(usize::MAX);
+            // Launches keep their numbers (NVBit's launch order) when one is skipped.
             let chosen: Vec<(usize, &KernelCount)> = all
                 .iter()
                 .enumerate()
+                .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
                 .filter(|(i, _)| *i >= start_grid && *i < end)
                 .collect();
             let stdout = std::io::stdout();

@@ -97,6 +97,19 @@ fn refusals_and_bad_input_exit_2() {
     let out = run(&[bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("kernel-9.traceg does not exist"));
+    // --keep-going: the damaged launch is skipped, the others keep their numbers.
+    let good = data_dir().join("accelsim/vectoradd-100-32-trace-0c94f481/kernel-1.traceg");
+    std::fs::copy(&good, dir.path().join("kernel-1.traceg")).unwrap();
+    std::fs::copy(&good, dir.path().join("kernel-3.traceg")).unwrap();
+    std::fs::write(&bad, "kernel-1.traceg\nkernel-9.traceg\nkernel-3.traceg\n").unwrap();
+    let out = run(&[bad.to_str().unwrap(), "--keep-going"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning: launch skipped"));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("kernel 0 -") && text.contains("kernel 2 -") && !text.contains("kernel 1 -")
+    );
+    assert!(text.ends_with("Total app instructions: 688\n"), "{text}");
     let out = run(&[&l, "--start-grid", "3", "--end-grid", "2"]);
     assert_eq!(out.status.code(), Some(2));
     let out = run(&[&l, "--start-grid", "1"]);

@@ -189,6 +189,25 @@ pub fn count_list(list: &KernelList) -> Result<Vec<KernelCount>, GpuError> {
         .collect()
 }
 
+/// Counts every kernel of a list, keeping each launch's own result: a damaged kernel file does
+/// not hide the others (for `--keep-going`).
+pub fn count_list_each(list: &KernelList) -> Vec<Result<KernelCount, GpuError>> {
+    let kernels: Vec<&Path> = list.kernels().collect();
+    kernels
+        .par_iter()
+        .map(|k| {
+            if k.exists() {
+                count_kernel(k)
+            } else {
+                Err(GpuError::MissingKernel {
+                    list: list.path.clone(),
+                    kernel: k.to_path_buf(),
+                })
+            }
+        })
+        .collect()
+}
+
 /// Basic blocks and one basic-block vector per launch (kernel files are read in parallel).
 pub fn list_block_vectors(list: &KernelList) -> Result<blocks::BlockVectors, GpuError> {
     let launches: Vec<blocks::LaunchPcs> = kernel_files(list)?
