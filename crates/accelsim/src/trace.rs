@@ -110,6 +110,8 @@ enum State {
 /// Streaming reader of one `kernel-N.traceg` (plain, xz or zstd).
 pub struct TraceReader {
     lines: Lines,
+    decode: bool,
+    addresses: Vec<(u8, u64)>,
     header: KernelHeader,
     state: State,
     block: [u32; 3],
@@ -202,6 +204,8 @@ impl TraceReader {
         h.prefix = major.is_none_or(|m| m < 3);
         h.immediate |= major.is_some_and(|m| m >= 5);
         Ok(TraceReader {
+            decode: false,
+            addresses: Vec::new(),
             lines,
             header: h,
             state: State::Outside,
@@ -210,6 +214,17 @@ impl TraceReader {
             remaining: 0,
             pending,
         })
+    }
+
+    /// Decode memory addresses (off by default: counting does not need them).
+    pub fn decode_addresses(&mut self, on: bool) {
+        self.decode = on;
+    }
+
+    /// With [`TraceReader::decode_addresses`] on: `(lane, address)` of every active lane of
+    /// the last instruction returned, ascending lanes (empty for other instructions).
+    pub fn addresses(&self) -> &[(u8, u64)] {
+        &self.addresses
     }
 
     /// The kernel's header.
@@ -316,11 +331,17 @@ impl TraceReader {
                     }
                     self.remaining -= 1;
                     let lines = &self.lines;
+                    let addrs = if self.decode {
+                        Some(&mut self.addresses)
+                    } else {
+                        None
+                    };
                     return parse_instruction(
                         lines.current_bytes(),
                         &self.header,
                         self.block,
                         self.warp,
+                        addrs,
                     )
                     .map(|i| Some(Event::Inst(i)))
                     .map_err(|message| TraceError::Format {
@@ -520,12 +541,22 @@ fn hex(t: &[u8], what: &str) -> Result<u64, String> {
     Ok(v)
 }
 
+/// Active lanes of a mask, ascending.
+fn active_lanes(mask: u32) -> impl Iterator<Item = u8> {
+    (0..32u8).filter(move |&l| mask & (1 << l) != 0)
+}
+
+/// Parses an instruction line; with `addrs`, also decodes its per-lane addresses into it.
 fn parse_instruction<'a>(
     text: &'a [u8],
     h: &KernelHeader,
     block: [u32; 3],
     warp: u32,
+    mut addrs: Option<&mut Vec<(u8, u64)>>,
 ) -> Result<Instruction<'a>, String> {
+    if let Some(a) = addrs.as_deref_mut() {
+        a.clear();
+    }
     let mut tok = Tokens { s: text, i: 0 };
     if h.prefix {
         let mut pre = [0u64; 4];
@@ -597,21 +628,54 @@ fn parse_instruction<'a>(
         match tok.expect("the address mode")? {
             b"0" => {
                 address_mode = Some(AddressMode::ListAll);
-                // Addresses are not decoded here (counting does not need them), only counted.
-                for _ in 0..lanes {
-                    tok.skip_address()?;
+                match addrs.as_deref_mut() {
+                    Some(out) => {
+                        for lane in active_lanes(mask) {
+                            out.push((lane, hex(tok.expect("an address")?, "address")?));
+                        }
+                    }
+                    // Counting does not need the addresses: they are only stepped over.
+                    None => {
+                        for _ in 0..lanes {
+                            tok.skip_address()?;
+                        }
+                    }
                 }
             }
             b"1" => {
                 address_mode = Some(AddressMode::BaseStride);
-                hex(tok.expect("the base address")?, "base address")?;
-                signed(tok.expect("the stride")?, "stride")?;
+                let base = hex(tok.expect("the base address")?, "base address")?;
+                let stride = signed(tok.expect("the stride")?, "stride")?;
+                if let Some(out) = addrs.as_deref_mut() {
+                    for (k, lane) in active_lanes(mask).enumerate() {
+                        out.push((
+                            lane,
+                            base.wrapping_add_signed(stride.wrapping_mul(k as i64)),
+                        ));
+                    }
+                }
             }
             b"2" => {
                 address_mode = Some(AddressMode::BaseDelta);
-                hex(tok.expect("the base address")?, "base address")?;
-                for _ in 1..lanes.max(1) {
-                    tok.expect("an address delta")?;
+                let base = hex(tok.expect("the base address")?, "base address")?;
+                match addrs {
+                    Some(out) => {
+                        let mut lanes_iter = active_lanes(mask);
+                        let mut addr = base;
+                        if let Some(first) = lanes_iter.next() {
+                            out.push((first, addr));
+                        }
+                        for lane in lanes_iter {
+                            let delta = signed(tok.expect("an address delta")?, "address delta")?;
+                            addr = addr.wrapping_add_signed(delta);
+                            out.push((lane, addr));
+                        }
+                    }
+                    None => {
+                        for _ in 1..lanes.max(1) {
+                            tok.expect("an address delta")?;
+                        }
+                    }
                 }
             }
             other => {

@@ -112,6 +112,25 @@ fn address_modes_immediates_lineinfo_and_prefix() {
             None
         ]
     );
+    // The same instructions with addresses decoded per active lane.
+    let mut r = TraceReader::open(&p).unwrap();
+    r.decode_addresses(true);
+    let mut decoded = Vec::new();
+    while let Some(e) = r.next_event().unwrap() {
+        if let Event::Inst(_) = e {
+            decoded.push(r.addresses().to_vec());
+        }
+    }
+    assert_eq!(
+        decoded[0],
+        vec![(0, 0x1000), (1, 0x1004), (2, 0x1008), (3, 0x100c)]
+    );
+    assert_eq!(decoded[1].len(), 32);
+    assert_eq!(decoded[1][31], (31, 0x7fd165500000 + 31 * 4));
+    // mask 0xd: lanes 0, 2, 3; deltas 8 then 4.
+    assert_eq!(decoded[2], vec![(0, 0x2000), (2, 0x2008), (3, 0x200c)]);
+    assert_eq!(decoded[3], vec![(0, 0x2000)]);
+    assert!(decoded[4].is_empty() && decoded[5].is_empty());
     // v5: immediates; lineinfo: a leading line number.
     let v5 = HEADER_V4
         .replace("version = 4", "version = 5")
@@ -184,11 +203,15 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
-    fn random_lines_never_panic(lines in proptest::collection::vec("[-#=:,()0-9a-fRxA-Z_. ]{0,40}", 0..20)) {
+    fn random_lines_never_panic(lines in proptest::collection::vec("(warp = 0|insts = [0-3]|#BEGIN_TB|thread block = 0,0,0|[0-9a-f]{4} [0-9a-f]{8} [01] R1 LDG [01] R2 [04] [0-2]( 0x[0-9a-f]{1,16}| -?[0-9]{1,3}){0,6}|[-#=:,()0-9a-fRxA-Z_. ]{0,40})", 0..20)) {
         let dir = tempfile::tempdir().unwrap();
         let text = HEADER_V4.to_string() + &lines.join("\n");
         let p = write(dir.path(), "f.traceg", &text);
         let _ = tally(&p);
+        if let Ok(mut r) = TraceReader::open(&p) {
+            r.decode_addresses(true);
+            while let Ok(Some(_)) = r.next_event() {}
+        }
     }
 
     #[test]
