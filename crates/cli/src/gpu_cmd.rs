@@ -76,6 +76,10 @@ pub enum GpuCommand {
         /// Output prefix.
         #[arg(short = 'o', value_name = "PREFIX")]
         output: PathBuf,
+        /// Also write PREFIX.tb.bb: one vector per thread block, each after a
+        /// `# launch L thread block x,y,z` comment.
+        #[arg(long = "per-block")]
+        per_block: bool,
     },
 }
 
@@ -199,7 +203,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
             }
             let kl = accelsim_trace::KernelList::open(&list)?;
             let counts = count_list(&kl)?;
-            let bv = bbv_gpu::list_block_vectors(&kl)?;
+            let bv = bbv_gpu::list_block_vectors(&kl, false)?;
             let method = if stratified {
                 Method::Stratified { spread }
             } else {
@@ -268,9 +272,13 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
             print!("{report}");
             Ok(())
         }
-        GpuCommand::Bbv { list, output } => {
+        GpuCommand::Bbv {
+            list,
+            output,
+            per_block,
+        } => {
             let kl = accelsim_trace::KernelList::open(&list)?;
-            let bv = bbv_gpu::list_block_vectors(&kl)?;
+            let bv = bbv_gpu::list_block_vectors(&kl, per_block)?;
             let with = |ext: &str| {
                 let mut s = output.clone().into_os_string();
                 s.push(ext);
@@ -289,6 +297,19 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 }
                 bb.finish().map(|_| ())
             })?;
+            if per_block {
+                files.write(&with(".tb.bb"), |w| {
+                    let mut bb = bbv_profile::BbvWriter::new(w);
+                    for (launch, c, v) in &bv.block_vectors {
+                        bb.write_comment(&format!(
+                            "launch {launch} thread block {},{},{}",
+                            c[0], c[1], c[2]
+                        ))?;
+                        bb.write_vector(v)?;
+                    }
+                    bb.finish().map(|_| ())
+                })?;
+            }
             files.write(&with(".blocks"), |w| {
                 writeln!(w, "# id kernel start_pc size executions")?;
                 for b in &bv.blocks {

@@ -62,10 +62,12 @@ pub struct LaunchPcs {
     pub counts: BTreeMap<u64, u64>,
     /// Leaders seen in this launch.
     pub leaders: BTreeSet<u64>,
+    /// Per thread block (when asked for): its coordinates and warp-level executions per PC.
+    pub per_block: Vec<([u32; 3], BTreeMap<u64, u64>)>,
 }
 
-/// Reads one launch's PC streams.
-pub fn launch_pcs(path: &Path) -> Result<LaunchPcs, GpuError> {
+/// Reads one launch's PC streams (and per-thread-block counts when `per_block`).
+pub fn launch_pcs(path: &Path, per_block: bool) -> Result<LaunchPcs, GpuError> {
     let mut reader = TraceReader::open(path)?;
     let sm = reader.header().binary_version;
     let mut out = LaunchPcs {
@@ -77,9 +79,18 @@ pub fn launch_pcs(path: &Path) -> Result<LaunchPcs, GpuError> {
     let mut prev: Option<(u64, bool)> = None;
     while let Some(event) = reader.next_event()? {
         match event {
-            Event::Warp { .. } | Event::ThreadBlock(_) | Event::EndThreadBlock => prev = None,
+            Event::ThreadBlock(b) => {
+                prev = None;
+                if per_block {
+                    out.per_block.push((b, BTreeMap::new()));
+                }
+            }
+            Event::Warp { .. } | Event::EndThreadBlock => prev = None,
             Event::Inst(i) => {
                 *counts.entry(i.pc).or_insert(0) += 1;
+                if let Some((_, tb)) = out.per_block.last_mut() {
+                    *tb.entry(i.pc).or_insert(0) += 1;
+                }
                 match prev {
                     None => {
                         out.leaders.insert(i.pc);
@@ -125,6 +136,8 @@ pub struct BlockVectors {
     pub blocks: Vec<Block>,
     /// Per launch: (block id, instructions), ascending ids.
     pub vectors: Vec<Vec<(u32, u64)>>,
+    /// Per thread block, when collected: launch, coordinates and its vector.
+    pub block_vectors: Vec<(usize, [u32; 3], Vec<(u32, u64)>)>,
 }
 
 /// Cuts blocks from the leaders of every launch of each kernel and builds per-launch vectors.
@@ -174,7 +187,22 @@ pub fn block_vectors(launches: &[LaunchPcs]) -> BlockVectors {
         }
         vectors.push(v.into_iter().collect());
     }
-    BlockVectors { blocks, vectors }
+    let mut tb_vectors = Vec::new();
+    for (launch, l) in launches.iter().enumerate() {
+        for (coords, pcs) in &l.per_block {
+            let mut v: BTreeMap<u32, u64> = BTreeMap::new();
+            for (&pc, &n) in pcs {
+                *v.entry(blocks[block_of[&(l.kernel.as_str(), pc)]].id)
+                    .or_insert(0) += n;
+            }
+            tb_vectors.push((launch, *coords, v.into_iter().collect()));
+        }
+    }
+    BlockVectors {
+        blocks,
+        vectors,
+        block_vectors: tb_vectors,
+    }
 }
 
 #[cfg(test)]

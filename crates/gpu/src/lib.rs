@@ -208,11 +208,15 @@ pub fn count_list_each(list: &KernelList) -> Vec<Result<KernelCount, GpuError>> 
         .collect()
 }
 
-/// Basic blocks and one basic-block vector per launch (kernel files are read in parallel).
-pub fn list_block_vectors(list: &KernelList) -> Result<blocks::BlockVectors, GpuError> {
+/// Basic blocks and one basic-block vector per launch, and per thread block when `per_block`
+/// (kernel files are read in parallel).
+pub fn list_block_vectors(
+    list: &KernelList,
+    per_block: bool,
+) -> Result<blocks::BlockVectors, GpuError> {
     let launches: Vec<blocks::LaunchPcs> = kernel_files(list)?
         .par_iter()
-        .map(|k| blocks::launch_pcs(k))
+        .map(|k| blocks::launch_pcs(k, per_block))
         .collect::<Result<_, _>>()?;
     Ok(blocks::block_vectors(&launches))
 }

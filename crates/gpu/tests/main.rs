@@ -322,7 +322,17 @@ fn sampling_picks_one_launch_per_planted_phase_within_one_percent() {
     std::fs::write(&list_path, list).unwrap();
     let kl = KernelList::open(&list_path).unwrap();
     let counts = count_list(&kl).unwrap();
-    let bv = bbv_gpu::list_block_vectors(&kl).unwrap();
+    let bv = bbv_gpu::list_block_vectors(&kl, true).unwrap();
+    // Per-thread-block vectors add up to the launch vectors.
+    for (launch, v) in bv.vectors.iter().enumerate() {
+        let mut sum = std::collections::BTreeMap::new();
+        for (_, _, tb) in bv.block_vectors.iter().filter(|(l, _, _)| *l == launch) {
+            for &(id, n) in tb {
+                *sum.entry(id).or_insert(0u64) += n;
+            }
+        }
+        assert_eq!(&sum.into_iter().collect::<Vec<_>>(), v);
+    }
     for method in [
         Method::Cluster { max_k: 10 },
         Method::Stratified { spread: 0.5 },
