@@ -128,16 +128,19 @@ pub struct Block {
     pub executions: u64,
 }
 
+/// A sparse basic-block vector: (block id, warp-level instructions), ascending ids.
+pub type Vector = Vec<(u32, u64)>;
+
 /// Blocks of every kernel and one vector per launch: block id and warp-level instructions
 /// executed in it.
 #[derive(Clone, Debug, Default)]
 pub struct BlockVectors {
     /// All blocks, by id.
     pub blocks: Vec<Block>,
-    /// Per launch: (block id, instructions), ascending ids.
-    pub vectors: Vec<Vec<(u32, u64)>>,
+    /// Per launch.
+    pub vectors: Vec<Vector>,
     /// Per thread block, when collected: launch, coordinates and its vector.
-    pub block_vectors: Vec<(usize, [u32; 3], Vec<(u32, u64)>)>,
+    pub block_vectors: Vec<(usize, [u32; 3], Vector)>,
 }
 
 /// Cuts blocks from the leaders of every launch of each kernel and builds per-launch vectors.
