@@ -130,6 +130,7 @@ pub fn count_kernel(path: &Path) -> Result<KernelCount, GpuError> {
         header,
         ..KernelCount::default()
     };
+    let mut ops = OpcodeTally::default();
     while let Some(event) = reader.next_event()? {
         match event {
             Event::ThreadBlock(_) => c.traced_blocks += 1,
@@ -154,17 +155,61 @@ pub fn count_kernel(path: &Path) -> Result<KernelCount, GpuError> {
                 if i.mem_width > 0 {
                     c.mem_insts += 1;
                 }
-                match c.opcodes.get_mut(i.opcode) {
-                    Some(n) => *n += 1,
-                    None => {
-                        c.opcodes.insert(i.opcode.to_string(), 1);
-                    }
-                }
+                ops.add(i.pc, i.opcode);
             }
             Event::EndThreadBlock => {}
         }
     }
+    c.opcodes = ops.finish();
     Ok(c)
+}
+
+/// Opcode counts keyed first by PC: an instruction's opcode is fixed by its PC, so a small
+/// table indexed by PC finds the counter without hashing the opcode text (which is still
+/// compared, so a trace whose PC and opcode disagree is counted correctly all the same).
+#[derive(Default)]
+struct OpcodeTally {
+    names: Vec<String>,
+    counts: Vec<u64>,
+    by_name: OpcodeCounts,
+    /// PC / 8 -> index + 1 into `names` (0 = not seen).
+    by_pc: Vec<u32>,
+}
+
+impl OpcodeTally {
+    const MAX_SLOTS: usize = 1 << 18;
+
+    #[inline]
+    fn add(&mut self, pc: u64, opcode: &str) {
+        let slot = (pc / 8) as usize;
+        if let Some(&idx) = self.by_pc.get(slot) {
+            if idx != 0 && self.names[idx as usize - 1] == opcode {
+                self.counts[idx as usize - 1] += 1;
+                return;
+            }
+        }
+        let idx = match self.by_name.get(opcode) {
+            Some(&i) => i as usize,
+            None => {
+                self.names.push(opcode.to_string());
+                self.counts.push(0);
+                let i = self.names.len() - 1;
+                self.by_name.insert(opcode.to_string(), i as u64);
+                i
+            }
+        };
+        self.counts[idx] += 1;
+        if slot < Self::MAX_SLOTS {
+            if self.by_pc.len() <= slot {
+                self.by_pc.resize(slot + 1, 0);
+            }
+            self.by_pc[slot] = idx as u32 + 1;
+        }
+    }
+
+    fn finish(self) -> OpcodeCounts {
+        self.names.into_iter().zip(self.counts).collect()
+    }
 }
 
 /// The kernel files of a list, checked to exist.
