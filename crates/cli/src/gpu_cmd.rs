@@ -202,8 +202,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 bail!("--spread must be a non-negative number");
             }
             let kl = accelsim_trace::KernelList::open(&list)?;
-            let counts = count_list(&kl)?;
-            let bv = bbv_gpu::list_block_vectors(&kl, false)?;
+            let (counts, bv) = bbv_gpu::scan_list(&kl, false)?;
             let method = if stratified {
                 Method::Stratified { spread }
             } else {

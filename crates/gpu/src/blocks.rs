@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
-use accelsim_trace::{Event, TraceReader};
+use accelsim_trace::{Event, KernelHeader};
 
 use crate::GpuError;
 
@@ -68,49 +68,68 @@ pub struct LaunchPcs {
 
 /// Reads one launch's PC streams (and per-thread-block counts when `per_block`).
 pub fn launch_pcs(path: &Path, per_block: bool) -> Result<LaunchPcs, GpuError> {
-    let mut reader = TraceReader::open(path)?;
-    let sm = reader.header().binary_version;
-    let mut out = LaunchPcs {
-        kernel: reader.header().name.clone(),
-        sm,
-        ..LaunchPcs::default()
-    };
-    let mut counts: HashMap<u64, u64> = HashMap::new();
-    let mut prev: Option<(u64, bool)> = None;
-    while let Some(event) = reader.next_event()? {
+    crate::scan_kernel(path, Some(per_block)).map(|(_, pcs)| pcs.expect("PCs were asked for"))
+}
+
+/// Follows the events of one launch and gathers its [`LaunchPcs`].
+pub(crate) struct PcTracker {
+    out: LaunchPcs,
+    counts: HashMap<u64, u64>,
+    prev: Option<(u64, bool)>,
+    per_block: bool,
+}
+
+impl PcTracker {
+    pub(crate) fn new(header: &KernelHeader, per_block: bool) -> PcTracker {
+        PcTracker {
+            out: LaunchPcs {
+                kernel: header.name.clone(),
+                sm: header.binary_version,
+                ..LaunchPcs::default()
+            },
+            counts: HashMap::new(),
+            prev: None,
+            per_block,
+        }
+    }
+
+    pub(crate) fn event(&mut self, event: &Event<'_>) {
         match event {
             Event::ThreadBlock(b) => {
-                prev = None;
-                if per_block {
-                    out.per_block.push((b, BTreeMap::new()));
+                self.prev = None;
+                if self.per_block {
+                    self.out.per_block.push((*b, BTreeMap::new()));
                 }
             }
-            Event::Warp { .. } | Event::EndThreadBlock => prev = None,
+            Event::Warp { .. } | Event::EndThreadBlock => self.prev = None,
             Event::Inst(i) => {
-                *counts.entry(i.pc).or_insert(0) += 1;
-                if let Some((_, tb)) = out.per_block.last_mut() {
+                *self.counts.entry(i.pc).or_insert(0) += 1;
+                if let Some((_, tb)) = self.out.per_block.last_mut() {
                     *tb.entry(i.pc).or_insert(0) += 1;
                 }
-                match prev {
+                match self.prev {
                     None => {
-                        out.leaders.insert(i.pc);
+                        self.out.leaders.insert(i.pc);
                     }
                     Some((p, control)) => {
-                        let seq = next_pc(p, sm);
+                        let seq = next_pc(p, self.out.sm);
                         if control {
-                            out.leaders.insert(seq);
+                            self.out.leaders.insert(seq);
                         }
                         if i.pc != seq {
-                            out.leaders.insert(i.pc);
+                            self.out.leaders.insert(i.pc);
                         }
                     }
                 }
-                prev = Some((i.pc, is_control(i.opcode)));
+                self.prev = Some((i.pc, is_control(i.opcode)));
             }
         }
     }
-    out.counts = counts.into_iter().collect();
-    Ok(out)
+
+    pub(crate) fn finish(mut self) -> LaunchPcs {
+        self.out.counts = self.counts.into_iter().collect();
+        self.out
+    }
 }
 
 /// One basic block.

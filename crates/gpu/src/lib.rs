@@ -122,7 +122,17 @@ impl KernelCount {
 
 /// Reads one kernel trace and counts it.
 pub fn count_kernel(path: &Path) -> Result<KernelCount, GpuError> {
+    scan_kernel(path, None).map(|(c, _)| c)
+}
+
+/// One pass over a kernel trace: its counts, and its PC streams when `pcs` is given (the
+/// value says whether to keep per-thread-block counts too).
+pub(crate) fn scan_kernel(
+    path: &Path,
+    pcs: Option<bool>,
+) -> Result<(KernelCount, Option<blocks::LaunchPcs>), GpuError> {
     let mut reader = TraceReader::open(path)?;
+    let mut tracker = pcs.map(|per_block| blocks::PcTracker::new(reader.header(), per_block));
     let header = reader.header().clone();
     let warps_per_block = header.threads_per_block().div_ceil(32);
     let mut c = KernelCount {
@@ -132,6 +142,9 @@ pub fn count_kernel(path: &Path) -> Result<KernelCount, GpuError> {
     };
     let mut ops = OpcodeTally::default();
     while let Some(event) = reader.next_event()? {
+        if let Some(t) = tracker.as_mut() {
+            t.event(&event);
+        }
         match event {
             Event::ThreadBlock(_) => c.traced_blocks += 1,
             Event::Warp { id, .. } => {
@@ -161,7 +174,7 @@ pub fn count_kernel(path: &Path) -> Result<KernelCount, GpuError> {
         }
     }
     c.opcodes = ops.finish();
-    Ok(c)
+    Ok((c, tracker.map(blocks::PcTracker::finish)))
 }
 
 /// Opcode counts keyed first by PC: an instruction's opcode is fixed by its PC, so a small
@@ -251,6 +264,25 @@ pub fn count_list_each(list: &KernelList) -> Vec<Result<KernelCount, GpuError>> 
             }
         })
         .collect()
+}
+
+/// Counts, basic blocks and basic-block vectors of every launch in one pass over each kernel file
+/// (read in parallel).
+pub fn scan_list(
+    list: &KernelList,
+    per_block: bool,
+) -> Result<(Vec<KernelCount>, blocks::BlockVectors), GpuError> {
+    let scans: Vec<(KernelCount, Option<blocks::LaunchPcs>)> = kernel_files(list)?
+        .par_iter()
+        .map(|k| scan_kernel(k, Some(per_block)))
+        .collect::<Result<_, _>>()?;
+    let (counts, pcs): (Vec<KernelCount>, Vec<Option<blocks::LaunchPcs>>) =
+        scans.into_iter().unzip();
+    let pcs: Vec<blocks::LaunchPcs> = pcs
+        .into_iter()
+        .map(|p| p.expect("PCs were asked for"))
+        .collect();
+    Ok((counts, blocks::block_vectors(&pcs)))
 }
 
 /// Basic blocks and one basic-block vector per launch, and per thread block when `per_block`

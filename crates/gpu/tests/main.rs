@@ -323,6 +323,9 @@ fn sampling_picks_one_launch_per_planted_phase_within_one_percent() {
     let kl = KernelList::open(&list_path).unwrap();
     let counts = count_list(&kl).unwrap();
     let bv = bbv_gpu::list_block_vectors(&kl, true).unwrap();
+    let (counts2, bv2) = bbv_gpu::scan_list(&kl, false).unwrap();
+    assert_eq!(counts2, counts, "one pass counts like count_list");
+    assert_eq!(bv2.vectors, bv.vectors);
     // Per-thread-block vectors add up to the launch vectors.
     for (launch, v) in bv.vectors.iter().enumerate() {
         let mut sum = std::collections::BTreeMap::new();
