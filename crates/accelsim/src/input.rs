@@ -49,21 +49,8 @@ impl Lines {
 
     /// The next line (trailing `\r\n` removed), or `None` at the end.
     pub(crate) fn next_line(&mut self) -> Result<Option<&str>, TraceError> {
-        self.buf.clear();
-        let n = self
-            .inner
-            .read_until(b'\n', &mut self.buf)
-            .map_err(|source| TraceError::Io {
-                path: self.path.clone(),
-                line: self.line_no + 1,
-                source,
-            })?;
-        if n == 0 {
+        if self.next_bytes()?.is_none() {
             return Ok(None);
-        }
-        self.line_no += 1;
-        while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
-            self.buf.pop();
         }
         std::str::from_utf8(&self.buf)
             .map(Some)

@@ -172,37 +172,28 @@ pub fn pick(
 /// Every counted metric, estimated from the picks.
 pub fn estimate(counts: &[KernelCount], picks: &[Pick]) -> Vec<Estimate> {
     let mut metrics: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    let mut add = |name: String, actual: f64, est: f64| {
-        let e = metrics.entry(name).or_insert((0.0, 0.0));
-        e.0 += actual;
-        e.1 += est;
-    };
     let weight_of: BTreeMap<usize, f64> = picks.iter().map(|p| (p.launch, p.weight)).collect();
     for (i, c) in counts.iter().enumerate() {
+        // Launches not picked contribute to the truth only (weight 0 in the estimate).
         let w = weight_of.get(&i).copied().unwrap_or(0.0);
-        add(
-            "warp instructions".into(),
-            c.warp_insts as f64,
-            w * c.warp_insts as f64,
-        );
+        let mut add = |name: String, value: u64| {
+            let e = metrics.entry(name).or_insert((0.0, 0.0));
+            e.0 += value as f64;
+            e.1 += w * value as f64;
+        };
+        add("warp instructions".into(), c.warp_insts);
         add(
             "warp instructions, predicated-off excluded".into(),
-            c.warp_insts_pred_on as f64,
-            w * c.warp_insts_pred_on as f64,
+            c.warp_insts_pred_on,
         );
         add(
             "thread instructions, predicated-off excluded".into(),
-            c.thread_insts as f64,
-            w * c.thread_insts as f64,
+            c.thread_insts,
         );
-        add(
-            "memory instructions".into(),
-            c.mem_insts as f64,
-            w * c.mem_insts as f64,
-        );
+        add("memory instructions".into(), c.mem_insts);
         for (op, &n) in &c.opcodes {
             let class = op.split('.').next().unwrap_or(op);
-            add(format!("opcode {class}"), n as f64, w * n as f64);
+            add(format!("opcode {class}"), n);
         }
     }
     metrics
