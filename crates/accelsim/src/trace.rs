@@ -245,25 +245,20 @@ impl TraceReader {
     /// The next event, or `None` at the end of a well-formed trace.
     pub fn next_event(&mut self) -> Result<Option<Event<'_>>, TraceError> {
         loop {
-            let kind = {
-                let line = match self.pending.take() {
-                    Some(p) => {
-                        // The header's closing '#' line was a body line: re-read it.
-                        self.pending_kind(&p)?
-                    }
-                    None => {
-                        let Some(line) = self.lines.next_bytes()? else {
-                            return match self.state {
-                                State::Outside => Ok(None),
-                                _ => Err(self
-                                    .lines
-                                    .error("file ends inside a thread block (truncated trace?)")),
-                            };
+            let kind = match self.pending.take() {
+                // The header's closing '#' line was a body line: read it now.
+                Some(p) => classify(&p),
+                None => {
+                    let Some(line) = self.lines.next_bytes()? else {
+                        return match self.state {
+                            State::Outside => Ok(None),
+                            _ => Err(self
+                                .lines
+                                .error("file ends inside a thread block (truncated trace?)")),
                         };
-                        classify_bytes(line)
-                    }
-                };
-                line
+                    };
+                    classify_bytes(line)
+                }
             };
             match kind {
                 Kind::Blank => continue,
@@ -354,10 +349,6 @@ impl TraceReader {
         }
     }
 
-    fn pending_kind(&self, line: &str) -> Result<Kind, TraceError> {
-        Ok(classify(line))
-    }
-
     fn check_warp_done(&self) -> Result<(), TraceError> {
         if self.remaining > 0 {
             return Err(self.lines.error(format!(
@@ -443,33 +434,6 @@ impl<'a> Tokens<'a> {
         }
         self.i = i;
         Some(&s[start..i])
-    }
-
-    /// Skips one address token; the tracer's usual `0x` + 16 digits is stepped over without a
-    /// byte loop (the 16 bytes are checked for separators word by word).
-    #[inline(always)]
-    fn skip_address(&mut self) -> Result<(), String> {
-        const ONES: u64 = 0x0101_0101_0101_0101;
-        const HIGH: u64 = 0x8080_8080_8080_8080;
-        let has = |w: u64, b: u8| {
-            (w ^ (ONES * u64::from(b))).wrapping_sub(ONES) & !(w ^ (ONES * u64::from(b))) & HIGH
-                != 0
-        };
-        let i = self.i + 1;
-        if i + 18 <= self.s.len()
-            && self.s[self.i] == b' '
-            && &self.s[i..i + 2] == b"0x"
-            && matches!(self.s.get(i + 18), Some(&b' ') | None)
-        {
-            let body = &self.s[i + 2..i + 18];
-            let a = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
-            let b = u64::from_le_bytes(body[8..].try_into().expect("8 bytes"));
-            if !(has(a, b' ') || has(b, b' ') || has(a, b'\t') || has(b, b'\t')) {
-                self.i = i + 18;
-                return Ok(());
-            }
-        }
-        self.expect("an address").map(|_| ())
     }
 
     #[inline(always)]
@@ -804,7 +768,7 @@ fn parse_instruction<'a>(
                     // Counting does not need the addresses: they are only stepped over.
                     None => {
                         for _ in 0..lanes {
-                            tok.skip_address()?;
+                            tok.expect("an address")?;
                         }
                     }
                 }

@@ -241,10 +241,8 @@ fn kernel_files(list: &KernelList) -> Result<Vec<&Path>, GpuError> {
 
 /// Counts every kernel of a list, in launch order (kernel files are read in parallel).
 pub fn count_list(list: &KernelList) -> Result<Vec<KernelCount>, GpuError> {
-    kernel_files(list)?
-        .par_iter()
-        .map(|k| count_kernel(k))
-        .collect()
+    kernel_files(list)?;
+    count_list_each(list).into_iter().collect()
 }
 
 /// Counts every kernel of a list, keeping each launch's own result: a damaged kernel file does
