@@ -2,6 +2,7 @@
 
 mod atomic;
 mod bench;
+mod collect_cmd;
 mod gpu_cmd;
 mod simpoint_cmd;
 
@@ -24,6 +25,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a program under QEMU and write basic-block vectors (valgrind exp-bbv's options and
+    /// files). Exits with the program's own status.
+    Collect(collect_cmd::CollectArgs),
+    /// Collect, cluster and summarize: simulation points of a program in one command.
+    Run(collect_cmd::RunArgs),
     /// Cluster a BBV file and pick simulation points (SimPoint 3.2 compatible; accepts
     /// SimPoint's own options too). See 'bbv simpoint --help'.
     #[command(disable_help_flag = true)]
@@ -50,6 +56,31 @@ fn simpoint(args: &[OsString]) -> anyhow::Result<()> {
         simpoint_cmd::parse_modern(args)?
     };
     simpoint_cmd::run(cfg)
+}
+
+fn message(e: &anyhow::Error) -> String {
+    let mut msg = format!("{e}");
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(&format!(": {c}"));
+        }
+    }
+    msg
+}
+
+/// A command that ran a guest exits with the guest's status, unless bbv failed.
+fn guest_exit(result: anyhow::Result<collect_cmd::GuestExit>) -> ExitCode {
+    match result {
+        Ok(g) => match g.failure {
+            Some(e) => {
+                eprintln!("bbv: {}", message(&e));
+                ExitCode::from(2)
+            }
+            None => ExitCode::from(g.status.code().clamp(0, 255) as u8),
+        },
+        Err(e) => report(Err(e)),
+    }
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {
@@ -88,6 +119,8 @@ fn main() -> ExitCode {
         }
     };
     report(match cli.command {
+        Command::Collect(a) => return guest_exit(collect_cmd::collect(a)),
+        Command::Run(a) => return guest_exit(collect_cmd::run(a)),
         Command::Simpoint { args } => simpoint(&args),
         Command::Gpu { what } => gpu_cmd::run(what),
         Command::Bench { what } => bench::run(what),

@@ -1,5 +1,6 @@
 //! Integration tests of the `bbv` binary.
 
+mod collect_cli;
 mod common;
 mod golden;
 mod gpu_cli;

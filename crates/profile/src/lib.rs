@@ -15,11 +15,13 @@
 
 mod error;
 mod input;
+mod intervals;
 mod reader;
 mod writer;
 
 pub use error::ProfileError;
 pub use input::{open_input, Compression, Input};
+pub use intervals::{CountStore, CutMode, IntervalCounter};
 pub use reader::{BbvReader, Token};
 pub use writer::BbvWriter;
 

@@ -1,0 +1,194 @@
+//! Guest ISA from the ELF header, and symbols of mapped files.
+
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use crate::CollectError;
+
+/// A guest instruction set we can collect from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// x86-64 (`qemu-x86_64`).
+    X86_64,
+    /// AArch64 (`qemu-aarch64`).
+    Aarch64,
+    /// RISC-V 64-bit (`qemu-riscv64`).
+    Riscv64,
+}
+
+impl Isa {
+    /// The QEMU user-mode executable for this ISA.
+    pub fn qemu_name(self) -> &'static str {
+        match self {
+            Isa::X86_64 => "qemu-x86_64",
+            Isa::Aarch64 => "qemu-aarch64",
+            Isa::Riscv64 => "qemu-riscv64",
+        }
+    }
+
+    /// Reads the ELF header of `path` and returns its ISA.
+    pub fn of_elf(path: &Path) -> Result<Isa, CollectError> {
+        use std::io::Read;
+        let mut head = [0u8; 20];
+        let mut f = std::fs::File::open(path).map_err(|e| CollectError::io(path, e))?;
+        let n = f.read(&mut head).map_err(|e| CollectError::io(path, e))?;
+        if n < 20 || &head[..4] != b"\x7fELF" {
+            let hint = if head.starts_with(b"#!") {
+                " (it is a script: run its interpreter, e.g. `bbv collect -- python3 SCRIPT`)"
+                    .to_string()
+            } else {
+                String::new()
+            };
+            return Err(CollectError::NotElf {
+                path: path.into(),
+                hint,
+            });
+        }
+        let little = head[5] == 1;
+        let machine = if little {
+            u16::from_le_bytes([head[18], head[19]])
+        } else {
+            u16::from_be_bytes([head[18], head[19]])
+        };
+        let class64 = head[4] == 2;
+        match (machine, class64) {
+            (62, true) => Ok(Isa::X86_64),
+            (183, true) => Ok(Isa::Aarch64),
+            (243, true) => Ok(Isa::Riscv64),
+            _ => {
+                let name = match machine {
+                    3 => "i386",
+                    40 => "ARM (32-bit)",
+                    8 => "MIPS",
+                    20 => "PowerPC",
+                    21 => "PowerPC64",
+                    22 => "s390",
+                    243 => "RISC-V 32-bit",
+                    62 => "x86-64 (32-bit class)",
+                    _ => "",
+                };
+                let what = if name.is_empty() {
+                    format!("ELF machine {machine}")
+                } else {
+                    name.to_string()
+                };
+                Err(CollectError::UnsupportedIsa {
+                    path: path.into(),
+                    what,
+                })
+            }
+        }
+    }
+}
+
+/// Function symbols of one file and its file-offset to address mapping.
+pub struct ModuleSymbols {
+    /// The file.
+    pub path: PathBuf,
+    /// (file offset, size, virtual address) of each loadable segment.
+    segments: Vec<(u64, u64, u64)>,
+    /// (address, size, name), sorted by address.
+    functions: Vec<(u64, u64, String)>,
+}
+
+impl ModuleSymbols {
+    /// Reads `path`; a file that cannot be read or parsed gives a module without symbols (the
+    /// guest may have deleted it, or mapped something that is not an ELF).
+    pub fn load(path: &Path) -> ModuleSymbols {
+        let mut m = ModuleSymbols {
+            path: path.into(),
+            segments: Vec::new(),
+            functions: Vec::new(),
+        };
+        let Ok(data) = std::fs::read(path) else {
+            return m;
+        };
+        let Ok(file) = object::File::parse(&*data) else {
+            return m;
+        };
+        for seg in file.segments() {
+            let (off, size) = seg.file_range();
+            if size > 0 {
+                m.segments.push((off, size, seg.address()));
+            }
+        }
+        for sym in file.symbols().chain(file.dynamic_symbols()) {
+            // Assembly labels without a .type directive are NOTYPE symbols.
+            let code = match sym.kind() {
+                SymbolKind::Text => true,
+                SymbolKind::Unknown => sym.section_index().is_some() && sym.is_definition(),
+                _ => false,
+            };
+            if !code || sym.address() == 0 {
+                continue;
+            }
+            if let Ok(name) = sym.name() {
+                // `$x`/`$d` are ARM mapping symbols, not functions.
+                if !name.is_empty() && !name.starts_with('$') {
+                    m.functions
+                        .push((sym.address(), sym.size(), demangle(name)));
+                }
+            }
+        }
+        // Keep one name per address (the symbol table's own, before the dynamic table's).
+        m.functions.sort_by_key(|f| f.0);
+        m.functions.dedup_by_key(|f| f.0);
+        m
+    }
+
+    /// The link-time address of a file offset (the offset itself if no segment covers it).
+    pub fn address(&self, offset: u64) -> u64 {
+        self.segments
+            .iter()
+            .find(|&&(o, s, _)| offset >= o && offset < o + s)
+            .map_or(offset, |&(o, _, a)| offset - o + a)
+    }
+
+    /// The function containing `addr`, if the symbol tables say.
+    pub fn function(&self, addr: u64) -> Option<&str> {
+        let i = self
+            .functions
+            .partition_point(|f| f.0 <= addr)
+            .checked_sub(1)?;
+        let (start, size, name) = &self.functions[i];
+        (*size == 0 || addr < start + size).then_some(name.as_str())
+    }
+}
+
+fn demangle(name: &str) -> String {
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(text) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return text;
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Resolves a program name as a shell would: a name with a slash is a path, others are looked
+/// up on PATH.
+pub fn resolve_program(name: &str) -> Result<PathBuf, CollectError> {
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(CollectError::ProgramNotFound { name: name.into() })
+        };
+    }
+    find_on_path(name).ok_or_else(|| CollectError::ProgramNotFound { name: name.into() })
+}
+
+/// The first executable file called `name` in a PATH directory.
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}

@@ -1,0 +1,317 @@
+//! bbv-collect: the host side of collecting basic-block vectors under QEMU user mode.
+//!
+//! [`prepare`] checks everything that can be checked before the guest runs (the program is an
+//! ELF of a supported ISA, QEMU and the plugin exist); [`Prepared::run`] runs the guest under
+//! `qemu-<isa> -plugin libbbv_qemu.so` with the guest's own stdin, stdout and stderr, then reads
+//! what the plugin wrote and symbolizes the blocks from the ELF symbol tables of every file the
+//! guest had mapped (QEMU's own symbol lookup only knows the main binary).
+//!
+//! # Design constraints
+//! * The guest is untouched: its standard streams, its exit status (signals as 128+N).
+//! * Nothing lands in the user's directories until the caller moves finished files into place.
+//! * Blocks are identified by (file, offset), so results do not depend on load addresses.
+
+mod elf;
+mod error;
+mod pattern;
+mod state;
+mod table;
+
+pub use elf::{find_on_path, resolve_program, Isa, ModuleSymbols};
+pub use error::CollectError;
+pub use pattern::expand;
+pub use table::{write_pc, Block};
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What to collect and from which program.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The program (a path, or a name looked up on PATH).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// QEMU executable to use instead of `qemu-<isa>` from PATH.
+    pub qemu: Option<PathBuf>,
+    /// Plugin library to use instead of `$BBV_PLUGIN` or the one next to the running binary.
+    pub plugin: Option<PathBuf>,
+    /// Instructions per interval.
+    pub interval: u64,
+    /// Cut intervals at exactly `interval` instructions, splitting blocks.
+    pub exact: bool,
+    /// Count instructions only; no vectors.
+    pub count_only: bool,
+    /// Also write the last, partial interval.
+    pub tail: bool,
+    /// Directory to hold the plugin's files while the guest runs (best on the same file
+    /// system as the final outputs, so they can be renamed into place).
+    pub work_dir: PathBuf,
+}
+
+/// A request whose program, QEMU and plugin were found.
+#[derive(Debug)]
+pub struct Prepared {
+    request: Request,
+    /// The program's path.
+    pub program: PathBuf,
+    /// Its ISA.
+    pub isa: Isa,
+    /// The QEMU executable.
+    pub qemu: PathBuf,
+    /// The plugin library.
+    pub plugin: PathBuf,
+}
+
+/// Checks the request without running anything.
+pub fn prepare(request: Request) -> Result<Prepared, CollectError> {
+    let program = resolve_program(&request.program)?;
+    let isa = Isa::of_elf(&program)?;
+    let qemu = match &request.qemu {
+        Some(q) if q.is_file() => q.clone(),
+        Some(q) => {
+            return Err(CollectError::QemuNotFound {
+                name: q.display().to_string(),
+            })
+        }
+        None => find_on_path(isa.qemu_name()).ok_or_else(|| CollectError::QemuNotFound {
+            name: isa.qemu_name().into(),
+        })?,
+    };
+    let plugin = find_plugin(request.plugin.as_deref())?;
+    Ok(Prepared {
+        request,
+        program,
+        isa,
+        qemu,
+        plugin,
+    })
+}
+
+/// The plugin library: `explicit`, else `$BBV_PLUGIN`, else `libbbv_qemu.so` next to the
+/// running executable (or one directory up, where cargo puts binaries of integration tests).
+pub fn find_plugin(explicit: Option<&Path>) -> Result<PathBuf, CollectError> {
+    let mut tried = Vec::new();
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = explicit {
+        candidates.push(p.into());
+    } else if let Some(p) = std::env::var_os("BBV_PLUGIN") {
+        candidates.push(p.into());
+    } else if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            candidates.push(dir.join("libbbv_qemu.so"));
+            if let Some(up) = dir.parent() {
+                candidates.push(up.join("libbbv_qemu.so"));
+            }
+        }
+    }
+    for c in candidates {
+        if c.is_file() {
+            return Ok(c);
+        }
+        tried.push(c.display().to_string());
+    }
+    Err(CollectError::PluginNotFound {
+        tried: tried.join(", "),
+    })
+}
+
+/// How the guest ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestStatus {
+    /// It exited with this status.
+    Exited(i32),
+    /// It was killed by this signal.
+    Signaled(i32),
+}
+
+impl GuestStatus {
+    /// The status a shell would report: the exit status, or 128 + the signal.
+    pub fn code(self) -> i32 {
+        match self {
+            GuestStatus::Exited(c) => c,
+            GuestStatus::Signaled(s) => 128 + s,
+        }
+    }
+}
+
+/// One guest thread's results.
+#[derive(Debug)]
+pub struct ThreadResult {
+    /// 1 = main thread, then in creation order.
+    pub number: u32,
+    /// The vector file (in the work directory), unless counting only.
+    pub bb: Option<PathBuf>,
+    /// The closing comment block (exp-bbv's totals).
+    pub summary: String,
+    /// Instructions executed.
+    pub instructions: u64,
+    /// Intervals written.
+    pub intervals: u64,
+}
+
+/// What a finished collection produced.
+#[derive(Debug)]
+pub struct Collected {
+    /// Keeps the work directory alive until the caller has moved the files out.
+    pub dir: tempfile::TempDir,
+    /// Threads in number order.
+    pub threads: Vec<ThreadResult>,
+    /// Every block, by id.
+    pub blocks: Vec<Block>,
+}
+
+/// The guest's end and, if the plugin completed its files, what it collected.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The guest's process id (QEMU's, which is the guest's in user mode).
+    pub pid: u32,
+    /// How the guest ended.
+    pub status: GuestStatus,
+    /// The results.
+    pub collected: Result<Collected, CollectError>,
+}
+
+impl Prepared {
+    /// The full QEMU command line (for messages).
+    pub fn command_line(&self, dir: &Path) -> Vec<OsString> {
+        let r = &self.request;
+        let mut plugin = OsString::from(&self.plugin);
+        plugin.push(format!(",interval={}", r.interval));
+        for (key, on) in [
+            ("exact", r.exact),
+            ("count_only", r.count_only),
+            ("tail", r.tail),
+        ] {
+            if on {
+                plugin.push(format!(",{key}=on"));
+            }
+        }
+        plugin.push(",dir=");
+        plugin.push(dir);
+        let mut v = vec![
+            self.qemu.clone().into_os_string(),
+            "-plugin".into(),
+            plugin,
+            "--".into(),
+        ];
+        v.push(self.program.clone().into_os_string());
+        v.extend(r.args.iter().cloned());
+        v
+    }
+
+    /// Runs the guest to completion and reads the plugin's results.
+    pub fn run(self) -> Result<Outcome, CollectError> {
+        let work = &self.request.work_dir;
+        let mut dir = tempfile::Builder::new()
+            .prefix(".bbv-collect-")
+            .tempdir_in(work)
+            .map_err(|e| CollectError::io(work, e))?;
+        // QEMU splits plugin arguments at commas; a path with one cannot be passed.
+        if dir.path().as_os_str().to_string_lossy().contains(',') {
+            dir = tempfile::Builder::new()
+                .prefix(".bbv-collect-")
+                .tempdir()
+                .map_err(|e| CollectError::io(std::env::temp_dir(), e))?;
+        }
+        let argv = self.command_line(dir.path());
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .spawn()
+            .map_err(|e| CollectError::io(&self.qemu, e))?;
+        let pid = child.id();
+        // Like system(3): a terminal's ^C goes to the guest, which decides; we wait for it.
+        let saved = unsafe {
+            [
+                libc::signal(libc::SIGINT, libc::SIG_IGN),
+                libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+            ]
+        };
+        let waited = child.wait();
+        unsafe {
+            libc::signal(libc::SIGINT, saved[0]);
+            libc::signal(libc::SIGQUIT, saved[1]);
+        }
+        let status = waited.map_err(|e| CollectError::io(&self.qemu, e))?;
+        use std::os::unix::process::ExitStatusExt;
+        let status = match (status.code(), status.signal()) {
+            (Some(c), _) => GuestStatus::Exited(c),
+            (None, Some(s)) => GuestStatus::Signaled(s),
+            _ => GuestStatus::Exited(255),
+        };
+        let collected = read_results(dir, status, &self.program, &self.request);
+        Ok(Outcome {
+            pid,
+            status,
+            collected,
+        })
+    }
+}
+
+fn read_results(
+    dir: tempfile::TempDir,
+    status: GuestStatus,
+    program: &Path,
+    request: &Request,
+) -> Result<Collected, CollectError> {
+    let d = dir.path();
+    if let Ok(msg) = std::fs::read_to_string(d.join("error")) {
+        return Err(CollectError::Plugin(msg));
+    }
+    let table = d.join("blocks");
+    if !table.exists() {
+        return Err(CollectError::Incomplete(format!(
+            "QEMU stopped (status {}) before loading the plugin; its reason is in the message above",
+            status.code()
+        )));
+    }
+    let blocks = table::read_blocks(&table)?;
+    if blocks.is_empty() {
+        // QEMU exits through its own exit path when it cannot load the program.
+        return Err(CollectError::Incomplete(format!(
+            "QEMU stopped (exit status {}) before {} ran a single instruction; its reason is in the message above",
+            status.code(),
+            program.display()
+        )));
+    }
+    let mut threads = Vec::new();
+    let entries = std::fs::read_dir(d).map_err(|e| CollectError::io(d, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| CollectError::io(d, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(number) = name
+            .strip_prefix("thread.")
+            .and_then(|r| r.strip_suffix(".state"))
+        else {
+            continue;
+        };
+        let Ok(number) = number.parse::<u32>() else {
+            continue;
+        };
+        threads.push(state::finish_thread(d, number, request)?);
+    }
+    threads.sort_by_key(|t| t.number);
+    Ok(Collected {
+        dir,
+        threads,
+        blocks,
+    })
+}
+
+/// Moves a finished file to its final name: a rename, or a copy to a temporary name beside the
+/// destination and a rename when the two are on different file systems.
+pub fn move_file(from: &Path, to: &Path) -> Result<(), CollectError> {
+    if std::fs::rename(from, to).is_ok() {
+        return Ok(());
+    }
+    let parent = to
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let tmp = tempfile::NamedTempFile::new_in(parent).map_err(|e| CollectError::io(parent, e))?;
+    std::fs::copy(from, tmp.path()).map_err(|e| CollectError::io(to, e))?;
+    tmp.persist(to).map_err(|e| CollectError::io(to, e.error))?;
+    let _ = std::fs::remove_file(from);
+    Ok(())
+}

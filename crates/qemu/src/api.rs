@@ -1,0 +1,140 @@
+//! The plugin-API-v1-specific part: registration and the raw callbacks QEMU calls.
+//!
+//! The qemu-plugin crate owns `qemu_plugin_install`; we override `register_default` so that only
+//! the callbacks we need are registered (its defaults take a global lock on every syscall), and
+//! register the hot execution callback with our own pointer as user data.
+
+use std::ffi::{c_uint, c_void, CStr};
+
+use qemu_plugin::install::{Args, Info};
+use qemu_plugin::plugin::{HasCallbacks, Register};
+use qemu_plugin::sys::{self, qemu_plugin_cb_flags, qemu_plugin_id_t, qemu_plugin_tb};
+use qemu_plugin::PluginId;
+
+use crate::blocks::{self, TbInfo};
+use crate::{parse_args, thread, CONFIG};
+
+extern "C" {
+    // Provided by QEMU's glib at load time.
+    fn g_free(mem: *mut c_void);
+}
+
+struct BbvPlugin;
+
+impl HasCallbacks for BbvPlugin {}
+
+impl Register for BbvPlugin {
+    fn register_default(
+        &mut self,
+        id: PluginId,
+        args: &Args,
+        info: &Info,
+    ) -> qemu_plugin::Result<()> {
+        let cfg = match parse_args(&args.raw, &info.target_name) {
+            Ok(cfg) => cfg,
+            Err(msg) => {
+                // Without a valid configuration there is nowhere to count into; leave the error
+                // where the host looks (if the directory is known) and let the guest run.
+                if let Some(dir) = args.raw.iter().find_map(|a| a.strip_prefix("dir=")) {
+                    let _ = std::fs::write(std::path::Path::new(dir).join("error"), msg);
+                }
+                return Ok(());
+            }
+        };
+        if let Err(e) = blocks::init(&cfg) {
+            let _ = std::fs::write(
+                cfg.dir.join("error"),
+                format!("creating the block table: {e}"),
+            );
+            return Ok(());
+        }
+        let _ = CONFIG.set(cfg);
+        // SAFETY: registering callbacks with the id QEMU gave us, inside qemu_plugin_install.
+        unsafe {
+            sys::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init));
+            sys::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit));
+            sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
+            sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
+        }
+        Ok(())
+    }
+}
+
+qemu_plugin::register!(BbvPlugin);
+
+extern "C" fn on_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
+    thread::start(vcpu);
+}
+
+extern "C" fn on_vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
+    thread::finish_vcpu(vcpu);
+}
+
+extern "C" fn on_exit(_id: qemu_plugin_id_t, _data: *mut c_void) {
+    blocks::exited();
+}
+
+extern "C" fn on_tb_exec(vcpu: c_uint, udata: *mut c_void) {
+    // SAFETY: udata is the TbInfo leaked for this TB in on_tb_trans; it is never freed.
+    let tb = unsafe { &*(udata as *const TbInfo) };
+    thread::exec(vcpu, tb);
+}
+
+/// One instruction of the TB being translated, as the translation-time analysis sees it.
+pub(crate) struct Insn<'a> {
+    pub vaddr: u64,
+    pub bytes: &'a [u8],
+    ptr: *mut sys::qemu_plugin_insn,
+}
+
+impl Insn<'_> {
+    /// QEMU's disassembly of the instruction (only asked for near page ends: it allocates).
+    pub fn disas(&self) -> String {
+        // SAFETY: valid during the translation callback; QEMU returns a g_malloc'd string.
+        unsafe {
+            let p = sys::qemu_plugin_insn_disas(self.ptr);
+            if p.is_null() {
+                return String::new();
+            }
+            let s = CStr::from_ptr(p).to_string_lossy().into_owned();
+            g_free(p as *mut c_void);
+            s
+        }
+    }
+}
+
+extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
+    let Some(cfg) = CONFIG.get() else { return };
+    // SAFETY: the tb handle and its instructions are valid for the duration of this callback.
+    unsafe {
+        let n = sys::qemu_plugin_tb_n_insns(tb);
+        if n == 0 {
+            return;
+        }
+        let insn = |i: usize| {
+            let ptr = sys::qemu_plugin_tb_get_insn(tb, i);
+            let size = sys::qemu_plugin_insn_size(ptr);
+            let data = sys::qemu_plugin_insn_data(ptr) as *const u8;
+            Insn {
+                vaddr: sys::qemu_plugin_insn_vaddr(ptr),
+                bytes: if data.is_null() {
+                    &[]
+                } else {
+                    std::slice::from_raw_parts(data, size)
+                },
+                ptr,
+            }
+        };
+        let first = insn(0);
+        let haddr = sys::qemu_plugin_insn_haddr(first.ptr) as u64;
+        let info = blocks::analyze(cfg, n, haddr, insn);
+        if let Some(info) = info {
+            sys::qemu_plugin_register_vcpu_tb_exec_cb(
+                tb,
+                Some(on_tb_exec),
+                qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
+                info as *const TbInfo as *mut c_void,
+            );
+        }
+    }
+}

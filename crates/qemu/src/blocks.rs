@@ -1,0 +1,137 @@
+//! Translation-time analysis of a TB and the global block table.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Write as _;
+use std::sync::Mutex;
+
+use crate::api::Insn;
+use crate::{maps, report_error, x86, Config, CONFIG};
+
+/// What the execution callback needs about one translated block. Leaked: QEMU may run the
+/// translated code until exit, and TBs are few compared with their executions.
+pub struct TbInfo {
+    /// Block id (1-based, in first-translation order).
+    pub id: u32,
+    /// Instructions counted per execution.
+    pub insns: u64,
+    /// Guest address of the first instruction.
+    pub pc: u64,
+    /// The first instruction is a `rep` string instruction (x86).
+    pub rep_first: bool,
+    /// Address of the last instruction if it is a `rep` string instruction, else 0.
+    pub rep_last: u64,
+    /// `fldcw` instructions in the block.
+    pub fldcw: u64,
+}
+
+/// Module index used for code that is not in a mapped file; such blocks are keyed by address.
+const ANON: u32 = u32::MAX;
+
+struct Table {
+    ids: HashMap<(u32, u64), u32>,
+    next: u32,
+    /// Module lines written so far.
+    modules: usize,
+    /// `DIR/blocks`, appended one line per write so a killed process leaves whole lines.
+    file: Option<File>,
+}
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+fn append(table: &mut Table, line: &str) {
+    if let Some(f) = &mut table.file {
+        if let Err(e) = f.write_all(line.as_bytes()) {
+            report_error(&format!("writing the block table: {e}"));
+            table.file = None;
+        }
+    }
+}
+
+/// Creates `DIR/blocks` (at install time, so the host can tell the plugin was loaded).
+pub fn init(cfg: &Config) -> std::io::Result<()> {
+    let file = File::create(cfg.dir.join("blocks"))?;
+    *TABLE.lock().unwrap_or_else(|e| e.into_inner()) = Some(Table {
+        ids: HashMap::new(),
+        next: 1,
+        modules: 0,
+        file: Some(file),
+    });
+    Ok(())
+}
+
+/// The guest process exits normally (exit_group, or the last thread's exit).
+pub fn exited() {
+    if let Some(cfg) = CONFIG.get() {
+        let _ = File::create(cfg.dir.join("exited"));
+    }
+}
+
+/// Analyzes a TB being translated: instructions to count, rep/fldcw facts and the block id.
+pub fn analyze<'a>(
+    cfg: &Config,
+    n: usize,
+    haddr: u64,
+    insn: impl Fn(usize) -> Insn<'a>,
+) -> Option<&'static TbInfo> {
+    let first = insn(0);
+    let last = insn(n - 1);
+    let mut insns = n;
+    // QEMU 7.2 keeps a truncated stale copy of an instruction that crosses a page boundary when
+    // it is not first in its TB (translation restarts without it, the plugin's list keeps it),
+    // so it would be counted here and again at the start of the next TB.
+    if n > 1 && 4096 - (last.vaddr & 4095) <= 15 {
+        let d = last.disas();
+        if d.contains(".byte") || d.contains("(bad)") {
+            insns -= 1;
+        }
+    }
+    let (mut rep_first, mut rep_last, mut fldcw) = (false, 0, 0);
+    if cfg.x86 {
+        rep_first = x86::is_rep_string(first.bytes);
+        if insns == n && x86::is_rep_string(last.bytes) {
+            rep_last = last.vaddr;
+        }
+        fldcw = (0..insns).filter(|&i| x86::is_fldcw(insn(i).bytes)).count() as u64;
+    }
+    let key = maps::locate(haddr).unwrap_or((ANON, first.vaddr));
+    let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let table = guard.as_mut()?;
+    let id = match table.ids.get(&key) {
+        Some(&id) => id,
+        None => {
+            let id = table.next;
+            table.next += 1;
+            table.ids.insert(key, id);
+            let mut line = String::new();
+            if key.0 != ANON && key.0 as usize >= table.modules {
+                let paths = maps::paths();
+                for (i, p) in paths.iter().enumerate().skip(table.modules) {
+                    let _ = writeln!(line, "module {i} {p}");
+                }
+                table.modules = paths.len();
+            }
+            let module = if key.0 == ANON {
+                "-".to_string()
+            } else {
+                key.0.to_string()
+            };
+            let _ = writeln!(
+                line,
+                "block {id} {module} {:x} {:x} {insns}",
+                key.1, first.vaddr
+            );
+            append(table, &line);
+            id
+        }
+    };
+    Some(Box::leak(Box::new(TbInfo {
+        id,
+        insns: insns as u64,
+        pc: first.vaddr,
+        rep_first,
+        rep_last,
+        fldcw,
+    })))
+}

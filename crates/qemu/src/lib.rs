@@ -1,0 +1,97 @@
+//! bbv-qemu: the QEMU user-mode TCG plugin behind `bbv collect`.
+//!
+//! QEMU loads this library with `-plugin libbbv_qemu.so,dir=DIR,interval=N,...`. The plugin
+//! counts executed translation blocks per guest thread, cuts each thread's run into intervals and
+//! writes, into `DIR` (a private directory of the host-side `bbv-collect`):
+//! * `thread.N.bb`: thread N's completed intervals in exp-bbv's format, one write per vector,
+//! * `thread.N.state`: thread N's totals and unfinished interval, a shared mapping ([`state`]),
+//! * `blocks`: the block table (modules, then id, module, file offset, address, instructions),
+//!   one line per write as blocks are first translated.
+//!
+//! Everything is on disk or in the page cache at every moment, so the host can complete the
+//! files (closing comment, `--tail`) even when QEMU dies by a signal without telling plugins.
+//!
+//! # Design constraints
+//! * Plugin API v1 (QEMU 7.2, what Debian ships): no per-vCPU scoreboards and no conditional
+//!   callbacks; the API-specific calls live in [`api`] so a v2+ backend can be added beside it.
+//! * Threads are numbered in creation order (1 = main thread), never by QEMU's reusable vCPU index.
+//! * Blocks are keyed by (mapped file, file offset), so ids do not depend on load addresses.
+//! * Nothing may panic across the C boundary: bad arguments are reported in `DIR/error`.
+//! * Guests close fd 2 before exiting, so nothing is printed; everything goes to files.
+
+mod api;
+mod blocks;
+mod maps;
+mod state;
+mod thread;
+mod x86;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// What the host asked for, parsed from the plugin arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub dir: PathBuf,
+    pub interval: u64,
+    pub exact: bool,
+    pub count_only: bool,
+    pub tail: bool,
+    pub x86: bool,
+}
+
+pub(crate) static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// Parses `key=value` plugin arguments; unknown keys are errors so a host/plugin mismatch is caught.
+pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String> {
+    let mut cfg = Config {
+        dir: PathBuf::new(),
+        interval: 100_000_000,
+        exact: false,
+        count_only: false,
+        tail: false,
+        x86: target.starts_with("x86_64") || target.starts_with("i386"),
+    };
+    let flag = |k: &str, v: &str| match v {
+        "on" | "yes" | "true" => Ok(true),
+        "off" | "no" | "false" => Ok(false),
+        _ => Err(format!("plugin argument {k}={v}: expected on or off")),
+    };
+    for arg in raw {
+        let (k, v) = arg.split_once('=').unwrap_or((arg.as_str(), "on"));
+        match k {
+            "dir" => cfg.dir = PathBuf::from(v),
+            "interval" => {
+                cfg.interval = v.parse().ok().filter(|&n: &u64| n > 0).ok_or_else(|| {
+                    format!("plugin argument interval={v}: expected a positive integer")
+                })?
+            }
+            "exact" => cfg.exact = flag(k, v)?,
+            "count_only" => cfg.count_only = flag(k, v)?,
+            "tail" => cfg.tail = flag(k, v)?,
+            _ => return Err(format!("unknown plugin argument {arg}")),
+        }
+    }
+    if cfg.dir.as_os_str().is_empty() {
+        return Err("plugin argument dir=DIR is required".into());
+    }
+    Ok(cfg)
+}
+
+/// Writes `bytes` to `dir/name` through a temporary file and a rename.
+pub(crate) fn write_atomically(
+    dir: &std::path::Path,
+    name: &str,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let tmp = dir.join(format!(".{name}.part"));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, dir.join(name))
+}
+
+/// Records a failure where the host will find it (stderr may be closed or the guest's).
+pub(crate) fn report_error(msg: &str) {
+    if let Some(cfg) = CONFIG.get() {
+        let _ = write_atomically(&cfg.dir, "error", msg.as_bytes());
+    }
+}
