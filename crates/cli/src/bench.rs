@@ -33,6 +33,19 @@ pub enum BenchCommand {
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
     },
+    /// CPU collection: native, bare QEMU, bbv collect (default and --exact) and valgrind's
+    /// exp-bbv on xz -9, bzip2 -9, gzip -9 and a python3 loop; median slowdowns and ratios.
+    Collect {
+        /// Runs per cell (the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Multiplies the input sizes (1 = inputs of about 1.5-4 MB).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Where to write the generated inputs (removed afterwards).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
     /// Scale: generate a large BBV (phased, sparse) and cluster it, printing time and peak memory.
     Scale {
         /// Intervals (vectors).
@@ -246,6 +259,7 @@ fn generate_trace(path: &Path, id: u64, bytes: u64) -> Result<u64> {
 /// Runs a benchmark.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
+        BenchCommand::Collect { runs, scale, dir } => crate::bench_collect::run(runs, &dir, scale),
         BenchCommand::Gpu { mb, kernels, dir } => {
             let root = dir.join(format!("bbv-gpu-bench-{}", std::process::id()));
             std::fs::create_dir_all(&root)?;

@@ -2,6 +2,7 @@
 
 mod atomic;
 mod bench;
+mod bench_collect;
 mod collect_cmd;
 mod gpu_cmd;
 mod simpoint_cmd;

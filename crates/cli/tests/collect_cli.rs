@@ -165,42 +165,53 @@ fn four_threads_numbered_in_creation_order() {
         "thr",
         &["-nostdlib", "-static"],
     );
-    let out = collect(
-        dir.path(),
-        &[
-            "--bb-out-file",
-            "bb",
-            "--pc-out-file",
-            "pc",
-            "--interval-size",
-            "1000",
-            "--exact",
-        ],
-        &[prog.to_str().unwrap()],
-    );
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let expect = [
-        (1, "bb", 1048),
-        (2, "bb.2", 6006),
-        (3, "bb.3", 4006),
-        (4, "bb.4", 2006),
-    ];
-    for (n, file, count) in expect {
-        let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
-        assert!(text.contains(&format!("# Thread {n}\n")), "{file}");
-        assert_eq!(totals(&text, "Total instructions"), [count], "thread {n}");
-        let v = vectors(&dir.path().join(file));
-        assert_eq!(
-            v.len() as u64,
-            count / 1000,
-            "thread {n}: complete intervals only"
+    // Default mode counts thread 1 in the fast path until thread 2 appears: both must be exact.
+    for mode in ["--exact", "--tail"] {
+        let out = collect(
+            dir.path(),
+            &[
+                "--bb-out-file",
+                "bb",
+                "--pc-out-file",
+                "pc",
+                "--interval-size",
+                "1000",
+                mode,
+            ],
+            &[prog.to_str().unwrap()],
         );
-        for w in &v {
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let expect = [
+            (1, "bb", 1048),
+            (2, "bb.2", 6006),
+            (3, "bb.3", 4006),
+            (4, "bb.4", 2006),
+        ];
+        for (n, file, count) in expect {
+            let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+            assert!(text.contains(&format!("# Thread {n}\n")), "{file}");
             assert_eq!(
-                w.iter().map(|p| p.1).sum::<u64>(),
-                1000,
-                "thread {n}: --exact intervals"
+                totals(&text, "Total instructions"),
+                [count],
+                "{mode}: thread {n}"
             );
+            let v = vectors(&dir.path().join(file));
+            let sums: Vec<u64> = v.iter().map(|w| w.iter().map(|p| p.1).sum()).collect();
+            assert_eq!(
+                sums.iter().sum::<u64>() + if mode == "--exact" { count % 1000 } else { 0 },
+                count
+            );
+            if mode == "--exact" {
+                assert_eq!(
+                    v.len() as u64,
+                    count / 1000,
+                    "thread {n}: complete intervals only"
+                );
+                assert!(
+                    sums.iter().all(|&s| s == 1000),
+                    "thread {n}: --exact intervals"
+                );
+            }
         }
     }
 }

@@ -113,7 +113,25 @@ impl ModuleSymbols {
                 m.segments.push((off, size, seg.address()));
             }
         }
-        for sym in file.symbols().chain(file.dynamic_symbols()) {
+        // Distributions strip binaries and ship their symbol tables apart, found by build id
+        // (Debian's *-dbgsym / libc6-dbg under /usr/lib/debug/.build-id); same addresses.
+        let debug = file
+            .build_id()
+            .ok()
+            .flatten()
+            .filter(|id| id.len() > 1)
+            .and_then(|id| {
+                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                std::fs::read(format!(
+                    "/usr/lib/debug/.build-id/{}/{}.debug",
+                    &hex[..2],
+                    &hex[2..]
+                ))
+                .ok()
+            });
+        let debug_file = debug.as_deref().and_then(|d| object::File::parse(d).ok());
+        let extra = debug_file.iter().flat_map(|f| f.symbols());
+        for sym in file.symbols().chain(file.dynamic_symbols()).chain(extra) {
             // Assembly labels without a .type directive are NOTYPE symbols.
             let code = match sym.kind() {
                 SymbolKind::Text => true,

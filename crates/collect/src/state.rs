@@ -20,6 +20,54 @@ fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
         .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
 }
 
+const TBS_MAGIC: u64 = 0x3176_7374_6273_7462;
+
+/// Thread 1's executions the plugin's single-thread fast path counted after its last harvest
+/// (`tbs` lists the slots, `tbs.state` holds their counters): (id, instructions) pairs, in no
+/// particular order, and the fldcw instructions among them.
+fn unharvested(dir: &Path) -> Result<(Vec<(u32, u64)>, u64), CollectError> {
+    let list = dir.join("tbs");
+    let Ok(text) = std::fs::read_to_string(&list) else {
+        return Ok((Vec::new(), 0));
+    };
+    let whole = text.rfind('\n').map_or(0, |i| i + 1);
+    let mut slots = Vec::new();
+    for (i, line) in text[..whole].lines().enumerate() {
+        let f: Vec<u64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
+        if f.len() != 4 || f[0] != i as u64 {
+            return Err(CollectError::BlockTable {
+                path: list,
+                line: i + 1,
+                what: "slot id insns fldcw",
+            });
+        }
+        slots.push((f[1] as u32, f[2], f[3]));
+    }
+    let path = dir.join("tbs.state");
+    let mut file = std::fs::File::open(&path).map_err(|e| CollectError::io(&path, e))?;
+    let mut bytes = vec![0u8; (HEADER_WORDS + 2 * slots.len()) * 8];
+    file.read_exact(&mut bytes)
+        .map_err(|e| CollectError::io(&path, e))?;
+    let w: Vec<u64> = words(&bytes).collect();
+    if w[0] != TBS_MAGIC {
+        return Err(CollectError::Plugin(format!(
+            "{}: not a slot table of this plugin version",
+            path.display()
+        )));
+    }
+    let mut out = Vec::new();
+    let mut fldcw = 0;
+    for (i, &(id, insns, f)) in slots.iter().enumerate() {
+        let (execs, harvested) = (w[HEADER_WORDS + 2 * i], w[HEADER_WORDS + 2 * i + 1]);
+        let delta = execs.saturating_sub(harvested);
+        if delta > 0 {
+            out.push((id, delta * insns));
+            fldcw += delta * f;
+        }
+    }
+    Ok((out, fldcw))
+}
+
 pub(crate) fn finish_thread(
     dir: &Path,
     number: u32,
@@ -35,8 +83,20 @@ pub(crate) fn finish_thread(
     if h[0] != MAGIC {
         return Err(bad("not a thread state of this plugin version"));
     }
-    let (total, rep_iterations, rep_instances, fldcw, recorded) = (h[2], h[3], h[4], h[5], h[6]);
-    let counts = &bytes[HEADER_WORDS * 8..];
+    let (mut total, rep_iterations, rep_instances, mut fldcw, recorded) =
+        (h[2], h[3], h[4], h[5], h[6]);
+    let mut counts: Vec<u64> = words(&bytes[HEADER_WORDS * 8..]).collect();
+    if number == 1 {
+        let (extra, f) = unharvested(dir)?;
+        fldcw += f;
+        for (id, n) in extra {
+            total += n;
+            if counts.len() <= id as usize {
+                counts.resize(id as usize + 1, 0);
+            }
+            counts[id as usize] += n;
+        }
+    }
 
     let bb = dir.join(format!("thread.{number}.bb"));
     let mut intervals = 0u64;
@@ -58,7 +118,9 @@ pub(crate) fn finish_thread(
         // More vectors than recorded: the process died after writing the unfinished interval
         // out and before clearing it, so the counts in the state are already in the file.
         if req.tail && intervals == recorded {
-            let pairs: Vec<(u32, u64)> = words(counts)
+            let pairs: Vec<(u32, u64)> = counts
+                .iter()
+                .copied()
                 .enumerate()
                 .filter(|&(_, c)| c != 0)
                 .map(|(id, c)| (id as u32, c))

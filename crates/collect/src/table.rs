@@ -30,6 +30,9 @@ pub(crate) fn read_blocks(path: &Path) -> Result<Vec<Block>, CollectError> {
     // A process killed while the plugin appended a line leaves it unfinished: drop it.
     let whole = text.rfind('\n').map_or(0, |i| i + 1);
     text.truncate(whole);
+    // QEMU's maps list every mapped file (QEMU's own libraries, the plugin, its state files):
+    // only the ones blocks come from are read.
+    let mut paths: HashMap<u32, PathBuf> = HashMap::new();
     let mut modules: HashMap<u32, ModuleSymbols> = HashMap::new();
     let mut blocks = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -46,7 +49,7 @@ pub(crate) fn read_blocks(path: &Path) -> Result<Vec<Block>, CollectError> {
                     .and_then(|s| s.parse().ok())
                     .ok_or_else(|| bad("module index"))?;
                 let p = f.next().ok_or_else(|| bad("module path"))?;
-                modules.insert(idx, ModuleSymbols::load(Path::new(p)));
+                paths.insert(idx, PathBuf::from(p));
             }
             Some("block") => {
                 let mut f = line.split(' ').skip(1);
@@ -69,7 +72,13 @@ pub(crate) fn read_blocks(path: &Path) -> Result<Vec<Block>, CollectError> {
                     (None, vaddr, String::new())
                 } else {
                     let idx: u32 = module.parse().map_err(|_| bad("module index"))?;
-                    let m = modules.get(&idx).ok_or_else(|| bad("a known module"))?;
+                    let m = match modules.entry(idx) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            let p = paths.get(&idx).ok_or_else(|| bad("a known module"))?;
+                            e.insert(ModuleSymbols::load(p))
+                        }
+                    };
                     let a = m.address(offset);
                     (
                         Some(m.path.clone()),

@@ -41,7 +41,7 @@ impl Register for BbvPlugin {
                 return Ok(());
             }
         };
-        if let Err(e) = blocks::init(&cfg) {
+        if let Err(e) = blocks::init(&cfg).and_then(|_| crate::fast::init(&cfg)) {
             let _ = std::fs::write(
                 cfg.dir.join("error"),
                 format!("creating the block table: {e}"),
@@ -77,7 +77,13 @@ extern "C" fn on_exit(_id: qemu_plugin_id_t, _data: *mut c_void) {
 extern "C" fn on_tb_exec(vcpu: c_uint, udata: *mut c_void) {
     // SAFETY: udata is the TbInfo leaked for this TB in on_tb_trans; it is never freed.
     let tb = unsafe { &*(udata as *const TbInfo) };
-    thread::exec(vcpu, tb);
+    thread::exec_fast(vcpu, tb);
+}
+
+extern "C" fn on_rep_exec(vcpu: c_uint, udata: *mut c_void) {
+    // SAFETY: as in on_tb_exec.
+    let tb = unsafe { &*(udata as *const TbInfo) };
+    thread::exec_rep(vcpu, tb);
 }
 
 /// One instruction of the TB being translated, as the translation-time analysis sees it.
@@ -129,9 +135,11 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         let haddr = sys::qemu_plugin_insn_haddr(first.ptr) as u64;
         let info = blocks::analyze(cfg, n, haddr, insn);
         if let Some(info) = info {
+            let rep = info.rep_first || info.rep_last != 0;
+            let cb: extern "C" fn(c_uint, *mut c_void) = if rep { on_rep_exec } else { on_tb_exec };
             sys::qemu_plugin_register_vcpu_tb_exec_cb(
                 tb,
-                Some(on_tb_exec),
+                Some(cb),
                 qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
                 info as *const TbInfo as *mut c_void,
             );

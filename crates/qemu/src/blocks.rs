@@ -24,13 +24,24 @@ pub struct TbInfo {
     pub rep_last: u64,
     /// `fldcw` instructions in the block.
     pub fldcw: u64,
+    /// Executions counted by the single-thread fast path (a slot in `tbs.state`).
+    pub execs: *mut u64,
 }
+
+// SAFETY: `execs` points into a mapping that lives until exit; see fast.rs for who writes it.
+unsafe impl Sync for TbInfo {}
+unsafe impl Send for TbInfo {}
 
 /// Module index used for code that is not in a mapped file; such blocks are keyed by address.
 const ANON: u32 = u32::MAX;
 
+/// What makes two translations of a block count the same way.
+type Variant = (u32, u64, bool, u64, u64);
+
 struct Table {
     ids: HashMap<(u32, u64), u32>,
+    /// One TbInfo (and fast-path slot) per variant, shared by retranslations.
+    infos: HashMap<Variant, &'static TbInfo>,
     next: u32,
     /// Module lines written so far.
     modules: usize,
@@ -54,6 +65,7 @@ pub fn init(cfg: &Config) -> std::io::Result<()> {
     let file = File::create(cfg.dir.join("blocks"))?;
     *TABLE.lock().unwrap_or_else(|e| e.into_inner()) = Some(Table {
         ids: HashMap::new(),
+        infos: HashMap::new(),
         next: 1,
         modules: 0,
         file: Some(file),
@@ -126,12 +138,20 @@ pub fn analyze<'a>(
             id
         }
     };
-    Some(Box::leak(Box::new(TbInfo {
+    let variant = (id, insns as u64, rep_first, rep_last, fldcw);
+    if let Some(info) = table.infos.get(&variant) {
+        return Some(info);
+    }
+    let execs = crate::fast::new_slot(id, insns as u64, fldcw)?;
+    let info: &'static TbInfo = Box::leak(Box::new(TbInfo {
         id,
         insns: insns as u64,
         pc: first.vaddr,
         rep_first,
         rep_last,
         fldcw,
-    })))
+        execs,
+    }));
+    table.infos.insert(variant, info);
+    Some(info)
 }

@@ -21,6 +21,7 @@
 
 mod api;
 mod blocks;
+mod fast;
 mod maps;
 mod state;
 mod thread;

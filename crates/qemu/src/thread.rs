@@ -6,11 +6,12 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use bbv_profile::{BbvWriter, CutMode, IntervalCounter};
 
 use crate::blocks::TbInfo;
+use crate::fast::{self, NEXT_CUT, TOTAL};
 use crate::state::Shared;
 use crate::{report_error, CONFIG};
 
@@ -21,6 +22,14 @@ const MAX_VCPUS: usize = 4096;
 const EMPTY: AtomicPtr<Thread> = AtomicPtr::new(std::ptr::null_mut());
 static THREADS: [AtomicPtr<Thread>; MAX_VCPUS] = [EMPTY; MAX_VCPUS];
 static NEXT_NUMBER: AtomicU32 = AtomicU32::new(1);
+/// Thread 1, counted by the fast path until a second thread appears.
+static FIRST: AtomicPtr<Thread> = AtomicPtr::new(std::ptr::null_mut());
+/// Set when a second thread appears: from then on every thread counts per block execution.
+static MULTI: AtomicBool = AtomicBool::new(false);
+/// Fast-path rep tracking: the rep instruction the last counted block ended with, and the
+/// total at that moment (a continuation iteration adds nothing to the total).
+static LAST_REP_PC: AtomicU64 = AtomicU64::new(0);
+static LAST_REP_TOTAL: AtomicU64 = AtomicU64::new(u64::MAX);
 
 struct Thread {
     counter: IntervalCounter<Shared>,
@@ -62,13 +71,113 @@ pub fn start(vcpu: u32) {
         line: Vec::new(),
         last_rep: 0,
     });
+    let t = Box::into_raw(t);
+    if number == 1 {
+        // SAFETY: just created, not yet shared.
+        NEXT_CUT.store(unsafe { (*t).counter.next_boundary() }, Ordering::Relaxed);
+        FIRST.store(t, Ordering::Release);
+    } else if !MULTI.load(Ordering::Relaxed) {
+        go_multi();
+    }
     // The previous owner of a reused index has exited; its state stays for the host to read.
-    slot.store(Box::into_raw(t), Ordering::Release);
+    slot.store(t, Ordering::Release);
 }
 
-/// Counts one execution of a translated block on `vcpu`.
+/// A second thread is being created (on thread 1's host thread, inside its clone syscall, so
+/// thread 1 runs no block meanwhile): move the fast path's counts into thread 1's own state.
+fn go_multi() {
+    let p = FIRST.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: thread 1's state; its host thread is the one running this.
+        let t = unsafe { &mut *p };
+        harvest(t);
+        if LAST_REP_TOTAL.load(Ordering::Relaxed) == TOTAL.load(Ordering::Relaxed) {
+            t.last_rep = LAST_REP_PC.load(Ordering::Relaxed);
+        }
+    }
+    MULTI.store(true, Ordering::SeqCst);
+}
+
+fn harvest(t: &mut Thread) {
+    let counter = &mut t.counter;
+    let fldcw = fast::harvest(|id, n| {
+        counter.absorb(id, n);
+        counter.store_mut().header().total += n;
+    });
+    t.counter.store_mut().header().fldcw += fldcw;
+}
+
+/// The fast path's slow part: the total reached the next boundary.
+#[cold]
+fn single_cut(tb: &TbInfo) {
+    let p = FIRST.load(Ordering::Acquire);
+    if p.is_null() {
+        NEXT_CUT.store(u64::MAX, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: only thread 1 exists, and this is its host thread.
+    let t = unsafe { &mut *p };
+    harvest(t);
+    let Thread {
+        counter, out, line, ..
+    } = t;
+    let _ = counter.cut_pending(tb.id, &mut |pairs| write_vector(out, line, pairs));
+    let (intervals, next) = (counter.intervals(), counter.next_boundary());
+    counter.store_mut().header().intervals = intervals;
+    NEXT_CUT.store(next, Ordering::Relaxed);
+}
+
+#[inline(always)]
+fn count_fast(tb: &TbInfo) -> u64 {
+    // SAFETY: the slot counter is inside the never-unmapped shared mapping; one thread runs.
+    unsafe { *tb.execs += 1 };
+    let total = TOTAL.load(Ordering::Relaxed) + tb.insns;
+    TOTAL.store(total, Ordering::Relaxed);
+    if total >= NEXT_CUT.load(Ordering::Relaxed) {
+        single_cut(tb);
+    }
+    total
+}
+
+/// Counts one execution of an ordinary translated block.
 #[inline]
-pub fn exec(vcpu: u32, tb: &TbInfo) {
+pub fn exec_fast(vcpu: u32, tb: &TbInfo) {
+    if MULTI.load(Ordering::Relaxed) {
+        return exec(vcpu, tb);
+    }
+    count_fast(tb);
+}
+
+/// Counts one execution of a block that starts or ends with a rep string instruction.
+pub fn exec_rep(vcpu: u32, tb: &TbInfo) {
+    if MULTI.load(Ordering::Relaxed) {
+        return exec(vcpu, tb);
+    }
+    let p = FIRST.load(Ordering::Acquire);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: only thread 1 exists, and this is its host thread.
+    let h = unsafe { (*p).counter.store_mut().header() };
+    if tb.rep_first
+        && LAST_REP_PC.load(Ordering::Relaxed) == tb.pc
+        && LAST_REP_TOTAL.load(Ordering::Relaxed) == TOTAL.load(Ordering::Relaxed)
+    {
+        h.rep_iterations += 1;
+        return;
+    }
+    if tb.rep_last != 0 {
+        h.rep_iterations += 1;
+        h.rep_instances += 1;
+    }
+    let total = count_fast(tb);
+    LAST_REP_PC.store(tb.rep_last, Ordering::Relaxed);
+    LAST_REP_TOTAL.store(total, Ordering::Relaxed);
+}
+
+/// Counts one execution of a translated block on `vcpu`, in the thread's own state.
+#[inline]
+fn exec(vcpu: u32, tb: &TbInfo) {
     let Some(slot) = THREADS.get(vcpu as usize) else {
         return;
     };

@@ -1,0 +1,228 @@
+//! `bbv bench collect`: native, bare QEMU, `bbv collect` (default and --exact) and valgrind's
+//! exp-bbv side by side on real programs, with median slowdowns and the ratios of the targets.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+/// One program run the same way under every tool.
+struct Workload {
+    name: &'static str,
+    argv: Vec<String>,
+    env: Vec<(&'static str, &'static str)>,
+}
+
+/// A deterministic, compressible text: words drawn by an LCG from a fixed vocabulary.
+fn make_input(path: &Path, bytes: usize) -> Result<()> {
+    let words: Vec<String> = (0..4000u64)
+        .map(|i| format!("{:x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 44))
+        .collect();
+    let mut text = String::with_capacity(bytes + 16);
+    let mut x = 88172645463325252u64;
+    while text.len() < bytes {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(&words[(x >> 33) as usize % words.len()]);
+        text.push(if x & 0xf == 0 { '\n' } else { ' ' });
+    }
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn tool(name: &str) -> Result<PathBuf> {
+    bbv_collect::find_on_path(name)
+        .with_context(|| format!("{name} not found on PATH (scripts/setup installs it)"))
+}
+
+/// Wall seconds of one run; the program must succeed.
+fn time(argv: &[String], env: &[(&str, &str)], dir: &Path) -> Result<f64> {
+    let start = Instant::now();
+    let st = Command::new(&argv[0])
+        .args(&argv[1..])
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .with_context(|| format!("cannot run {}", argv[0]))?;
+    let t = start.elapsed().as_secs_f64();
+    if !st.success() {
+        bail!("{} failed ({st})", argv.join(" "));
+    }
+    Ok(t)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn geomean(v: &[f64]) -> f64 {
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+}
+
+/// Runs the benchmark; `scale` multiplies the input sizes.
+pub fn run(runs: usize, dir: &Path, scale: f64) -> Result<()> {
+    let runs = runs.max(1);
+    let root = dir.join(format!("bbv-collect-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    let result = bench(runs, &root, scale);
+    let _ = std::fs::remove_dir_all(&root);
+    result
+}
+
+fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
+    let input = root.join("input.txt");
+    let mb = |m: f64| ((m * scale * 1e6) as usize).max(10_000);
+    make_input(&input, mb(4.0))?;
+    let small = root.join("small.txt");
+    make_input(&small, mb(1.5))?;
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    // Debian's interpreter (a version manager's shim on PATH would be a shell script).
+    let python = match Path::new("/usr/bin/python3") {
+        p if p.is_file() => p.to_path_buf(),
+        _ => tool("python3")?,
+    };
+    let loops = ((1_500_000.0 * scale) as u64).max(1000);
+    let workloads = vec![
+        Workload {
+            name: "xz -9",
+            argv: vec![s(&tool("xz")?), "-9".into(), "-c".into(), s(&small)],
+            env: vec![],
+        },
+        Workload {
+            name: "bzip2 -9",
+            argv: vec![s(&tool("bzip2")?), "-9".into(), "-c".into(), s(&input)],
+            env: vec![],
+        },
+        Workload {
+            name: "gzip -9",
+            argv: vec![s(&tool("gzip")?), "-9".into(), "-c".into(), s(&input)],
+            env: vec![],
+        },
+        Workload {
+            name: "python3 loop",
+            argv: vec![
+                s(&python),
+                "-c".into(),
+                format!("s = 0\nfor i in range({loops}):\n    s += i * i % 7\nprint(s)"),
+            ],
+            env: vec![("PYTHONHASHSEED", "0")],
+        },
+    ];
+    let bbv = std::env::current_exe().context("cannot find the bbv binary")?;
+    let qemu = s(&tool("qemu-x86_64")?);
+    let valgrind = s(&tool("valgrind")?);
+    let modes = ["native", "qemu", "collect", "collect --exact", "exp-bbv"];
+    println!(
+        "bbv bench collect: median wall time of {runs} run(s) per cell, slowdown = time / native"
+    );
+    println!("(anchors: bare QEMU 1.8-9.1x and exp-bbv 16-47x on this machine kind; targets: default within");
+    println!(" 1.5x of bare QEMU's slowdown, >= 4x faster than exp-bbv; --exact >= 2x faster than exp-bbv)\n");
+    println!(
+        "{:<14} {:>8} {:>8} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11}",
+        "program",
+        "native s",
+        "qemu",
+        "collect",
+        "--exact",
+        "exp-bbv",
+        "coll/qemu",
+        "expbbv/coll",
+        "expbbv/exact"
+    );
+    let (mut over_qemu, mut vs_exp, mut vs_exp_exact) = (Vec::new(), Vec::new(), Vec::new());
+    for w in &workloads {
+        let mut med = Vec::new();
+        for mode in modes {
+            let mut argv: Vec<String> = match mode {
+                "native" => vec![],
+                "qemu" => vec![qemu.clone()],
+                "collect" | "collect --exact" => {
+                    let mut v = vec![
+                        s(&bbv),
+                        "collect".into(),
+                        "--bb-out-file".into(),
+                        "bb.%p".into(),
+                    ];
+                    v.extend(["--pc-out-file".into(), "pc.%p".into()]);
+                    if mode == "collect --exact" {
+                        v.push("--exact".into());
+                    }
+                    v.push("--".into());
+                    v
+                }
+                _ => vec![
+                    valgrind.clone(),
+                    "--tool=exp-bbv".into(),
+                    "--bb-out-file=vg.bb.%p".into(),
+                    "--pc-out-file=vg.pc.%p".into(),
+                ],
+            };
+            argv.extend(w.argv.iter().cloned());
+            let mut times = Vec::new();
+            for _ in 0..runs {
+                times.push(time(&argv, &w.env, root)?);
+                for e in std::fs::read_dir(root)? {
+                    let p = e?.path();
+                    let n = p
+                        .file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned();
+                    if n.starts_with("bb.") || n.starts_with("pc.") || n.starts_with("vg.") {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
+            }
+            med.push(median(times));
+        }
+        let sd: Vec<f64> = med.iter().map(|t| t / med[0]).collect();
+        let (q, c, e, v) = (sd[1], sd[2], sd[3], sd[4]);
+        over_qemu.push(c / q);
+        vs_exp.push(v / c);
+        vs_exp_exact.push(v / e);
+        println!(
+            "{:<14} {:>8.2} {:>7.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>10.2}x {:>10.2}x {:>11.2}x",
+            w.name,
+            med[0],
+            q,
+            c,
+            e,
+            v,
+            c / q,
+            v / c,
+            v / e
+        );
+    }
+    let worst = |v: &[f64], max: bool| {
+        v.iter().copied().fold(
+            if max { 0.0 } else { f64::INFINITY },
+            if max { f64::max } else { f64::min },
+        )
+    };
+    println!();
+    println!(
+        "default vs bare QEMU slowdown: geomean {:.2}x (target <= 1.5x), worst {:.2}x (target <= 2x)",
+        geomean(&over_qemu),
+        worst(&over_qemu, true)
+    );
+    println!(
+        "exp-bbv / default:             geomean {:.2}x (target >= 4x), worst {:.2}x (target >= 3x)",
+        geomean(&vs_exp),
+        worst(&vs_exp, false)
+    );
+    println!(
+        "exp-bbv / --exact:             geomean {:.2}x (target >= 2x)",
+        geomean(&vs_exp_exact)
+    );
+    Ok(())
+}
