@@ -5,6 +5,7 @@
 //! register the hot execution callback with our own pointer as user data.
 
 use std::ffi::{c_uint, c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use qemu_plugin::install::{Args, Info};
 use qemu_plugin::plugin::{HasCallbacks, Register};
@@ -48,16 +49,46 @@ impl Register for BbvPlugin {
             );
             return Ok(());
         }
+        INLINE.store(!cfg.exact, Ordering::Relaxed);
         let _ = CONFIG.set(cfg);
-        // SAFETY: registering callbacks with the id QEMU gave us, inside qemu_plugin_install.
-        unsafe {
-            sys::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init));
-            sys::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit));
-            sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
-            sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
-        }
+        PLUGIN_ID.store(id, Ordering::Relaxed);
+        register_all(id);
         Ok(())
     }
+}
+
+/// The plugin's id, for resetting it from a callback.
+static PLUGIN_ID: AtomicU64 = AtomicU64::new(0);
+/// New translations count with inline adds (and check cuts only in blocks that may loop);
+/// cleared when a second thread appears, as inline adds go to one address for every vCPU.
+pub(crate) static INLINE: AtomicBool = AtomicBool::new(false);
+
+fn register_all(id: qemu_plugin_id_t) {
+    // SAFETY: registering callbacks with the id QEMU gave us.
+    unsafe {
+        sys::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init));
+        sys::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit));
+        sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
+        sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
+    }
+}
+
+/// Asks QEMU to flush every translation and call us back with all vCPUs stopped (must be
+/// called on a vCPU thread, so that QEMU defers the flush to a safe point).
+pub(crate) fn request_reset() {
+    // SAFETY: our own id; the callback re-registers everything the reset removes.
+    unsafe { sys::qemu_plugin_reset(PLUGIN_ID.load(Ordering::Relaxed), Some(on_reset)) };
+}
+
+extern "C" fn on_reset(id: qemu_plugin_id_t) {
+    thread::after_reset();
+    register_all(id);
+}
+
+extern "C" fn on_candidate(vcpu: c_uint, udata: *mut c_void) {
+    // SAFETY: as in on_tb_exec.
+    let tb = unsafe { &*(udata as *const TbInfo) };
+    thread::check_cut(vcpu, tb);
 }
 
 qemu_plugin::register!(BbvPlugin);
@@ -136,6 +167,26 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         let info = blocks::analyze(cfg, n, haddr, insn);
         if let Some(info) = info {
             let rep = info.rep_first || info.rep_last != 0;
+            if INLINE.load(Ordering::Relaxed) && !rep {
+                let add = sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64;
+                sys::qemu_plugin_register_vcpu_tb_exec_inline(
+                    tb,
+                    add,
+                    info.execs as *mut c_void,
+                    1,
+                );
+                let total = crate::fast::TOTAL.as_ptr() as *mut c_void;
+                sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, total, info.insns);
+                if info.may_loop {
+                    sys::qemu_plugin_register_vcpu_tb_exec_cb(
+                        tb,
+                        Some(on_candidate),
+                        qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
+                        info as *const TbInfo as *mut c_void,
+                    );
+                }
+                return;
+            }
             let cb: extern "C" fn(c_uint, *mut c_void) = if rep { on_rep_exec } else { on_tb_exec };
             sys::qemu_plugin_register_vcpu_tb_exec_cb(
                 tb,

@@ -26,6 +26,9 @@ pub struct TbInfo {
     pub fldcw: u64,
     /// Executions counted by the single-thread fast path (a slot in `tbs.state`).
     pub execs: *mut u64,
+    /// The block may close a loop or leave a function (interval boundaries are checked there
+    /// when counting inline); true when unknown.
+    pub may_loop: bool,
 }
 
 // SAFETY: `execs` points into a mapping that lives until exit; see fast.rs for who writes it.
@@ -36,7 +39,7 @@ unsafe impl Send for TbInfo {}
 const ANON: u32 = u32::MAX;
 
 /// What makes two translations of a block count the same way.
-type Variant = (u32, u64, bool, u64, u64);
+type Variant = (u32, u64, bool, u64, u64, bool);
 
 struct Table {
     ids: HashMap<(u32, u64), u32>,
@@ -99,13 +102,18 @@ pub fn analyze<'a>(
             insns -= 1;
         }
     }
-    let (mut rep_first, mut rep_last, mut fldcw) = (false, 0, 0);
+    let (mut rep_first, mut rep_last, mut fldcw, mut may_loop) = (false, 0, 0, true);
     if cfg.x86 {
         rep_first = x86::is_rep_string(first.bytes);
         if insns == n && x86::is_rep_string(last.bytes) {
             rep_last = last.vaddr;
         }
         fldcw = (0..insns).filter(|&i| x86::is_fldcw(insn(i).bytes)).count() as u64;
+        may_loop = x86::may_loop(last.bytes) || insns != n;
+    } else if cfg.aarch64 {
+        may_loop = crate::decode::aarch64_may_loop(last.bytes) || insns != n;
+    } else if cfg.riscv64 {
+        may_loop = crate::decode::riscv64_may_loop(last.bytes) || insns != n;
     }
     let key = maps::locate(haddr).unwrap_or((ANON, first.vaddr));
     let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
@@ -138,7 +146,7 @@ pub fn analyze<'a>(
             id
         }
     };
-    let variant = (id, insns as u64, rep_first, rep_last, fldcw);
+    let variant = (id, insns as u64, rep_first, rep_last, fldcw, may_loop);
     if let Some(info) = table.infos.get(&variant) {
         return Some(info);
     }
@@ -151,6 +159,7 @@ pub fn analyze<'a>(
         rep_last,
         fldcw,
         execs,
+        may_loop,
     }));
     table.infos.insert(variant, info);
     Some(info)

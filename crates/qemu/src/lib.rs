@@ -19,8 +19,28 @@
 //! * Nothing may panic across the C boundary: bad arguments are reported in `DIR/error`.
 //! * Guests close fd 2 before exiting, so nothing is printed; everything goes to files.
 
+#![cfg_attr(test, allow(dead_code))]
+
+#[cfg(not(test))]
 mod api;
+/// Unit tests run without QEMU, which provides the qemu_plugin_* symbols at load time.
+#[cfg(test)]
+mod api {
+    use std::sync::atomic::AtomicBool;
+    pub(crate) static INLINE: AtomicBool = AtomicBool::new(false);
+    pub(crate) fn request_reset() {}
+    pub(crate) struct Insn<'a> {
+        pub vaddr: u64,
+        pub bytes: &'a [u8],
+    }
+    impl Insn<'_> {
+        pub fn disas(&self) -> String {
+            String::new()
+        }
+    }
+}
 mod blocks;
+mod decode;
 mod fast;
 mod maps;
 mod state;
@@ -39,6 +59,8 @@ pub(crate) struct Config {
     pub count_only: bool,
     pub tail: bool,
     pub x86: bool,
+    pub aarch64: bool,
+    pub riscv64: bool,
 }
 
 pub(crate) static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -52,6 +74,8 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
         count_only: false,
         tail: false,
         x86: target.starts_with("x86_64") || target.starts_with("i386"),
+        aarch64: target.starts_with("aarch64"),
+        riscv64: target.starts_with("riscv64"),
     };
     let flag = |k: &str, v: &str| match v {
         "on" | "yes" | "true" => Ok(true),
@@ -94,5 +118,33 @@ pub(crate) fn write_atomically(
 pub(crate) fn report_error(msg: &str) {
     if let Some(cfg) = CONFIG.get() {
         let _ = write_atomically(&cfg.dir, "error", msg.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_arguments() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let c = parse_args(
+            &args(&["dir=/tmp/x", "interval=5", "exact=on", "tail"]),
+            "x86_64-linux-user",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.interval, c.exact, c.tail, c.count_only, c.x86),
+            (5, true, true, false, true)
+        );
+        assert!(
+            parse_args(&args(&["interval=5"]), "x86_64").is_err(),
+            "dir is required"
+        );
+        assert!(parse_args(&args(&["dir=a", "interval=0"]), "x86_64").is_err());
+        assert!(parse_args(&args(&["dir=a", "exact=maybe"]), "x86_64").is_err());
+        assert!(parse_args(&args(&["dir=a", "colour=red"]), "x86_64").is_err());
+        let c = parse_args(&args(&["dir=a"]), "aarch64-linux-user").unwrap();
+        assert!(c.aarch64 && !c.x86 && c.interval == 100_000_000);
     }
 }

@@ -30,6 +30,10 @@ static MULTI: AtomicBool = AtomicBool::new(false);
 /// total at that moment (a continuation iteration adds nothing to the total).
 static LAST_REP_PC: AtomicU64 = AtomicU64::new(0);
 static LAST_REP_TOTAL: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Between the second thread's creation and the flush that ends inline counting.
+static SWITCHING: AtomicBool = AtomicBool::new(false);
+/// The thread whose creation started the switch.
+static NEWEST: AtomicPtr<Thread> = AtomicPtr::new(std::ptr::null_mut());
 
 struct Thread {
     counter: IntervalCounter<Shared>,
@@ -77,7 +81,20 @@ pub fn start(vcpu: u32) {
         NEXT_CUT.store(unsafe { (*t).counter.next_boundary() }, Ordering::Relaxed);
         FIRST.store(t, Ordering::Release);
     } else if !MULTI.load(Ordering::Relaxed) {
-        go_multi();
+        if crate::api::INLINE.load(Ordering::Relaxed) {
+            // Inline adds cannot tell threads apart: flush every translation (QEMU does it at
+            // the next safe point, before this creating thread runs another guest instruction)
+            // and count per thread from then on. Until then only the new thread can run, so
+            // what the fast path counts meanwhile is its own (see after_reset).
+            if !SWITCHING.swap(true, Ordering::SeqCst) {
+                take_over_first();
+                NEWEST.store(t, Ordering::Release);
+                crate::api::request_reset();
+            }
+        } else {
+            take_over_first();
+            MULTI.store(true, Ordering::SeqCst);
+        }
     }
     // The previous owner of a reused index has exited; its state stays for the host to read.
     slot.store(t, Ordering::Release);
@@ -85,7 +102,7 @@ pub fn start(vcpu: u32) {
 
 /// A second thread is being created (on thread 1's host thread, inside its clone syscall, so
 /// thread 1 runs no block meanwhile): move the fast path's counts into thread 1's own state.
-fn go_multi() {
+fn take_over_first() {
     let p = FIRST.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: thread 1's state; its host thread is the one running this.
@@ -95,7 +112,28 @@ fn go_multi() {
             t.last_rep = LAST_REP_PC.load(Ordering::Relaxed);
         }
     }
+}
+
+/// The flush asked for when the second thread appeared is done and every vCPU is stopped:
+/// what the fast path counted since thread 1's hand-over was run by the new thread.
+pub fn after_reset() {
+    let p = NEWEST.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: all vCPUs are stopped while QEMU runs reset callbacks.
+        harvest(unsafe { &mut *p });
+    }
+    crate::api::INLINE.store(false, Ordering::SeqCst);
     MULTI.store(true, Ordering::SeqCst);
+}
+
+/// Inline counting: a block that may close a loop checks whether a cut is due.
+#[inline]
+pub fn check_cut(_vcpu: u32, tb: &TbInfo) {
+    if TOTAL.load(Ordering::Relaxed) >= NEXT_CUT.load(Ordering::Relaxed)
+        && !MULTI.load(Ordering::Relaxed)
+    {
+        single_cut(tb);
+    }
 }
 
 fn harvest(t: &mut Thread) {
@@ -111,6 +149,9 @@ fn harvest(t: &mut Thread) {
 #[cold]
 fn single_cut(tb: &TbInfo) {
     let p = FIRST.load(Ordering::Acquire);
+    if SWITCHING.load(Ordering::Relaxed) {
+        return;
+    }
     if p.is_null() {
         NEXT_CUT.store(u64::MAX, Ordering::Relaxed);
         return;

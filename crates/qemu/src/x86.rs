@@ -31,3 +31,51 @@ pub fn is_fldcw(bytes: &[u8]) -> bool {
         _ => false,
     }
 }
+
+/// Whether a block ending with this instruction can close a loop or leave a function: a
+/// backward direct jump, a return, or an indirect jump or call. Any long run of instructions
+/// passes such blocks often, so checking interval boundaries only there keeps cuts close.
+pub fn may_loop(bytes: &[u8]) -> bool {
+    let (_, i) = prefixes(bytes);
+    let rel8 = |at: usize| bytes.get(at).is_some_and(|&b| (b as i8) < 0);
+    let rel32 = |at: usize| bytes.get(at + 3).is_some_and(|&b| (b as i8) < 0);
+    match bytes.get(i) {
+        Some(0x70..=0x7f | 0xe0..=0xe3 | 0xeb) => rel8(i + 1),
+        Some(0xe9) => rel32(i + 1),
+        Some(0x0f) => matches!(bytes.get(i + 1), Some(0x80..=0x8f)) && rel32(i + 2),
+        Some(0xc2 | 0xc3 | 0xca | 0xcb) => true,
+        Some(0xff) => bytes
+            .get(i + 1)
+            .is_some_and(|&m| matches!((m >> 3) & 7, 2..=5)),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rep_string_instructions() {
+        assert!(is_rep_string(&[0xf3, 0xa4])); // rep movsb
+        assert!(is_rep_string(&[0xf3, 0x48, 0xab])); // rep stosq
+        assert!(is_rep_string(&[0xf2, 0xae])); // repne scasb
+        assert!(!is_rep_string(&[0xa4])); // movsb without rep
+        assert!(!is_rep_string(&[0xf3, 0xc3])); // repz ret is not a string instruction
+        assert!(!is_rep_string(&[0xf3, 0x0f, 0x1e, 0xfa])); // endbr64
+    }
+
+    #[test]
+    fn fldcw_and_loops() {
+        assert!(is_fldcw(&[0xd9, 0x6c, 0x24, 0xfe])); // fldcw -2(%rsp)
+        assert!(!is_fldcw(&[0xd9, 0xe8])); // fld1
+        assert!(may_loop(&[0x75, 0xfb])); // jne .-3
+        assert!(!may_loop(&[0x75, 0x05])); // jne forward
+        assert!(may_loop(&[0x0f, 0x85, 0x00, 0xff, 0xff, 0xff])); // jne rel32 backward
+        assert!(may_loop(&[0xc3])); // ret
+        assert!(may_loop(&[0xf3, 0xc3])); // repz ret
+        assert!(may_loop(&[0xff, 0xe0])); // jmp *%rax
+        assert!(!may_loop(&[0xe8, 0, 0, 0, 0])); // call
+        assert!(!may_loop(&[0x0f, 0x05])); // syscall
+    }
+}

@@ -1,0 +1,80 @@
+//! Which blocks may close a loop or leave a function, for AArch64 and RISC-V (x86 is in x86.rs).
+//! A backward direct branch, a return or an indirect branch qualifies; calls do not.
+
+/// AArch64: the block's last instruction word.
+pub fn aarch64_may_loop(bytes: &[u8]) -> bool {
+    let Some(w) = bytes
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    else {
+        return true;
+    };
+    // Backward or to itself: the offset's sign bit is set, or the offset is zero.
+    let back = |shift: u32, width: u32| {
+        let imm = (w >> shift) & ((1 << width) - 1);
+        imm == 0 || imm >> (width - 1) == 1
+    };
+    if w & 0xfc00_0000 == 0x1400_0000 {
+        back(0, 26) // B
+    } else if w & 0xff00_0010 == 0x5400_0000 || w & 0x7e00_0000 == 0x3400_0000 {
+        back(5, 19) // B.cond, CBZ, CBNZ
+    } else if w & 0x7e00_0000 == 0x3600_0000 {
+        back(5, 14) // TBZ, TBNZ
+    } else {
+        w & 0xfe00_0000 == 0xd600_0000 // BR, BLR, RET and their authenticated forms
+    }
+}
+
+/// RISC-V (RV64GC): the block's last instruction, 2 or 4 bytes.
+pub fn riscv64_may_loop(bytes: &[u8]) -> bool {
+    let Some(h) = bytes.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]])) else {
+        return true;
+    };
+    if h & 3 != 3 {
+        let funct3 = h >> 13;
+        let neg = h >> 12 & 1 == 1;
+        return match (h & 3, funct3) {
+            (1, 0b101) => neg || h >> 2 & 0x7ff == 0, // C.J
+            (1, 0b110 | 0b111) => neg || (h >> 10 & 7 == 0 && h >> 2 & 0x1f == 0), // C.BEQZ, C.BNEZ
+            (2, 0b100) => h >> 2 & 0x1f == 0 && h >> 7 & 0x1f != 0, // C.JR, C.JALR
+            _ => false,
+        };
+    }
+    let Some(w) = bytes
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    else {
+        return true;
+    };
+    match w & 0x7f {
+        0x63 => w >> 31 == 1 || (w >> 25 == 0 && (w >> 7) & 0x1f == 0), // branches
+        0x6f => (w >> 31 == 1 || w >> 12 == 0) && (w >> 7) & 0x1f == 0, // JAL x0 (a jump, not a call)
+        0x67 => true, // JALR: returns and indirect jumps
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aarch64_branches() {
+        assert!(aarch64_may_loop(&0x17ff_ffffu32.to_le_bytes())); // b .-4
+        assert!(!aarch64_may_loop(&0x1400_0002u32.to_le_bytes())); // b .+8
+        assert!(aarch64_may_loop(&0x54ff_ffe1u32.to_le_bytes())); // b.ne .-4
+        assert!(aarch64_may_loop(&0xd65f_03c0u32.to_le_bytes())); // ret
+        assert!(!aarch64_may_loop(&0x9400_0010u32.to_le_bytes())); // bl
+        assert!(aarch64_may_loop(&0x1400_0000u32.to_le_bytes())); // b .
+    }
+
+    #[test]
+    fn riscv_branches() {
+        assert!(riscv64_may_loop(&0x0002_9063u32.to_le_bytes())); // bnez t0, .
+        assert!(riscv64_may_loop(&0x8082u16.to_le_bytes())); // ret (c.jr ra)
+        assert!(!riscv64_may_loop(&0x0001u16.to_le_bytes())); // c.nop
+        assert!(riscv64_may_loop(&0xa001u16.to_le_bytes())); // c.j .
+        assert!(riscv64_may_loop(&0xbffdu16.to_le_bytes())); // c.j .-2
+        assert!(!riscv64_may_loop(&0x0000_8463u32.to_le_bytes())); // beqz ra, .+8
+    }
+}
