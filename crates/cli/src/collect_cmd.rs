@@ -225,12 +225,12 @@ fn place(c: &Collected, bb: &Path, pc: &Path) -> Result<Vec<PathBuf>> {
 
 /// `bbv run`.
 pub fn run(a: RunArgs) -> Result<GuestExit> {
-    std::fs::create_dir_all(&a.output)
-        .with_context(|| format!("cannot create the output directory {}", a.output.display()))?;
-    check_writable(&a.output)?;
     if a.max_k == 0 {
         bail!("--max-k must be at least 1");
     }
+    std::fs::create_dir_all(&a.output)
+        .with_context(|| format!("cannot create the output directory {}", a.output.display()))?;
+    check_writable(&a.output)?;
     let req = request(&a.guest, a.interval, false, a.guest.tail, &a.output)?;
     let outcome = launch(req)?;
     let status = outcome.status;
@@ -292,10 +292,13 @@ fn summarize(a: &RunArgs, c: &Collected, bb: &Path) -> Result<()> {
         }
     }
     report.push_str(&format!(
-        "intervals: {total_rows} of {} instructions ({} thread{})\n",
+        "intervals: {total_rows} of {} instructions ({})\n",
         a.interval,
-        if a.threads == "all" { "every" } else { "main" },
-        if a.threads == "all" { "s" } else { "" }
+        if a.threads == "all" {
+            "all threads; shown as thread:interval"
+        } else {
+            "main thread"
+        }
     ));
     if total_rows == 0 {
         report.push_str(&format!(
@@ -368,8 +371,10 @@ fn summarize(a: &RunArgs, c: &Collected, bb: &Path) -> Result<()> {
         report.push_str(&format!("  {w:6.4}  {at:>8}  {start:>17}  {hot}\n"));
     }
     report.push_str(&format!(
-        "files: {}/ (bb.out, pc.out, simpoint.simpoints, simpoint.weights, simpoint.labels, summary.txt)\n",
-        dir.display()
+        "files: {}/ (bb.out{}, pc.out, {}simpoint.simpoints, simpoint.weights, simpoint.labels, summary.txt)\n",
+        dir.display(),
+        if c.threads.len() > 1 { ", bb.out.N" } else { "" },
+        if a.threads == "all" { "bb.all, " } else { "" }
     ));
     finish_report(dir, &report)
 }

@@ -696,3 +696,66 @@ fn run_clusters_and_summarizes() {
     let bb_lines = vectors(&dir.path().join("out/bb.out")).len();
     assert_eq!(labels.lines().count(), bb_lines);
 }
+
+#[test]
+fn run_clusters_every_thread_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = endings(dir.path());
+    plugin_built();
+    let out = bbv()
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "--threads",
+            "all",
+            "--interval",
+            "200000",
+            "--max-k",
+            "4",
+            "-o",
+            "out",
+            "--",
+        ])
+        .arg(&prog)
+        .arg("threads")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "the program's own status: {err}"
+    );
+    assert!(
+        err.contains("in 4 threads") && err.contains("all threads"),
+        "{err}"
+    );
+    let rows: usize = ["bb.out", "bb.out.2", "bb.out.3", "bb.out.4"]
+        .iter()
+        .map(|f| vectors(&dir.path().join("out").join(f)).len())
+        .sum();
+    assert_eq!(vectors(&dir.path().join("out/bb.all")).len(), rows);
+    let labels = std::fs::read_to_string(dir.path().join("out/simpoint.labels")).unwrap();
+    assert_eq!(
+        labels.lines().count(),
+        rows,
+        "every thread's intervals were clustered"
+    );
+    // Bad options are refused before the program runs.
+    let out = bbv()
+        .current_dir(dir.path())
+        .args(["run", "--max-k", "0", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let out = bbv()
+        .current_dir(dir.path())
+        .args(["run", "-o", "/proc/no/such", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+}
