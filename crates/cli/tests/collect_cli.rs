@@ -119,6 +119,31 @@ fn x86_64_counts_rep_instructions_once() {
 }
 
 #[test]
+fn page_crossing_instruction_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(
+        dir.path(),
+        "gcc",
+        "x86_64_page_cross.S",
+        "pc",
+        &["-nostdlib", "-static"],
+    );
+    for mode in ["--exact", "--tail"] {
+        let out = collect(
+            dir.path(),
+            &["--instr-count-only", mode],
+            &[prog.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(
+            totals(&String::from_utf8_lossy(&out.stderr), "Total instructions"),
+            [305],
+            "{mode}"
+        );
+    }
+}
+
+#[test]
 fn aarch64_and_riscv64_exact_counts() {
     let dir = tempfile::tempdir().unwrap();
     for (cc, src) in [
