@@ -3,6 +3,7 @@
 mod atomic;
 mod bench;
 mod bench_collect;
+mod cc_cmd;
 mod collect_cmd;
 mod gpu_cmd;
 mod simpoint_cmd;
@@ -31,6 +32,11 @@ enum Command {
     Collect(collect_cmd::CollectArgs),
     /// Collect, cluster and summarize: simulation points of a program in one command.
     Run(collect_cmd::RunArgs),
+    /// Compile C with deterministic instruction counting: `bbv cc -- clang-14 ARGS` (usable as CC).
+    Cc(cc_cmd::CcArgs),
+    /// Compile C++ with deterministic instruction counting: `bbv c++ -- clang++-14 ARGS`.
+    #[command(name = "c++")]
+    Cxx(cc_cmd::CcArgs),
     /// Cluster a BBV file and pick simulation points (SimPoint 3.2 compatible; accepts
     /// SimPoint's own options too). See 'bbv simpoint --help'.
     #[command(disable_help_flag = true)]
@@ -122,6 +128,7 @@ fn main() -> ExitCode {
     report(match cli.command {
         Command::Collect(a) => return guest_exit(collect_cmd::collect(a)),
         Command::Run(a) => return guest_exit(collect_cmd::run(a)),
+        Command::Cc(a) | Command::Cxx(a) => cc_cmd::run_cc(a),
         Command::Simpoint { args } => simpoint(&args),
         Command::Gpu { what } => gpu_cmd::run(what),
         Command::Bench { what } => bench::run(what),
