@@ -1,5 +1,6 @@
 //! Integration tests of the `bbv` binary.
 
+mod cc_cli;
 mod collect_cli;
 mod common;
 mod golden;
