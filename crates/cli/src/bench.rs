@@ -33,6 +33,16 @@ pub enum BenchCommand {
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
     },
+    /// `bbv cc` overhead on Lua, SQLite and bzip2 (C sources from crates cargo fetches) vs
+    /// native clang-14 -O2 and -fprofile-generate.
+    Cc {
+        /// Runs per cell (the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to build (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
     /// CPU collection: native, bare QEMU, bbv collect (default and --exact) and valgrind's
     /// exp-bbv on xz -9, bzip2 -9, gzip -9 and a python3 loop; median slowdowns and ratios.
     Collect {
@@ -259,6 +269,7 @@ fn generate_trace(path: &Path, id: u64, bytes: u64) -> Result<u64> {
 /// Runs a benchmark.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
+        BenchCommand::Cc { runs, dir } => crate::bench_cc::run(runs, &dir),
         BenchCommand::Collect { runs, scale, dir } => crate::bench_collect::run(runs, &dir, scale),
         BenchCommand::Gpu { mb, kernels, dir } => {
             let root = dir.join(format!("bbv-gpu-bench-{}", std::process::id()));

@@ -2,6 +2,7 @@
 
 mod atomic;
 mod bench;
+mod bench_cc;
 mod bench_collect;
 mod cc_cmd;
 mod collect_cmd;
