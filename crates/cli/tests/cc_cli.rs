@@ -184,6 +184,38 @@ fn expected(ir: &HashMap<(String, String), u64>, path: &[(&str, &str, u64)]) -> 
 }
 
 #[test]
+fn a_budget_handler_that_returns_lets_the_run_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut seen = None;
+    for level in ["-O0", "-O2"] {
+        cc(
+            d,
+            "cc",
+            "total",
+            "clang-14",
+            &[level, "-o", "h", guest("handler.c").to_str().unwrap()],
+        );
+        let out = run(d, "h", &[]);
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines[0].starts_with("over budget at ")
+                && lines[0].contains(" in spin (")
+                && lines[0].contains("handler.c:"),
+            "{text}"
+        );
+        assert_eq!(lines[1], "finished 14995");
+        match &seen {
+            None => seen = Some(text),
+            Some(t) => assert_eq!(t, &text, "{level}"),
+        }
+    }
+}
+
+#[test]
 fn counts_equal_the_ir_including_blocks_left_early() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -1,9 +1,11 @@
 //! bbv-llvm: an LLVM 14 new-pass-manager plugin that makes instruction counts deterministic.
 //!
 //! `opt-14 -load-pass-plugin=libbbv_llvm.so -passes='bbv-total,verify'` (or `bbv-blocks`) adds, at
-//! the start of every basic block, the block's IR instruction count to the calling thread's
-//! counter (`__bbv_tls[0]`, defined by the runtime) and compares it with the thread's limit
-//! (`__bbv_tls[1]`), calling `bbv_budget_hit(site)` when it is passed. `bbv-blocks` also counts
+//! the start of every basic block, the block's IR instruction count to a per-function
+//! accumulator, flushed into the calling thread's counter (`__bbv_tls[0]`, defined by the
+//! runtime) before calls, returns and resumes, and compared with the thread's limit
+//! (`__bbv_tls[1]`) at function entries and loop heads, calling `bbv_budget_hit(site)` when it
+//! is passed. `bbv-blocks` also counts
 //! each block's executions in a per-module array the runtime finds through the `bbv_modules`
 //! section, for per-block counts and BBV intervals.
 //!
@@ -180,29 +182,62 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
     let hit_ty = LLVMFunctionType(void, hit_args.as_mut_ptr(), 1, 0);
     let hit = LLVMAddFunction(m, c("bbv_budget_hit").as_ptr(), hit_ty);
 
-    // void __bbv_count(i64 n, site*): count += n; if (count > limit) bbv_budget_hit(site).
-    let mut count_args = [i64t, site_p];
-    let count_ty = LLVMFunctionType(void, count_args.as_mut_ptr(), 2, 0);
-    let count_fn = LLVMAddFunction(m, c("__bbv_count").as_ptr(), count_ty);
-    LLVMSetLinkage(count_fn, LLVMLinkage::LLVMInternalLinkage);
-    for attr in ["alwaysinline", "nounwind"] {
-        let kind = LLVMGetEnumAttributeKindForName(attr.as_ptr() as *const i8, attr.len());
-        LLVMAddAttributeAtIndex(count_fn, u32::MAX, LLVMCreateEnumAttribute(ctx, kind, 0));
-    }
+    // Counting runs in a per-function accumulator (an alloca that mem2reg turns into a
+    // register): each block adds its count to it; it is flushed into the thread's counter
+    // before every call, return and resume (so nothing pending is lost when a callee never
+    // returns: longjmp, exceptions, exit), and checked against the limit at function entry and
+    // at every target of a backward edge in block order (every cycle has one), so a budget
+    // stops a run at the same check point every time.
+    let i64p = LLVMPointerType(i64t, 0);
+    let attrs = |f: LLVMValueRef| {
+        for attr in ["alwaysinline", "nounwind"] {
+            let kind = LLVMGetEnumAttributeKindForName(attr.as_ptr() as *const i8, attr.len());
+            LLVMAddAttributeAtIndex(f, u32::MAX, LLVMCreateEnumAttribute(ctx, kind, 0));
+        }
+        LLVMSetLinkage(f, LLVMLinkage::LLVMInternalLinkage);
+    };
     let b = LLVMCreateBuilderInContext(ctx);
+    let zero32 = LLVMConstInt(i32t, 0, 0);
+    let one32 = LLVMConstInt(i32t, 1, 0);
+    let zero64 = LLVMConstInt(i64t, 0, 0);
+    // void __bbv_flush(i64 *acc): count += *acc; *acc = 0.
+    let mut flush_args = [i64p];
+    let flush_ty = LLVMFunctionType(void, flush_args.as_mut_ptr(), 1, 0);
+    let flush_fn = LLVMAddFunction(m, c("__bbv_flush").as_ptr(), flush_ty);
+    attrs(flush_fn);
+    {
+        let entry = LLVMAppendBasicBlockInContext(ctx, flush_fn, c("entry").as_ptr());
+        LLVMPositionBuilderAtEnd(b, entry);
+        let mut idx0 = [zero32, zero32];
+        let pc = LLVMBuildInBoundsGEP2(b, tls_ty, tls, idx0.as_mut_ptr(), 2, c("pc").as_ptr());
+        let acc = LLVMGetParam(flush_fn, 0);
+        let v = LLVMBuildLoad2(b, i64t, acc, c("v").as_ptr());
+        let cnt = LLVMBuildLoad2(b, i64t, pc, c("c").as_ptr());
+        LLVMBuildStore(b, LLVMBuildAdd(b, cnt, v, c("s").as_ptr()), pc);
+        LLVMBuildStore(b, zero64, acc);
+        LLVMBuildRetVoid(b);
+    }
+    // void __bbv_count(i64 *acc, i64 n, site*): count += *acc + n; *acc = 0;
+    // if (count > limit) bbv_budget_hit(site).
+    let mut count_args = [i64p, i64t, site_p];
+    let count_ty = LLVMFunctionType(void, count_args.as_mut_ptr(), 3, 0);
+    let count_fn = LLVMAddFunction(m, c("__bbv_count").as_ptr(), count_ty);
+    attrs(count_fn);
     {
         let entry = LLVMAppendBasicBlockInContext(ctx, count_fn, c("entry").as_ptr());
         let over = LLVMAppendBasicBlockInContext(ctx, count_fn, c("over").as_ptr());
         let done = LLVMAppendBasicBlockInContext(ctx, count_fn, c("done").as_ptr());
         LLVMPositionBuilderAtEnd(b, entry);
-        let zero = LLVMConstInt(i32t, 0, 0);
-        let one = LLVMConstInt(i32t, 1, 0);
-        let mut idx0 = [zero, zero];
-        let mut idx1 = [zero, one];
+        let mut idx0 = [zero32, zero32];
+        let mut idx1 = [zero32, one32];
         let pc = LLVMBuildInBoundsGEP2(b, tls_ty, tls, idx0.as_mut_ptr(), 2, c("pc").as_ptr());
         let pl = LLVMBuildInBoundsGEP2(b, tls_ty, tls, idx1.as_mut_ptr(), 2, c("pl").as_ptr());
+        let acc = LLVMGetParam(count_fn, 0);
+        let v = LLVMBuildLoad2(b, i64t, acc, c("v").as_ptr());
+        let v = LLVMBuildAdd(b, v, LLVMGetParam(count_fn, 1), c("vn").as_ptr());
+        LLVMBuildStore(b, zero64, acc);
         let cnt = LLVMBuildLoad2(b, i64t, pc, c("c").as_ptr());
-        let sum = LLVMBuildAdd(b, cnt, LLVMGetParam(count_fn, 0), c("s").as_ptr());
+        let sum = LLVMBuildAdd(b, cnt, v, c("s").as_ptr());
         LLVMBuildStore(b, sum, pc);
         let lim = LLVMBuildLoad2(b, i64t, pl, c("l").as_ptr());
         let cmp = LLVMBuildICmp(
@@ -224,7 +259,7 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
         let kind = LLVMGetMDKindIDInContext(ctx, c("prof").as_ptr(), 4);
         LLVMSetMetadata(br, kind, LLVMMetadataAsValue(ctx, node));
         LLVMPositionBuilderAtEnd(b, over);
-        let mut args = [LLVMGetParam(count_fn, 1)];
+        let mut args = [LLVMGetParam(count_fn, 2)];
         LLVMBuildCall2(b, hit_ty, hit, args.as_mut_ptr(), 1, c("").as_ptr());
         LLVMBuildBr(b, done);
         LLVMPositionBuilderAtEnd(b, done);
@@ -237,7 +272,8 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
         cache: Default::default(),
     };
     let mut sites: Vec<LLVMValueRef> = Vec::new();
-    let mut block_refs: Vec<(LLVMValueRef, LLVMBasicBlockRef, LLVMValueRef)> = Vec::new();
+    // (function, insertion point, checks the limit) per counted block, in site order.
+    let mut block_refs: Vec<(LLVMValueRef, LLVMValueRef, bool)> = Vec::new();
     let mut f = LLVMGetFirstFunction(m);
     while !f.is_null() {
         let next = LLVMGetNextFunction(f);
@@ -250,7 +286,9 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
             continue;
         }
         let fname = strings.get(&name);
+        let checks = check_points(f);
         let mut bb = LLVMGetFirstBasicBlock(f);
+        let mut index = 0;
         while !bb.is_null() {
             let n = counted(bb);
             if let Some(at) = insertion_point(bb) {
@@ -264,9 +302,10 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
                 ];
                 let init = LLVMConstNamedStruct(site_ty, vals.as_mut_ptr(), 4);
                 sites.push(init);
-                block_refs.push((f, bb, at));
+                block_refs.push((f, at, checks[index]));
             }
             bb = LLVMGetNextBasicBlock(bb);
+            index += 1;
         }
         f = next;
     }
@@ -293,8 +332,19 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
         None
     };
     let zero = LLVMConstInt(i32t, 0, 0);
-    for (i, &(_f, _bb, at)) in block_refs.iter().enumerate() {
+    let mut accs: std::collections::HashMap<LLVMValueRef, LLVMValueRef> = Default::default();
+    for &(f, _, _) in &block_refs {
+        accs.entry(f).or_insert_with(|| {
+            let entry = LLVMGetEntryBasicBlock(f);
+            LLVMPositionBuilderBefore(b, LLVMGetFirstInstruction(entry));
+            let acc = LLVMBuildAlloca(b, i64t, c("bbv.acc").as_ptr());
+            LLVMBuildStore(b, zero64, acc);
+            acc
+        });
+    }
+    for (i, &(f, at, check)) in block_refs.iter().enumerate() {
         let n = LLVMConstIntGetZExtValue(LLVMGetOperand(sites[i], 3));
+        let acc = accs[&f];
         LLVMPositionBuilderBefore(b, at);
         let mut idx = [zero, LLVMConstInt(i32t, i as u64, 0)];
         let site = LLVMConstInBoundsGEP2(sites_ty, sites_g, idx.as_mut_ptr(), 2);
@@ -304,13 +354,34 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
             let v = LLVMBuildAdd(b, v, LLVMConstInt(i64t, 1, 0), c("").as_ptr());
             LLVMBuildStore(b, v, p);
         }
-        let mut args = [LLVMConstInt(i64t, n, 0), site];
-        LLVMBuildCall2(b, count_ty, count_fn, args.as_mut_ptr(), 2, c("").as_ptr());
+        if check {
+            let mut args = [acc, LLVMConstInt(i64t, n, 0), site];
+            LLVMBuildCall2(b, count_ty, count_fn, args.as_mut_ptr(), 3, c("").as_ptr());
+        } else {
+            let v = LLVMBuildLoad2(b, i64t, acc, c("").as_ptr());
+            let v = LLVMBuildAdd(b, v, LLVMConstInt(i64t, n, 0), c("").as_ptr());
+            LLVMBuildStore(b, v, acc);
+        }
+    }
+    // Flush before every call (a callee may never return), return and resume.
+    for (&f, &acc) in &accs {
+        let mut bb = LLVMGetFirstBasicBlock(f);
+        while !bb.is_null() {
+            let mut inst = LLVMGetFirstInstruction(bb);
+            while !inst.is_null() {
+                if needs_flush(inst) {
+                    LLVMPositionBuilderBefore(b, inst);
+                    let mut args = [acc];
+                    LLVMBuildCall2(b, flush_ty, flush_fn, args.as_mut_ptr(), 1, c("").as_ptr());
+                }
+                inst = LLVMGetNextInstruction(inst);
+            }
+            bb = LLVMGetNextBasicBlock(bb);
+        }
     }
     if let Some(counts) = counts_g {
         // struct { u64 *counts; site *sites; u64 n; } in section bbv_modules, which the runtime
         // walks from __start_bbv_modules to __stop_bbv_modules (in link order).
-        let i64p = LLVMPointerType(i64t, 0);
         let mut rf = [i64p, site_p, i64t];
         let rec_ty = LLVMStructTypeInContext(ctx, rf.as_mut_ptr(), 3, 0);
         let mut idx = [zero, zero];
@@ -328,6 +399,63 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
         append_used(m, ctx, rec);
     }
     LLVMDisposeBuilder(b);
+}
+
+/// Per block in layout order: whether it checks the limit (the entry block, and every target of
+/// an edge that does not go forward in block order; every cycle contains such an edge).
+unsafe fn check_points(f: LLVMValueRef) -> Vec<bool> {
+    let mut blocks = Vec::new();
+    let mut bb = LLVMGetFirstBasicBlock(f);
+    while !bb.is_null() {
+        blocks.push(bb);
+        bb = LLVMGetNextBasicBlock(bb);
+    }
+    let index: std::collections::HashMap<LLVMBasicBlockRef, usize> =
+        blocks.iter().enumerate().map(|(i, &b)| (b, i)).collect();
+    let mut check = vec![false; blocks.len()];
+    if let Some(c) = check.first_mut() {
+        *c = true;
+    }
+    for (i, &bb) in blocks.iter().enumerate() {
+        let term = LLVMGetBasicBlockTerminator(bb);
+        if term.is_null() {
+            continue;
+        }
+        for k in 0..LLVMGetNumSuccessors(term) {
+            if let Some(&j) = index.get(&LLVMGetSuccessor(term, k)) {
+                if j <= i {
+                    check[j] = true;
+                }
+            }
+        }
+    }
+    check
+}
+
+/// Whether the thread's counter must be current before `inst`: calls (except LLVM intrinsics
+/// and our helpers), returns and resumes.
+unsafe fn needs_flush(inst: LLVMValueRef) -> bool {
+    match LLVMGetInstructionOpcode(inst) {
+        LLVMOpcode::LLVMRet | LLVMOpcode::LLVMResume => true,
+        LLVMOpcode::LLVMCall | LLVMOpcode::LLVMInvoke | LLVMOpcode::LLVMCallBr => {
+            let callee = LLVMGetCalledValue(inst);
+            if !callee.is_null() && !LLVMIsAInlineAsm(callee).is_null() {
+                return false;
+            }
+            if callee.is_null() || LLVMIsAFunction(callee).is_null() {
+                return true;
+            }
+            let mut len = 0;
+            let name = LLVMGetValueName2(callee, &mut len);
+            let name = if name.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(name as *const u8, len)
+            };
+            !(name.starts_with(b"llvm.") || name.starts_with(b"__bbv"))
+        }
+        _ => false,
+    }
 }
 
 /// Adds `g` to `llvm.used`, rebuilding the array.

@@ -16,12 +16,12 @@ uint64_t bbv_count(void);
 /* Restarts the calling thread's count at 0 (its total for BBV_OUT keeps what was counted). */
 void bbv_reset(void);
 
-/* Stops the calling thread once bbv_count() would exceed n (0 = no budget). The check runs at
- * every block entry, so the stop is exact to the block and the same on every run. */
+/* Stops the calling thread once bbv_count() exceeds n (0 = no budget). The check runs at every
+ * function entry and loop head, so the stop is at the same place and count on every run. */
 void bbv_set_budget(uint64_t n);
 
-/* Called when the budget runs out, with the count and where it ran out (file and line need
- * -g or are empty/0). If it returns, the budget is removed and the thread continues. The default
+/* Called when the budget runs out, with the count and where it ran out (bbv cc always compiles
+ * line tables). If it returns, the budget is removed and the thread continues. The default
  * prints the function and line on stderr and exits with status 152 (128 + SIGXCPU). */
 typedef void (*bbv_budget_handler)(uint64_t count, const char *function, const char *file, unsigned line);
 void bbv_on_budget(bbv_budget_handler handler);

@@ -269,9 +269,11 @@ pub unsafe extern "C" fn bbv_budget_hit(site: *const Site) {
             );
             libc::exit(BUDGET_STATUS);
         }
+        // The handler is instrumented code too: remove the budget before calling it.
+        BUDGET.with(|b| b.set(0));
+        set_limit();
         let h: extern "C" fn(u64, *const c_char, *const c_char, c_uint) = std::mem::transmute(h);
         h(count, function, file, line);
-        BUDGET.with(|b| b.set(0));
     }
     set_limit();
 }
