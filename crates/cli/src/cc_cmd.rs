@@ -254,6 +254,7 @@ pub fn run_cc(a: CcArgs) -> Result<()> {
                 front.push(x.clone());
             }
             s if s.starts_with("-O") => level = s.to_string(),
+            s if s.starts_with("-o") && s.len() > 2 => output = Some(s[2..].to_string()),
             s if s.starts_with('-') && s.len() > 1 => {
                 if s.starts_with("-g") && s != "-g0" {
                     user_g = true;

@@ -493,3 +493,44 @@ fn bad_compilers_and_environments_are_refused() {
         assert!(out.stdout.is_empty(), "stopped before main");
     }
 }
+
+#[test]
+fn works_as_cc_in_a_makefile() {
+    llvm_built();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("main.c"),
+        "#include <stdio.h>\n#include \"bbv.h\"\nint helper(int);\nint main(void) { int s = helper(100); printf(\"%d %llu\\n\", s, (unsigned long long)bbv_count()); return 0; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("helper.c"),
+        "int helper(int x) { int s = 0; for (int i = 0; i < x; i++) s += i; return s; }\n",
+    )
+    .unwrap();
+    let bbv = env!("CARGO_BIN_EXE_bbv");
+    std::fs::write(
+        d.join("Makefile"),
+        format!("CC = {bbv} cc -- clang-14\nCFLAGS = -O2 -Wall\nprog: main.o helper.o\n\t$(CC) $(CFLAGS) -o$@ main.o helper.o -lm\n%.o: %.c\n\t$(CC) $(CFLAGS) -MD -c $< -o $@\n"),
+    )
+    .unwrap();
+    let st = Command::new("make")
+        .arg("-s")
+        .current_dir(d)
+        .status()
+        .expect("make runs");
+    assert!(st.success());
+    assert!(
+        d.join("main.d").is_file() && d.join("helper.d").is_file(),
+        "-MD dependency files"
+    );
+    let out = run(d, "prog", &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (sum, count) = text.trim().split_once(' ').unwrap();
+    assert_eq!(sum, "4950");
+    assert!(
+        count.parse::<u64>().unwrap() > 100 * 4,
+        "helper's loop was counted: {text}"
+    );
+}
