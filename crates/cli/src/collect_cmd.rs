@@ -247,15 +247,6 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
     })
 }
 
-/// Which thread and interval each clustered row is.
-fn rows(a: &RunArgs, c: &Collected) -> Vec<(u32, u64)> {
-    c.threads
-        .iter()
-        .filter(|t| a.threads == "all" || t.number == 1)
-        .flat_map(|t| (0..t.intervals).map(move |i| (t.number, i)))
-        .collect()
-}
-
 /// One interval's vector: (block id, instructions).
 type Sparse = Vec<(u32, f64)>;
 
@@ -337,7 +328,11 @@ fn summarize(a: &RunArgs, c: &Collected, bb: &Path) -> Result<()> {
     let points = read_pairs::<usize>(&prefix.with_extension("simpoints"))?;
     let weights = read_pairs::<f64>(&prefix.with_extension("weights"))?;
     let weight_of: HashMap<u64, f64> = weights.iter().map(|&(w, c)| (c as u64, w)).collect();
-    let index: Vec<(u32, u64)> = rows(a, c);
+    // Which thread and interval each clustered row is.
+    let index: Vec<(u32, u64)> = vectors
+        .iter()
+        .flat_map(|(n, vs)| (0..vs.len() as u64).map(move |i| (*n, i)))
+        .collect();
     let flat: Vec<&Sparse> = vectors.iter().flat_map(|(_, v)| v.iter()).collect();
     report.push_str(&format!(
         "simpoints: {} (k chosen by BIC, --max-k {})\n",

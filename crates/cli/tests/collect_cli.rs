@@ -38,6 +38,11 @@ fn build(dir: &Path, cc: &str, src: &str, name: &str, flags: &[&str]) -> PathBuf
     out
 }
 
+/// A freestanding assembly program (no libc), linked statically.
+fn build_static(dir: &Path, cc: &str, src: &str, name: &str) -> PathBuf {
+    build(dir, cc, src, name, &["-nostdlib", "-static"])
+}
+
 fn collect(dir: &Path, args: &[&str], guest: &[&str]) -> Output {
     plugin_built();
     bbv()
@@ -83,13 +88,7 @@ fn vectors(path: &Path) -> Vec<Vec<(u32, u64)>> {
 #[test]
 fn x86_64_counts_rep_instructions_once() {
     let dir = tempfile::tempdir().unwrap();
-    let prog = build(
-        dir.path(),
-        "gcc",
-        "x86_64_rep.S",
-        "rep",
-        &["-nostdlib", "-static"],
-    );
+    let prog = build_static(dir.path(), "gcc", "x86_64_rep.S", "rep");
     let out = collect(
         dir.path(),
         &["--bb-out-file", "bb", "--pc-out-file", "pc", "--tail"],
@@ -121,13 +120,7 @@ fn x86_64_counts_rep_instructions_once() {
 #[test]
 fn page_crossing_instruction_counted_once() {
     let dir = tempfile::tempdir().unwrap();
-    let prog = build(
-        dir.path(),
-        "gcc",
-        "x86_64_page_cross.S",
-        "pc",
-        &["-nostdlib", "-static"],
-    );
+    let prog = build_static(dir.path(), "gcc", "x86_64_page_cross.S", "pc");
     for mode in ["--exact", "--tail"] {
         let out = collect(
             dir.path(),
@@ -150,7 +143,7 @@ fn aarch64_and_riscv64_exact_counts() {
         ("aarch64-linux-gnu-gcc", "aarch64_loop.S"),
         ("riscv64-linux-gnu-gcc", "riscv64_loop.S"),
     ] {
-        let prog = build(dir.path(), cc, src, src, &["-nostdlib", "-static"]);
+        let prog = build_static(dir.path(), cc, src, src);
         let out = collect(
             dir.path(),
             &["--bb-out-file", "bb.%p", "--pc-out-file", "pc.%p"],
@@ -183,13 +176,7 @@ fn aarch64_and_riscv64_exact_counts() {
 #[test]
 fn four_threads_numbered_in_creation_order() {
     let dir = tempfile::tempdir().unwrap();
-    let prog = build(
-        dir.path(),
-        "gcc",
-        "x86_64_threads.S",
-        "thr",
-        &["-nostdlib", "-static"],
-    );
+    let prog = build_static(dir.path(), "gcc", "x86_64_threads.S", "thr");
     // Default mode counts thread 1 in the fast path until thread 2 appears: both must be exact.
     for mode in ["--exact", "--tail"] {
         let out = collect(

@@ -7,20 +7,16 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
+use bbv_profile::plugin_state::{thread, HEADER_WORDS, SLOTS_MAGIC, THREAD_MAGIC};
 use bbv_profile::BbvWriter;
 
 use crate::{CollectError, Request, ThreadResult};
-
-const MAGIC: u64 = 0x3176_6574_6174_7362;
-const HEADER_WORDS: usize = 16;
 
 fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
     bytes
         .chunks_exact(8)
         .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
 }
-
-const TBS_MAGIC: u64 = 0x3176_7374_6273_7462;
 
 /// Thread 1's executions the plugin's single-thread fast path counted after its last harvest
 /// (`tbs` lists the slots, `tbs.state` holds their counters): (id, instructions) pairs, in no
@@ -49,7 +45,7 @@ fn unharvested(dir: &Path) -> Result<(Vec<(u32, u64)>, u64), CollectError> {
     file.read_exact(&mut bytes)
         .map_err(|e| CollectError::io(&path, e))?;
     let w: Vec<u64> = words(&bytes).collect();
-    if w[0] != TBS_MAGIC {
+    if w[0] != SLOTS_MAGIC {
         return Err(CollectError::Plugin(format!(
             "{}: not a slot table of this plugin version",
             path.display()
@@ -80,11 +76,16 @@ pub(crate) fn finish_thread(
         return Err(bad("truncated thread state"));
     }
     let h: Vec<u64> = words(&bytes[..HEADER_WORDS * 8]).collect();
-    if h[0] != MAGIC {
+    if h[thread::MAGIC] != THREAD_MAGIC {
         return Err(bad("not a thread state of this plugin version"));
     }
-    let (mut total, rep_iterations, rep_instances, mut fldcw, recorded) =
-        (h[2], h[3], h[4], h[5], h[6]);
+    let (mut total, rep_iterations, rep_instances, mut fldcw, recorded) = (
+        h[thread::TOTAL],
+        h[thread::REP_ITERATIONS],
+        h[thread::REP_INSTANCES],
+        h[thread::FLDCW],
+        h[thread::INTERVALS],
+    );
     let mut counts: Vec<u64> = words(&bytes[HEADER_WORDS * 8..]).collect();
     if number == 1 {
         let (extra, f) = unharvested(dir)?;
@@ -99,13 +100,17 @@ pub(crate) fn finish_thread(
     }
 
     let bb = dir.join(format!("thread.{number}.bb"));
-    let mut intervals = 0u64;
-    if !req.count_only {
+    // The vector file, and what goes at its end before the closing comment.
+    let mut open_file = None;
+    let intervals = if req.count_only {
+        total / req.interval
+    } else {
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .append(true)
             .open(&bb)
             .map_err(|e| CollectError::io(&bb, e))?;
+        let mut intervals = 0u64;
         let mut buf = vec![0u8; 1 << 16];
         loop {
             let n = file.read(&mut buf).map_err(|e| CollectError::io(&bb, e))?;
@@ -132,56 +137,27 @@ pub(crate) fn finish_thread(
                 intervals += 1;
             }
         }
-        let summary = summary(
-            number,
-            intervals,
-            req.interval,
-            total,
-            rep_iterations,
-            rep_instances,
-            fldcw,
-        );
-        tail.extend_from_slice(format!("\n\n{summary}\n").as_bytes());
-        file.write_all(&tail)
-            .map_err(|e| CollectError::io(&bb, e))?;
-        return Ok(ThreadResult {
-            number,
-            bb: Some(bb),
-            summary,
-            instructions: total,
-            intervals,
-        });
-    }
-    intervals = total / req.interval;
-    let summary = summary(
-        number,
-        intervals,
-        req.interval,
-        total,
-        rep_iterations,
-        rep_instances,
-        fldcw,
+        open_file = Some((file, tail));
+        intervals
+    };
+    let summary = format!(
+        "# Thread {number}\n#   Total intervals: {intervals} (Interval Size {})\n#   Total instructions: {total}\n#   Total reps: {rep_iterations}\n#   Unique reps: {rep_instances}\n#   Total fldcw instructions: {fldcw}\n",
+        req.interval
     );
+    let bb = match open_file {
+        Some((mut file, mut tail)) => {
+            tail.extend_from_slice(format!("\n\n{summary}\n").as_bytes());
+            file.write_all(&tail)
+                .map_err(|e| CollectError::io(&bb, e))?;
+            Some(bb)
+        }
+        None => None,
+    };
     Ok(ThreadResult {
         number,
-        bb: None,
+        bb,
         summary,
         instructions: total,
         intervals,
     })
-}
-
-/// exp-bbv's closing comment block.
-fn summary(
-    number: u32,
-    intervals: u64,
-    size: u64,
-    total: u64,
-    reps: u64,
-    unique: u64,
-    fldcw: u64,
-) -> String {
-    format!(
-        "# Thread {number}\n#   Total intervals: {intervals} (Interval Size {size})\n#   Total instructions: {total}\n#   Total reps: {reps}\n#   Unique reps: {unique}\n#   Total fldcw instructions: {fldcw}\n"
-    )
 }

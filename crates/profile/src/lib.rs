@@ -16,6 +16,7 @@
 mod error;
 mod input;
 mod intervals;
+pub mod plugin_state;
 mod reader;
 mod writer;
 

@@ -69,7 +69,6 @@ fn register_all(id: qemu_plugin_id_t) {
         sys::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init));
         sys::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit));
         sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
-        sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
     }
 }
 
@@ -99,10 +98,6 @@ extern "C" fn on_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
 
 extern "C" fn on_vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
     thread::finish_vcpu(vcpu);
-}
-
-extern "C" fn on_exit(_id: qemu_plugin_id_t, _data: *mut c_void) {
-    blocks::exited();
 }
 
 extern "C" fn on_tb_exec(vcpu: c_uint, udata: *mut c_void) {

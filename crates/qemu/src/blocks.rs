@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::sync::Mutex;
 
 use crate::api::Insn;
-use crate::{maps, report_error, x86, Config, CONFIG};
+use crate::{maps, report_error, x86, Config};
 
 /// What the execution callback needs about one translated block. Leaked: QEMU may run the
 /// translated code until exit, and TBs are few compared with their executions.
@@ -74,13 +74,6 @@ pub fn init(cfg: &Config) -> std::io::Result<()> {
         file: Some(file),
     });
     Ok(())
-}
-
-/// The guest process exits normally (exit_group, or the last thread's exit).
-pub fn exited() {
-    if let Some(cfg) = CONFIG.get() {
-        let _ = File::create(cfg.dir.join("exited"));
-    }
 }
 
 /// Analyzes a TB being translated: instructions to count, rep/fldcw facts and the block id.

@@ -15,13 +15,12 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use bbv_profile::plugin_state::{HEADER_WORDS, SLOTS_MAGIC};
+
 use crate::{report_error, Config};
 
 /// Most distinct translated blocks a run may have (the mapping is reserved, not allocated).
 pub const MAX_SLOTS: usize = 1 << 23;
-const HEADER_WORDS: usize = 16;
-/// First word of `tbs.state`.
-pub const MAGIC: u64 = 0x3176_7374_6273_7462; // "btbsstv1"
 
 /// Instructions executed by the single thread, counted in the fast path.
 pub static TOTAL: AtomicU64 = AtomicU64::new(0);
@@ -66,7 +65,7 @@ pub fn init(cfg: &Config) -> std::io::Result<()> {
     }
     let base = p as *mut u64;
     // SAFETY: inside the mapping.
-    unsafe { *base = MAGIC };
+    unsafe { *base = SLOTS_MAGIC };
     BASE.store(base, Ordering::Release);
     let mut meta = META.lock().unwrap_or_else(|e| e.into_inner());
     meta.file = Some(File::create(cfg.dir.join("tbs"))?);

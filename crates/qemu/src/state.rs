@@ -8,12 +8,11 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
+use bbv_profile::plugin_state::{HEADER_WORDS, THREAD_MAGIC};
 use bbv_profile::CountStore;
 
-/// First word of a state file.
-pub const MAGIC: u64 = 0x3176_6574_6174_7362; // "bstatev1"
-
-/// The thread's totals, kept current while it runs.
+/// The thread's totals, kept current while it runs; field order is the word order of
+/// `bbv_profile::plugin_state::thread`.
 #[repr(C)]
 pub struct Header {
     pub magic: u64,
@@ -31,8 +30,6 @@ pub struct Header {
     /// Counts that follow the header.
     pub capacity: u64,
 }
-
-const HEADER_WORDS: usize = 16;
 
 /// The mapping; only the owning vCPU thread touches it while the guest runs.
 pub struct Shared {
@@ -58,7 +55,7 @@ impl Shared {
         };
         s.remap(1 << 16)?;
         let h = s.header();
-        h.magic = MAGIC;
+        h.magic = THREAD_MAGIC;
         h.number = u64::from(number);
         Ok(s)
     }
