@@ -16,6 +16,19 @@ pub struct Dataset {
     pub data: Vec<f64>,
     /// One weight per row.
     pub weights: Vec<f64>,
+    /// When identical rows are stored once (see [`Dataset::dedup`]), the stored row of each row;
+    /// `data` then holds the stored rows only.
+    pub index: Option<Vec<u32>>,
+}
+
+/// Hash of a row's bit patterns (for finding identical rows).
+pub(crate) fn row_hash(row: &[f64]) -> u64 {
+    let h = row.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, v| {
+        (h ^ v.to_bits())
+            .wrapping_mul(0x0100_0000_01b3)
+            .rotate_left(23)
+    });
+    h ^ (h >> 29)
 }
 
 impl Dataset {
@@ -25,6 +38,7 @@ impl Dataset {
             cols,
             data: vec![0.0; rows * cols],
             weights: vec![0.0; rows],
+            index: None,
         }
     }
 
@@ -33,16 +47,71 @@ impl Dataset {
         self.weights.len()
     }
 
+    /// Where row `i` is stored.
+    #[inline]
+    pub fn stored(&self, i: usize) -> usize {
+        match &self.index {
+            Some(ix) => ix[i] as usize,
+            None => i,
+        }
+    }
+
     /// Row `i`.
     #[inline]
     pub fn row(&self, i: usize) -> &[f64] {
-        &self.data[i * self.cols..(i + 1) * self.cols]
+        let r = self.stored(i);
+        &self.data[r * self.cols..(r + 1) * self.cols]
     }
 
-    /// Row `i`, mutable.
+    /// Row `i`, mutable (after [`Dataset::dedup`], the row shared by every row identical to it).
     #[inline]
     pub fn row_mut(&mut self, i: usize) -> &mut [f64] {
-        &mut self.data[i * self.cols..(i + 1) * self.cols]
+        let r = self.stored(i);
+        &mut self.data[r * self.cols..(r + 1) * self.cols]
+    }
+
+    /// Stores bitwise-identical rows once (in place, in order of first occurrence), keeping an
+    /// index from rows to stored rows; does nothing when every row is distinct. Phases repeat
+    /// in real programs: identical interval vectors are common.
+    pub fn dedup(&mut self) {
+        let (n, c) = (self.rows(), self.cols);
+        if c == 0 || n < 2 || self.index.is_some() {
+            return;
+        }
+        let size = (n + n / 2).next_power_of_two().max(16);
+        let mask = size - 1;
+        let mut table = vec![u32::MAX; size];
+        let mut index = Vec::with_capacity(n);
+        let mut unique = 0usize;
+        for p in 0..n {
+            // Stored rows occupy 0..unique <= p: row p is still in place.
+            let mut at = (row_hash(&self.data[p * c..(p + 1) * c]) as usize) & mask;
+            let s = loop {
+                let s = table[at];
+                if s == u32::MAX {
+                    table[at] = unique as u32;
+                    self.data.copy_within(p * c..(p + 1) * c, unique * c);
+                    unique += 1;
+                    break unique - 1;
+                }
+                let s = s as usize;
+                let same = self.data[s * c..(s + 1) * c]
+                    .iter()
+                    .zip(&self.data[p * c..(p + 1) * c])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                if same {
+                    break s;
+                }
+                at = (at + 1) & mask;
+            };
+            index.push(s as u32);
+        }
+        if unique == n {
+            return;
+        }
+        self.data.truncate(unique * c);
+        self.data.shrink_to_fit();
+        self.index = Some(index);
     }
 
     /// Writes SimPoint's text format: `rows:w`, then `weight cols: v0 v1 ... ` per row (`%.20g`).
@@ -109,6 +178,7 @@ impl Dataset {
             cols: 0,
             data: Vec::new(),
             weights: Vec::with_capacity(rows.min(1 << 20)),
+            index: None,
         };
         for r in 0..rows {
             let weight = if has_weights {
@@ -193,6 +263,7 @@ impl Dataset {
             cols: 0,
             data: Vec::new(),
             weights: Vec::with_capacity(rows.min(1 << 20)),
+            index: None,
         };
         for r in 0..rows {
             let weight = if has_weights == 1 {
@@ -309,6 +380,7 @@ mod tests {
             cols: 2,
             data: vec![0.5, -1.25e-7, 3.0, 0.0],
             weights: vec![0.25, 0.75],
+            index: None,
         }
     }
 

@@ -5,7 +5,9 @@
 //! centre is strictly the nearest. Everything that is summed (centre coordinates, weights,
 //! distortion) is summed in point order, as SimPoint does.
 
-use crate::dataset::Dataset;
+use std::borrow::Cow;
+
+use crate::dataset::{row_hash, Dataset};
 use crate::rng::Random;
 
 /// Squared Euclidean distance, summed in dimension order (SimPoint's order).
@@ -102,25 +104,41 @@ pub fn initial_weights(data: &Dataset, centres: &mut Dataset) {
 /// Identical rows of a point set, found once so that k-means assigns each distinct row once
 /// (identical rows have identical distances, hence the same nearest centre).
 #[derive(Clone, Debug)]
-pub struct Distinct {
+pub struct Distinct<'a> {
     /// Index of the first occurrence of each distinct row, ascending.
     pub first: Vec<u32>,
-    /// For each row, the position of its distinct row in `first`.
-    pub slot: Vec<u32>,
+    /// For each row, the position of its distinct row in `first` (a deduplicated dataset's
+    /// own index).
+    pub slot: Cow<'a, [u32]>,
+    /// For each row, the next row identical to it (`u32::MAX` after the last): with `first`,
+    /// the rows of each distinct row, ascending.
+    pub next_same: Vec<u32>,
 }
 
-impl Distinct {
+impl<'a> Distinct<'a> {
     /// Groups bitwise-identical rows (open addressing over row hashes: small and temporary).
-    pub fn new(points: &Dataset) -> Distinct {
+    pub fn new(points: &'a Dataset) -> Distinct<'a> {
+        if let Some(ix) = &points.index {
+            // Stored rows are distinct, numbered in order of first occurrence.
+            let mut first = Vec::new();
+            for (p, &s) in ix.iter().enumerate() {
+                if s as usize == first.len() {
+                    first.push(p as u32);
+                }
+            }
+            let next_same = chain(ix, first.len());
+            return Distinct {
+                first,
+                slot: Cow::Borrowed(ix),
+                next_same,
+            };
+        }
+        Distinct::hashed(points)
+    }
+
+    /// Groups identical rows by hashing them, whether or not `points` is deduplicated.
+    pub fn hashed(points: &Dataset) -> Distinct<'static> {
         let n = points.rows();
-        let hash = |row: &[f64]| {
-            let h = row.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, v| {
-                (h ^ v.to_bits())
-                    .wrapping_mul(0x0100_0000_01b3)
-                    .rotate_left(23)
-            });
-            h ^ (h >> 29)
-        };
         let size = (n + n / 2).next_power_of_two().max(16);
         let mask = size - 1;
         let mut table = vec![u32::MAX; size];
@@ -128,7 +146,7 @@ impl Distinct {
         let mut slot = Vec::with_capacity(n);
         for p in 0..n {
             let row = points.row(p);
-            let mut at = (hash(row) as usize) & mask;
+            let mut at = (row_hash(row) as usize) & mask;
             let s = loop {
                 let s = table[at];
                 if s == u32::MAX {
@@ -150,8 +168,33 @@ impl Distinct {
             slot.push(s);
         }
         first.shrink_to_fit();
-        Distinct { first, slot }
+        let next_same = chain(&slot, first.len());
+        Distinct {
+            first,
+            slot: Cow::Owned(slot),
+            next_same,
+        }
     }
+
+    /// Rows identical to distinct row `i`, ascending.
+    pub fn rows_of(&self, i: usize) -> impl Iterator<Item = u32> + '_ {
+        std::iter::successors(Some(self.first[i]), |&p| {
+            Some(self.next_same[p as usize]).filter(|&q| q != u32::MAX)
+        })
+    }
+}
+
+/// Links each row to the next row of the same slot (`u32::MAX` after the last).
+fn chain(slot: &[u32], distinct: usize) -> Vec<u32> {
+    let mut next = vec![u32::MAX; slot.len()];
+    let mut last = vec![u32::MAX; distinct];
+    for (p, &s) in slot.iter().enumerate() {
+        let prev = std::mem::replace(&mut last[s as usize], p as u32);
+        if prev != u32::MAX {
+            next[prev as usize] = p as u32;
+        }
+    }
+    next
 }
 
 /// Result of one Lloyd run.
@@ -270,83 +313,67 @@ mod avx2 {
         (index, best, second)
     }
 
-    /// Centre sums for the marked clusters, in point order: `row += y * w` (product rounded,
-    /// then the sum, as SimPoint does) and `weight += w`. Consecutive points of one cluster are
-    /// summed in registers; sums of other clusters wait in a padded scratch area, whose full-width
-    /// stores and loads forward cheaply. Needs at most 16 dimensions.
+    /// Sums `y * w` over the rows in `list` (product rounded, then the sum, as SimPoint does)
+    /// and `w` alone, both from zero and in list order; `out` receives the `d` sums, `weight` the
+    /// weight sum. `C` chunks of four lanes cover the `d` dimensions.
     #[target_feature(enable = "avx2")]
-    pub unsafe fn accumulate16(
+    pub unsafe fn sum_rows<const C: usize>(
         points: &crate::Dataset,
-        slot: &[u32],
-        labels: &[u32],
-        changed: &[bool],
-        next: &mut crate::Dataset,
+        list: &[u32],
+        out: &mut [f64],
+        weight: &mut f64,
     ) {
         let d = points.cols;
-        let k = next.rows();
-        assert!(d <= 16 && slot.len() == points.rows() && changed.len() == k);
-        let mut scratch = vec![0.0f64; k * 16];
-        for c in 0..k {
-            scratch[c * 16..c * 16 + d].copy_from_slice(next.row(c));
-        }
+        assert!(d > 4 * (C - 1) && d <= 4 * C && out.len() == d);
         let lane = |j: usize| if j < d { -1i64 } else { 0 };
-        let last = (d - 1) / 4;
+        let last = C - 1;
         let tail = _mm256_setr_epi64x(
             lane(4 * last),
             lane(4 * last + 1),
             lane(4 * last + 2),
             lane(4 * last + 3),
         );
-        let chunks = last + 1;
-        let mut acc = [_mm256_setzero_pd(); 4];
-        let mut wacc = 0.0f64;
-        let mut run = usize::MAX;
-        let data = points.data.as_ptr();
-        let sp = scratch.as_mut_ptr();
-        for (p, &s) in slot.iter().enumerate() {
-            let a = labels[s as usize] as usize;
-            if !changed[a] {
-                continue;
-            }
-            if a != run {
-                if run != usize::MAX {
-                    for c in 0..4 {
-                        _mm256_storeu_pd(sp.add(run * 16 + 4 * c), acc[c]);
-                    }
-                    next.weights[run] = wacc;
-                }
-                run = a;
-                for c in 0..4 {
-                    acc[c] = _mm256_loadu_pd(sp.add(a * 16 + 4 * c));
-                }
-                wacc = next.weights[a];
+        let mut acc = [_mm256_setzero_pd(); C];
+        let mut w_acc = 0.0f64;
+        for (j, &p) in list.iter().enumerate() {
+            let p = p as usize;
+            if let Some(&ahead) = list.get(j + 24) {
+                let q = points.row(ahead as usize).as_ptr() as *const i8;
+                _mm_prefetch(q, _MM_HINT_T0);
+                _mm_prefetch(q.add(8 * d - 1), _MM_HINT_T0);
             }
             let w = points.weights[p];
             let wv = _mm256_set1_pd(w);
-            let y = data.add(p * d);
-            for c in 0..chunks {
+            let y = points.row(p).as_ptr();
+            for (c, a) in acc.iter_mut().enumerate() {
                 // Only the last chunk may end past the row (and past the data).
                 let v = if c == last {
                     _mm256_maskload_pd(y.add(4 * c), tail)
                 } else {
                     _mm256_loadu_pd(y.add(4 * c))
                 };
-                acc[c] = _mm256_add_pd(acc[c], _mm256_mul_pd(v, wv));
+                *a = _mm256_add_pd(*a, _mm256_mul_pd(v, wv));
             }
-            wacc += w;
+            w_acc += w;
         }
-        if run != usize::MAX {
-            for c in 0..4 {
-                _mm256_storeu_pd(sp.add(run * 16 + 4 * c), acc[c]);
-            }
-            next.weights[run] = wacc;
+        let mut buf = [0.0f64; 16];
+        for (c, a) in acc.iter().enumerate() {
+            _mm256_storeu_pd(buf.as_mut_ptr().add(4 * c), *a);
         }
-        for c in 0..k {
-            if changed[c] {
-                next.row_mut(c)
-                    .copy_from_slice(&scratch[c * 16..c * 16 + d]);
-            }
-        }
+        out.copy_from_slice(&buf[..d]);
+        *weight = w_acc;
+    }
+
+    /// [`super::Near::search_lanes`] compiled for AVX2.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn search(
+        near: &super::Near,
+        a: usize,
+        y: &[f64],
+        ua: f64,
+        margin: f64,
+    ) -> (usize, f64, f64) {
+        near.search_lanes(a, y, ua, margin)
     }
 
     #[target_feature(enable = "avx2")]
@@ -456,20 +483,316 @@ fn f32_down(v: f64) -> f32 {
     (v.max(0.0) * (1.0 - 1.0 / 4_194_304.0)) as f32
 }
 
+/// Largest k for which [`Near`] keeps, for every centre, a sorted copy of all centres (k² rows).
+const NEAR_MAX_K: usize = 64;
+
+/// For each centre `a`, every centre sorted by its distance to `a` (ties by index) and copied in
+/// blocks of [`LANES`] laid out like [`Blocked`]. A point whose own centre is `a` computes its
+/// distances in that order and stops once the triangle inequality proves every remaining centre
+/// farther than its two nearest: a point near a cluster border looks at the centres around its
+/// own instead of all of them.
+pub(crate) struct Near {
+    k: usize,
+    d: usize,
+    blocks: usize,
+    /// `k * blocks * LANES` centre indices, `u32::MAX` for padding.
+    order: Vec<u32>,
+    /// Computed distance from `a` to each centre of `order`; infinite for padding.
+    gap: Vec<f64>,
+    /// `k * blocks` blocks of `d * LANES` coordinates; padding centres sit at infinity.
+    t: Vec<f64>,
+    /// Centre-to-centre distances, `k * k`.
+    cc: Vec<f64>,
+    sorted: Vec<(f64, u32)>,
+    avx2: bool,
+}
+
+impl Near {
+    fn new(k: usize, d: usize) -> Near {
+        let blocks = k.div_ceil(LANES);
+        let slots = k * blocks * LANES;
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = std::arch::is_x86_feature_detected!("avx2");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2 = false;
+        Near {
+            k,
+            d,
+            blocks,
+            order: vec![u32::MAX; slots],
+            gap: vec![f64::INFINITY; slots],
+            t: vec![f64::INFINITY; slots * d],
+            cc: vec![0.0; k * k],
+            sorted: Vec::with_capacity(k),
+            avx2,
+        }
+    }
+
+    /// Sorts the centres around each centre; `half_gap[a]` receives half the distance from `a`
+    /// to its nearest other centre, rounded down by `err`.
+    fn load(&mut self, centres: &Dataset, err: f64, half_gap: &mut [f64]) {
+        let (k, d, blocks) = (self.k, self.d, self.blocks);
+        for a in 0..k {
+            self.cc[a * k + a] = 0.0;
+            for b in a + 1..k {
+                let g = dist2(centres.row(a), centres.row(b)).sqrt();
+                self.cc[a * k + b] = g;
+                self.cc[b * k + a] = g;
+            }
+        }
+        for a in 0..k {
+            self.sorted.clear();
+            self.sorted
+                .extend((0..k).map(|j| (self.cc[a * k + j], j as u32)));
+            self.sorted
+                .sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+            let base = a * blocks * LANES;
+            for (pos, &(g, j)) in self.sorted.iter().enumerate() {
+                self.order[base + pos] = j;
+                self.gap[base + pos] = g;
+                let (b, lane) = (pos / LANES, pos % LANES);
+                for (dd, &v) in centres.row(j as usize).iter().enumerate() {
+                    self.t[((a * blocks + b) * d + dd) * LANES + lane] = v;
+                }
+            }
+            half_gap[a] = self
+                .sorted
+                .iter()
+                .find(|x| x.1 as usize != a)
+                .map_or(f64::INFINITY, |x| 0.5 * (x.0 - err).max(0.0));
+        }
+    }
+
+    /// Nearest centre to `y` (ties to the lowest index), its squared distance and the
+    /// second-smallest squared distance: what [`nearest2`] returns. `ua` is the computed distance
+    /// from `y` to centre `a`; `margin` exceeds the rounding error of three computed distances.
+    fn search(&self, a: usize, y: &[f64], ua: f64, margin: f64) -> (usize, f64, f64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.avx2 {
+                // SAFETY: AVX2 was detected when `self` was made.
+                return unsafe { avx2::search(self, a, y, ua, margin) };
+            }
+        }
+        self.search_lanes(a, y, ua, margin)
+    }
+
+    #[inline(always)]
+    fn search_lanes(&self, a: usize, y: &[f64], ua: f64, margin: f64) -> (usize, f64, f64) {
+        let size = self.d * LANES;
+        let base = a * self.blocks;
+        let y = &y[..self.d];
+        let (mut best, mut best_d, mut second) = (usize::MAX, f64::INFINITY, f64::INFINITY);
+        let mut d2 = [0.0f64; LANES];
+        for b in 0..self.blocks {
+            let at = base + b;
+            block_d2(&self.t[at * size..(at + 1) * size], y, &mut d2);
+            let idx = &self.order[at * LANES..(at + 1) * LANES];
+            for (&v, &j) in d2.iter().zip(idx) {
+                let j = j as usize;
+                if v < best_d || (v == best_d && j < best) {
+                    second = best_d;
+                    best_d = v;
+                    best = j;
+                } else if v < second {
+                    second = v;
+                }
+            }
+            // A centre at distance g from `a` lies at least g - ua from `y`; the gaps ascend,
+            // so once the next one is out of reach, so are all after it.
+            if b + 1 < self.blocks && self.gap[(at + 1) * LANES] - ua - margin > second.sqrt() {
+                break;
+            }
+        }
+        (best, best_d, second)
+    }
+}
+
+/// Row indices of each cluster's members, ascending (the order SimPoint sums them in), all
+/// clusters in one array; a pass writes the next lists into a second array, so that memory
+/// stays at two indices per row whatever the cluster sizes do.
+struct Members {
+    rows: Vec<u32>,
+    start: Vec<u32>,
+    next_rows: Vec<u32>,
+    next_start: Vec<u32>,
+    removed: Vec<Vec<u32>>,
+    added: Vec<Vec<u32>>,
+}
+
+/// A distinct row that changed cluster in one pass.
+#[derive(Clone, Copy)]
+struct Move {
+    row: u32,
+    from: u32,
+    to: u32,
+}
+
+impl Members {
+    fn new(k: usize) -> Members {
+        Members {
+            rows: Vec::new(),
+            start: vec![0; k + 1],
+            next_rows: Vec::new(),
+            next_start: vec![0; k + 1],
+            removed: vec![Vec::new(); k],
+            added: vec![Vec::new(); k],
+        }
+    }
+
+    /// Members of cluster `c`, ascending.
+    fn list(&self, c: usize) -> &[u32] {
+        &self.rows[self.start[c] as usize..self.start[c + 1] as usize]
+    }
+
+    /// Lists every row under the label of its distinct row (a counting sort).
+    fn rebuild(&mut self, slot: &[u32], labels: &[u32]) {
+        let k = self.start.len() - 1;
+        let mut fill = vec![0u32; k + 1];
+        for &s in slot {
+            fill[labels[s as usize] as usize + 1] += 1;
+        }
+        for c in 0..k {
+            fill[c + 1] += fill[c];
+        }
+        self.start.copy_from_slice(&fill);
+        self.rows.clear();
+        self.rows.resize(slot.len(), 0);
+        for (p, &s) in slot.iter().enumerate() {
+            let c = labels[s as usize] as usize;
+            self.rows[fill[c] as usize] = p as u32;
+            fill[c] += 1;
+        }
+    }
+
+    /// Applies `moves`, marking in `changed` the clusters whose members changed. Moves are few
+    /// and members many: merging the changes into the old lists beats sorting again.
+    fn apply(&mut self, moves: &[Move], distinct: &Distinct, changed: &mut [bool]) {
+        for m in moves {
+            let (from, to) = (m.from as usize, m.to as usize);
+            for p in distinct.rows_of(m.row as usize) {
+                self.removed[from].push(p);
+                self.added[to].push(p);
+            }
+            changed[from] = true;
+            changed[to] = true;
+        }
+        let k = changed.len();
+        let mut out = std::mem::take(&mut self.next_rows);
+        out.clear();
+        for c in 0..k {
+            self.next_start[c] = out.len() as u32;
+            let old = &self.rows[self.start[c] as usize..self.start[c + 1] as usize];
+            if !changed[c] {
+                out.extend_from_slice(old);
+                continue;
+            }
+            let (rem, add) = (&mut self.removed[c], &mut self.added[c]);
+            rem.sort_unstable();
+            add.sort_unstable();
+            merge_changes(old, rem, add, &mut out);
+            rem.clear();
+            add.clear();
+        }
+        self.next_start[k] = out.len() as u32;
+        self.next_rows = std::mem::replace(&mut self.rows, out);
+        std::mem::swap(&mut self.start, &mut self.next_start);
+    }
+}
+
+/// Appends to `out` the ascending list `old` without the rows of `rem` (a subset of `old`) and
+/// with those of `add`, both ascending: the runs between changes are found by galloping and
+/// copied whole.
+fn merge_changes(old: &[u32], rem: &[u32], add: &[u32], out: &mut Vec<u32>) {
+    let (mut from, mut r, mut q) = (0, 0, 0);
+    loop {
+        let removal = match (rem.get(r), add.get(q)) {
+            (Some(&x), Some(&y)) => x < y,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        let key = if removal { rem[r] } else { add[q] };
+        let at = from + gallop(&old[from..], key);
+        out.extend_from_slice(&old[from..at]);
+        if removal {
+            debug_assert_eq!(old.get(at), Some(&key));
+            from = at + 1;
+            r += 1;
+        } else {
+            out.push(key);
+            from = at;
+            q += 1;
+        }
+    }
+    out.extend_from_slice(&old[from..]);
+}
+
+/// Number of leading elements of the ascending `list` below `key`, found by doubling steps
+/// from the front and then a binary search: cheap when the answer is small.
+fn gallop(list: &[u32], key: u32) -> usize {
+    let mut hi = 1;
+    while hi < list.len() && list[hi - 1] < key {
+        hi *= 2;
+    }
+    let lo = hi / 2;
+    let hi = hi.min(list.len());
+    lo + list[lo..hi].partition_point(|&x| x < key)
+}
+
+/// Sums `y * w` over the rows in `list` into `out` and `w` into `weight`, from zero and in list
+/// order: the sums SimPoint computes, with the same roundings.
+fn sum_rows(points: &Dataset, list: &[u32], out: &mut [f64], weight: &mut f64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let d = points.cols;
+        if (1..=16).contains(&d) && std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 is present (checked just above); each arm's chunks cover `d`.
+            unsafe {
+                match d.div_ceil(4) {
+                    1 => avx2::sum_rows::<1>(points, list, out, weight),
+                    2 => avx2::sum_rows::<2>(points, list, out, weight),
+                    3 => avx2::sum_rows::<3>(points, list, out, weight),
+                    _ => avx2::sum_rows::<4>(points, list, out, weight),
+                }
+            }
+            return;
+        }
+    }
+    sum_rows_portable(points, list, out, weight);
+}
+
+fn sum_rows_portable(points: &Dataset, list: &[u32], out: &mut [f64], weight: &mut f64) {
+    out.iter_mut().for_each(|v| *v = 0.0);
+    let mut w_acc = 0.0;
+    for &p in list {
+        let w = points.weights[p as usize];
+        for (acc, &v) in out.iter_mut().zip(points.row(p as usize)) {
+            *acc += v * w;
+        }
+        w_acc += w;
+    }
+    *weight = w_acc;
+}
+
 /// Runs weighted Lloyd k-means from `init` (whose weights are the initial centre weights) for at
 /// most `max_iter` passes, following SimPoint's stopping rule and empty-cluster handling.
 ///
-/// Two exact shortcuts: Hamerly's bounds skip distance computations whose outcome is certain, and
-/// a cluster whose members are the same as in the previous pass keeps its centre, because its
-/// sums would add the same numbers in the same order.
+/// Three exact shortcuts: Hamerly's bounds skip distance computations whose outcome is certain;
+/// a point whose bounds fail looks at centres in order of their distance to its own and stops
+/// when the rest are provably farther; and only clusters whose members changed are summed again
+/// (a cluster with the same members would add the same numbers in the same order), each from its
+/// member list rather than a scan of every row.
 ///
 /// `max_abs` bounds the magnitude of every point coordinate; it sets the rounding-error margins.
+/// Each pass of a large set is split across threads when `split` says threads are idle.
 pub fn lloyd(
     points: &Dataset,
     distinct: &Distinct,
     init: Dataset,
     max_iter: usize,
     max_abs: f64,
+    split: &(dyn Fn() -> bool + Sync),
 ) -> LloydResult {
     // Assignment state lives on distinct rows; sums run over every row in order.
     let n = distinct.first.len();
@@ -489,18 +812,29 @@ pub fn lloyd(
     let mut drift = vec![0.0f64; k];
     let mut changed = vec![true; k];
     let mut blocked = Blocked::new(k, d);
+    let mut near = (k <= NEAR_MAX_K).then(|| Near::new(k, d));
+    let mut members = Members::new(k);
     let (mut max_drift, mut second_drift, mut max_drift_c) = (0.0f64, 0.0f64, usize::MAX);
-    let parallel = n >= 16_384 && rayon::current_num_threads() > 1;
+    let large = n >= 16_384 && rayon::current_num_threads() > 1;
     for iter in 0..max_iter {
-        blocked.load(&cur);
+        let parallel = large && split();
+        if iter == 0 || near.is_none() {
+            blocked.load(&cur);
+        }
         if iter > 0 {
-            centre_half_gaps(&cur, err, &mut half_gap);
+            match &mut near {
+                Some(near) => near.load(&cur, err, &mut half_gap),
+                None => centre_half_gaps(&cur, err, &mut half_gap),
+            }
         }
         let pass = Pass {
             points,
             first: &distinct.first,
             cur: &cur,
             blocked: &blocked,
+            near: near.as_ref(),
+            direct: matches!((&distinct.slot, &points.index),
+                (Cow::Borrowed(s), Some(ix)) if std::ptr::eq(*s, ix.as_slice())),
             half_gap: &half_gap,
             drift: &drift,
             max_drift,
@@ -510,58 +844,53 @@ pub fn lloyd(
             margin,
             initial: iter == 0,
         };
-        if parallel {
+        let moves = if parallel {
             let mid = n / 2;
             let (la, lb) = labels.split_at_mut(mid);
             let (ua, ub) = upper.split_at_mut(mid);
             let (wa, wb) = lower.split_at_mut(mid);
-            let (ca, cb) = rayon::join(
+            let (mut ma, mb) = rayon::join(
                 || pass.assign(0, la, ua, wa),
                 || pass.assign(mid, lb, ub, wb),
             );
-            for c in 0..k {
-                changed[c] = ca[c] || cb[c];
-            }
+            ma.extend_from_slice(&mb);
+            ma
         } else {
-            changed = pass.assign(0, &mut labels, &mut upper, &mut lower);
+            pass.assign(0, &mut labels, &mut upper, &mut lower)
+        };
+        if iter == 0 {
+            members.rebuild(&distinct.slot, &labels);
+            changed.fill(true);
+        } else {
+            changed.fill(false);
+            members.apply(&moves, distinct, &mut changed);
         }
         // Clusters with unchanged members keep the centre and weight computed last pass.
-        for c in 0..k {
+        let mut jobs = Vec::new();
+        for (c, (row, w)) in next
+            .data
+            .chunks_mut(d.max(1))
+            .zip(next.weights.iter_mut())
+            .enumerate()
+        {
             if changed[c] {
-                next.row_mut(c).iter_mut().for_each(|v| *v = 0.0);
-                next.weights[c] = 0.0;
+                jobs.push((members.list(c), row, w));
             } else {
-                next.row_mut(c).copy_from_slice(cur.row(c));
-                next.weights[c] = cur.weights[c];
+                row.copy_from_slice(cur.row(c));
+                *w = cur.weights[c];
             }
         }
-        if changed.iter().any(|&c| c) {
-            if parallel {
-                // Each thread sums a disjoint set of clusters, every one in point order.
-                let odd: Vec<bool> = (0..k).map(|c| changed[c] && c % 2 == 1).collect();
-                let even: Vec<bool> = (0..k).map(|c| changed[c] && c % 2 == 0).collect();
-                let mut other = next.clone();
-                let next_ref = &mut next;
-                let other_ref = &mut other;
-                rayon::join(
-                    || accumulate(points, &distinct.slot, &labels, &even, next_ref),
-                    || accumulate(points, &distinct.slot, &labels, &odd, other_ref),
-                );
-                for c in (1..k).step_by(2) {
-                    if changed[c] {
-                        next.row_mut(c).copy_from_slice(other.row(c));
-                        next.weights[c] = other.weights[c];
-                    }
-                }
-            } else {
-                accumulate(points, &distinct.slot, &labels, &changed, &mut next);
+        let sum = |(list, row, w): (&[u32], &mut [f64], &mut f64)| {
+            sum_rows(points, list, row, w);
+            if *w > 0.0 {
+                row.iter_mut().for_each(|v| *v /= *w);
             }
-            for c in 0..k {
-                let w = next.weights[c];
-                if changed[c] && w > 0.0 {
-                    next.row_mut(c).iter_mut().for_each(|v| *v /= w);
-                }
-            }
+        };
+        if parallel {
+            use rayon::prelude::*;
+            jobs.into_par_iter().for_each(sum);
+        } else {
+            jobs.into_iter().for_each(sum);
         }
         if next.data == cur.data {
             return LloydResult {
@@ -629,6 +958,8 @@ struct Pass<'a> {
     first: &'a [u32],
     cur: &'a Dataset,
     blocked: &'a Blocked,
+    near: Option<&'a Near>,
+    direct: bool,
     half_gap: &'a [f64],
     drift: &'a [f64],
     max_drift: f64,
@@ -641,17 +972,26 @@ struct Pass<'a> {
 
 impl Pass<'_> {
     /// Assigns points `start..start + labels.len()` to their nearest centre, updating their
-    /// bounds; returns which clusters gained or lost a point (all, on the first pass).
+    /// bounds; returns the points that changed cluster (none on the first pass, which labels
+    /// every point from scratch).
     fn assign(
         &self,
         start: usize,
         labels: &mut [u32],
         upper: &mut [f32],
         lower: &mut [f32],
-    ) -> Vec<bool> {
+    ) -> Vec<Move> {
         let (err, margin) = (self.err, self.margin);
-        let k = self.cur.rows();
-        let row = |i: usize| self.points.row(self.first[start + i] as usize);
+        let d = self.points.cols;
+        // A deduplicated set stores distinct row i as row i.
+        let row = |i: usize| {
+            if self.direct {
+                &self.points.data[(start + i) * d..(start + i + 1) * d]
+            } else {
+                self.points.row(self.first[start + i] as usize)
+            }
+        };
+        let mut moves = Vec::new();
         if self.initial {
             for (i, label) in labels.iter_mut().enumerate() {
                 let (c, best, second) = self.blocked.nearest(row(i));
@@ -659,93 +999,63 @@ impl Pass<'_> {
                 upper[i] = f32_up(best.sqrt() + err);
                 lower[i] = f32_down((second.sqrt() - err).max(0.0));
             }
-            return vec![true; k];
+            return moves;
         }
-        let mut changed = vec![false; k];
-        // First the bound checks, which touch no coordinates; then, with the rows prefetched a
-        // few points ahead, the points whose bounds failed.
-        let mut todo: Vec<u32> = Vec::new();
-        for i in 0..labels.len() {
-            let a = labels[i] as usize;
-            let u = f64::from(upper[i]) + self.drift[a];
-            let l = f64::from(lower[i])
-                - if a == self.max_drift_c {
-                    self.second_drift
-                } else {
-                    self.max_drift
-                };
-            lower[i] = f32_down(l);
-            upper[i] = f32_up(u);
-            if u + margin < self.half_gap[a].max(l) {
-                continue;
-            }
-            todo.push(i as u32);
-        }
+        // In blocks: first the bound checks, which touch no coordinates (branch-free: which
+        // points fail is unpredictable); then, with the rows prefetched a few points ahead, the
+        // points whose bounds failed.
+        const BLOCK: usize = 4096;
         const AHEAD: usize = 8;
-        for (j, &i) in todo.iter().enumerate() {
-            if let Some(&ahead) = todo.get(j + AHEAD) {
-                prefetch_row(row(ahead as usize));
+        let mut todo = [0u32; BLOCK];
+        for base in (0..labels.len()).step_by(BLOCK) {
+            let end = (base + BLOCK).min(labels.len());
+            let mut failed = 0;
+            for i in base..end {
+                let a = labels[i] as usize;
+                let u = f64::from(upper[i]) + self.drift[a];
+                let l = f64::from(lower[i])
+                    - if a == self.max_drift_c {
+                        self.second_drift
+                    } else {
+                        self.max_drift
+                    };
+                lower[i] = f32_down(l);
+                upper[i] = f32_up(u);
+                todo[failed] = i as u32;
+                failed += usize::from(u + margin >= self.half_gap[a].max(l));
             }
-            let i = i as usize;
-            let a = labels[i] as usize;
-            let m = self.half_gap[a].max(f64::from(lower[i]));
-            let y = row(i);
-            let u = dist2(y, self.cur.row(a)).sqrt() + err;
-            upper[i] = f32_up(u);
-            if u + margin < m {
-                continue;
+            let todo = &todo[..failed];
+            for (j, &i) in todo.iter().enumerate() {
+                if let Some(&ahead) = todo.get(j + AHEAD) {
+                    prefetch_row(row(ahead as usize));
+                }
+                let i = i as usize;
+                let a = labels[i] as usize;
+                let m = self.half_gap[a].max(f64::from(lower[i]));
+                let y = row(i);
+                let ua = dist2(y, self.cur.row(a)).sqrt();
+                let u = ua + err;
+                upper[i] = f32_up(u);
+                if u + margin < m {
+                    continue;
+                }
+                let (c, best, second) = match self.near {
+                    Some(near) => near.search(a, y, ua, margin),
+                    None => self.blocked.nearest(y),
+                };
+                upper[i] = f32_up(best.sqrt() + err);
+                lower[i] = f32_down((second.sqrt() - err).max(0.0));
+                if c != a {
+                    labels[i] = c as u32;
+                    moves.push(Move {
+                        row: (start + i) as u32,
+                        from: a as u32,
+                        to: c as u32,
+                    });
+                }
             }
-            let (c, best, second) = self.blocked.nearest(y);
-            upper[i] = f32_up(best.sqrt() + err);
-            lower[i] = f32_down((second.sqrt() - err).max(0.0));
-            if c != a {
-                labels[i] = c as u32;
-                changed[a] = true;
-                changed[c] = true;
-            }
         }
-        changed
-    }
-}
-
-/// Adds `y * w` of every point of a marked cluster into the cluster's (zeroed) row and `w` into
-/// its weight, in point order: the sums SimPoint computes, with the same roundings.
-/// `slot` maps each row to its distinct row, whose label `labels` holds.
-fn accumulate(
-    points: &Dataset,
-    slot: &[u32],
-    labels: &[u32],
-    changed: &[bool],
-    next: &mut Dataset,
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if points.cols <= 16 && points.cols > 0 && std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 is present (checked just above); the dimension fits.
-            unsafe { avx2::accumulate16(points, slot, labels, changed, next) };
-            return;
-        }
-    }
-    accumulate_portable(points, slot, labels, changed, next);
-}
-
-fn accumulate_portable(
-    points: &Dataset,
-    slot: &[u32],
-    labels: &[u32],
-    changed: &[bool],
-    next: &mut Dataset,
-) {
-    for (p, &s) in slot.iter().enumerate() {
-        let a = labels[s as usize] as usize;
-        if !changed[a] {
-            continue;
-        }
-        let w = points.weights[p];
-        for (acc, &v) in next.row_mut(a).iter_mut().zip(points.row(p)) {
-            *acc += v * w;
-        }
-        next.weights[a] += w;
+        moves
     }
 }
 
@@ -888,7 +1198,14 @@ mod tests {
                     let mut rng = Random::new(seed + k as i64);
                     let mut init = init_sample(&data, k, &mut rng);
                     initial_weights(&data, &mut init);
-                    let fast = lloyd(&data, &Distinct::new(&data), init.clone(), iters, 1.3);
+                    let fast = lloyd(
+                        &data,
+                        &Distinct::new(&data),
+                        init.clone(),
+                        iters,
+                        1.3,
+                        &|| true,
+                    );
                     let (slow, it) = naive(&data, init, iters);
                     assert_eq!(fast.centres, slow, "seed {seed} k {k} iters {iters}");
                     assert_eq!(fast.iterations, it);
@@ -903,14 +1220,16 @@ mod tests {
             cols: 1,
             data: vec![0.0, 1.0, 1.0, 2.0],
             weights: vec![0.25; 4],
+            index: None,
         };
         let init = Dataset {
             cols: 1,
             data: vec![1.0, 1.0],
             weights: vec![0.5, 0.5],
+            index: None,
         };
         let distinct = Distinct::new(&data);
-        let r = lloyd(&data, &distinct, init, 100, 2.0);
+        let r = lloyd(&data, &distinct, init, 100, 2.0, &|| true);
         // Pass 1 puts every point in cluster 0 (tie) and moves the empty cluster 1 to the
         // origin, which then captures the point at 0.
         let labels = r.labels.unwrap();
@@ -923,31 +1242,147 @@ mod tests {
 }
 
 #[cfg(test)]
-mod accumulate_tests {
+mod structure_tests {
     use super::*;
 
-    #[test]
-    fn vector_accumulation_equals_portable() {
-        let mut r = Random::new(5);
-        for d in [1, 3, 4, 5, 15, 16] {
-            let n = 997;
-            let k = 7;
-            let mut points = Dataset::zeros(n, d);
-            for v in &mut points.data {
-                *v = f64::from(r.rand_float()) * 2.0 - 1.0;
-            }
-            for w in &mut points.weights {
-                *w = f64::from(r.rand_float());
-            }
-            // Runs of equal labels and isolated switches.
-            let labels: Vec<u32> = (0..n).map(|p| ((p / 13 + p % 3) % k) as u32).collect();
-            let changed: Vec<bool> = (0..k).map(|c| c != 2).collect();
-            let mut a = Dataset::zeros(k, d);
-            let mut b = Dataset::zeros(k, d);
-            let slot: Vec<u32> = (0..n as u32).collect();
-            accumulate(&points, &slot, &labels, &changed, &mut a);
-            accumulate_portable(&points, &slot, &labels, &changed, &mut b);
-            assert_eq!(a, b, "d {d}");
+    fn random_set(r: &mut Random, n: usize, d: usize) -> Dataset {
+        let mut set = Dataset::zeros(n, d);
+        for v in &mut set.data {
+            *v = f64::from(r.rand_float()) * 2.0 - 1.0;
         }
+        for w in &mut set.weights {
+            *w = f64::from(r.rand_float());
+        }
+        set
+    }
+
+    #[test]
+    fn sorted_search_equals_the_full_scan() {
+        let mut r = Random::new(41);
+        for trial in 0..200 {
+            let k = 1 + trial % NEAR_MAX_K;
+            let d = 1 + trial % 17;
+            let mut centres = random_set(&mut r, k, d);
+            if k > 3 {
+                // Duplicate centres force ties in distance and in centre gaps.
+                let row = centres.row(1).to_vec();
+                centres.row_mut(k - 1).copy_from_slice(&row);
+            }
+            let err = distance_error(1.0, d);
+            let mut near = Near::new(k, d);
+            let mut half_gap = vec![0.0; k];
+            near.load(&centres, err, &mut half_gap);
+            for p in 0..30 {
+                let y: Vec<f64> = match p % 3 {
+                    0 => centres.row(p % k).to_vec(),
+                    _ => (0..d)
+                        .map(|_| f64::from(r.rand_float()) * 2.0 - 1.0)
+                        .collect(),
+                };
+                let want = nearest2(&y, &centres);
+                for a in [0, k / 2, k - 1, want.0] {
+                    let ua = dist2(&y, centres.row(a)).sqrt();
+                    assert_eq!(near.search(a, &y, ua, 4.0 * err), want, "k {k} d {d} a {a}");
+                    assert_eq!(near.search_lanes(a, &y, ua, 4.0 * err), want);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn member_lists_follow_moves() {
+        let mut r = Random::new(8);
+        let n = 3000;
+        // Rows repeat so that a move carries several rows.
+        let mut points = Dataset::zeros(n, 2);
+        for p in 0..n {
+            let v = f64::from(r.rand_int() as i32 % 500);
+            points.row_mut(p).copy_from_slice(&[v, -v]);
+        }
+        let distinct = Distinct::new(&points);
+        let m = distinct.first.len();
+        let k = 7;
+        let mut labels: Vec<u32> = (0..m).map(|_| (r.rand_int() % k) as u32).collect();
+        let mut members = Members::new(k as usize);
+        members.rebuild(&distinct.slot, &labels);
+        for round in 0..20 {
+            let mut moves = Vec::new();
+            for i in 0..m {
+                if r.rand_int() % (1 + round) == 0 {
+                    let to = (r.rand_int() % k) as u32;
+                    if to != labels[i] {
+                        moves.push(Move {
+                            row: i as u32,
+                            from: labels[i],
+                            to,
+                        });
+                        labels[i] = to;
+                    }
+                }
+            }
+            let mut changed = vec![false; k as usize];
+            members.apply(&moves, &distinct, &mut changed);
+            let mut fresh = Members::new(k as usize);
+            fresh.rebuild(&distinct.slot, &labels);
+            for c in 0..k as usize {
+                assert_eq!(members.list(c), fresh.list(c), "round {round} cluster {c}");
+                let moved = moves
+                    .iter()
+                    .any(|mv| mv.from as usize == c || mv.to as usize == c);
+                assert_eq!(changed[c], moved);
+            }
+        }
+    }
+
+    #[test]
+    fn vector_sums_equal_portable_sums() {
+        let mut r = Random::new(5);
+        for d in [1, 3, 4, 5, 8, 15, 16] {
+            let points = random_set(&mut r, 997, d);
+            let list: Vec<u32> = (0..997).filter(|p| p % 3 != 1).collect();
+            let (mut a, mut b) = (vec![0.0; d], vec![0.0; d]);
+            let (mut wa, mut wb) = (0.0, 0.0);
+            sum_rows(&points, &list, &mut a, &mut wa);
+            sum_rows_portable(&points, &list, &mut b, &mut wb);
+            assert_eq!((a, wa), (b, wb), "d {d}");
+        }
+    }
+
+    #[test]
+    fn deduplicated_sets_cluster_exactly_like_plain_ones() {
+        let mut r = Random::new(12);
+        let n = 4000;
+        let mut plain = Dataset::zeros(n, 3);
+        for p in 0..n {
+            let v = f64::from(r.rand_int() as i32 % 900) / 900.0;
+            plain.row_mut(p).copy_from_slice(&[v, v * v, 1.0 - v]);
+            plain.weights[p] = 1.0 / n as f64;
+        }
+        let mut dedup = plain.clone();
+        dedup.dedup();
+        let ix = dedup.index.as_ref().expect("rows repeat");
+        assert!(dedup.data.len() < plain.data.len());
+        assert_eq!(ix.len(), n);
+        for p in 0..n {
+            assert_eq!(dedup.row(p), plain.row(p));
+        }
+        let (dp, dd) = (Distinct::new(&plain), Distinct::new(&dedup));
+        assert_eq!(dp.first, dd.first);
+        assert_eq!(dp.slot, dd.slot);
+        assert_eq!(dp.next_same, dd.next_same);
+        for k in [1, 5, 12] {
+            let mut rng = Random::new(k as i64);
+            let init = init_sample(&plain, k, &mut rng);
+            let a = lloyd(&plain, &dp, init.clone(), 100, 1.0, &|| true);
+            let b = lloyd(&dedup, &dd, init, 100, 1.0, &|| false);
+            assert_eq!(a.centres, b.centres);
+            assert_eq!(a.iterations, b.iterations);
+            assert_eq!(a.labels, b.labels);
+        }
+        // Distinct rows only: nothing to deduplicate, no index.
+        let mut distinct_rows = Dataset::zeros(3, 1);
+        distinct_rows.data.copy_from_slice(&[1.0, 2.0, 3.0]);
+        distinct_rows.dedup();
+        assert!(distinct_rows.index.is_none());
     }
 }

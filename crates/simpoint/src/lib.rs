@@ -24,6 +24,7 @@ mod sample;
 use std::path::PathBuf;
 
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use dataset::Dataset;
 pub use kmeans::{bic, distance_error, label_all, lloyd, Distinct};
@@ -196,10 +197,14 @@ pub struct Prepared<'a> {
     /// Largest coordinate magnitude, for rounding-error bounds.
     pub max_abs: f64,
     /// Identical rows of the k-means rows (`sample`, or `data`).
-    pub distinct: Distinct,
+    pub distinct: Distinct<'a>,
     /// Whether initial centre weights must be computed even when unobservable in the result
     /// (they are written by `-saveInitCtrs`).
     pub want_initial_weights: bool,
+    /// Seed trials running now: a trial splits its passes across threads only while fewer
+    /// trials than threads run, so that idle threads help without starting more trials (each
+    /// holds its own state).
+    busy: AtomicUsize,
 }
 
 impl<'a> Prepared<'a> {
@@ -210,7 +215,10 @@ impl<'a> Prepared<'a> {
             None => None,
         };
         let max_abs = data.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        let distinct = Distinct::new(sample.as_ref().unwrap_or(data));
+        let distinct = match &sample {
+            Some(s) => Distinct::hashed(s),
+            None => Distinct::new(data),
+        };
         Ok(Prepared {
             data,
             sample,
@@ -218,6 +226,7 @@ impl<'a> Prepared<'a> {
             max_abs,
             distinct,
             want_initial_weights: false,
+            busy: AtomicUsize::new(0),
         })
     }
 }
@@ -422,13 +431,17 @@ fn run_trial(prep: &Prepared<'_>, opts: &Options, r: usize, s: usize, k: usize) 
     } else {
         initial.weights = vec![0.0; k];
     }
+    prep.busy.fetch_add(1, Ordering::Relaxed);
+    let threads = rayon::current_num_threads();
     let result = lloyd(
         points,
         &prep.distinct,
         initial.clone(),
         opts.max_iter,
         prep.max_abs,
+        &|| prep.busy.load(Ordering::Relaxed) < threads,
     );
+    prep.busy.fetch_sub(1, Ordering::Relaxed);
     let (score, distortion) = match (&prep.sample, result.labels) {
         (None, Some(l)) => {
             let slot = &prep.distinct.slot;

@@ -156,6 +156,7 @@ pub fn load_vectors<R: std::io::BufRead>(
                     cols: num_dims,
                     data: dense,
                     weights,
+                    index: None,
                 },
                 None,
             )
@@ -168,12 +169,14 @@ pub fn load_vectors<R: std::io::BufRead>(
                 cols: *dim,
                 data: l.rows,
                 weights: vec![1.0 / num_dims as f64; num_dims],
+                index: None,
             };
             (
                 Dataset {
                     cols: *dim,
                     data,
                     weights,
+                    index: None,
                 },
                 Some(matrix),
             )
@@ -183,10 +186,13 @@ pub fn load_vectors<R: std::io::BufRead>(
                 cols: m.cols,
                 data,
                 weights,
+                index: None,
             },
             Some(m.clone()),
         ),
     };
+    let mut vectors = vectors;
+    vectors.dedup();
     Ok(Loaded {
         vectors,
         num_dims,

@@ -40,6 +40,7 @@ pub fn sample_rows(data: &Dataset, size: usize, seed: i32) -> Result<Dataset, Si
         cols: data.cols,
         data: Vec::with_capacity(size * data.cols),
         weights: Vec::with_capacity(size),
+        index: None,
     };
     for i in (0..n).filter(|&i| chosen[i]) {
         out.data.extend_from_slice(data.row(i));
