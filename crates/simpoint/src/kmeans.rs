@@ -10,6 +10,18 @@ use std::borrow::Cow;
 use crate::dataset::{row_hash, Dataset};
 use crate::rng::Random;
 
+/// Whether the AVX2 kernels can run here.
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Squared Euclidean distance, summed in dimension order (SimPoint's order).
 #[inline]
 pub fn dist2(a: &[f64], b: &[f64]) -> f64 {
@@ -337,9 +349,13 @@ mod avx2 {
         let mut w_acc = 0.0f64;
         for (j, &p) in list.iter().enumerate() {
             let p = p as usize;
-            if let Some(&ahead) = list.get(j + 24) {
+            if let Some(&ahead) = list.get(j + 32) {
+                // Every cache line of the row (up to three for 16 dimensions).
                 let q = points.row(ahead as usize).as_ptr() as *const i8;
                 _mm_prefetch(q, _MM_HINT_T0);
+                if d > 8 {
+                    _mm_prefetch(q.add(64), _MM_HINT_T0);
+                }
                 _mm_prefetch(q.add(8 * d - 1), _MM_HINT_T0);
             }
             let w = points.weights[p];
@@ -362,6 +378,63 @@ mod avx2 {
         }
         out.copy_from_slice(&buf[..d]);
         *weight = w_acc;
+    }
+
+    /// Hamerly's bound update and test for points `from..to` (what [`super::Pass::assign`] does
+    /// point by point), four points per step; writes the failing points to `todo` and returns
+    /// how many failed.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn check_bounds(
+        pass: &super::Pass<'_>,
+        from: usize,
+        to: usize,
+        labels: &[u32],
+        upper: &mut [f32],
+        lower: &mut [f32],
+        todo: &mut [u32],
+    ) -> usize {
+        assert!(to <= labels.len() && to <= upper.len() && to <= lower.len());
+        assert!(todo.len() >= to - from);
+        let k = pass.drift.len();
+        assert!(pass.half_gap.len() == k && k <= i32::MAX as usize);
+        let mdc = _mm_set1_epi32(pass.max_drift_c.min(u32::MAX as usize) as u32 as i32);
+        let (md, sd) = (
+            _mm256_set1_pd(pass.max_drift),
+            _mm256_set1_pd(pass.second_drift),
+        );
+        let margin = _mm256_set1_pd(pass.margin);
+        let up = _mm256_set1_pd(super::F32_UP);
+        let down = _mm256_set1_pd(super::F32_DOWN);
+        let zero = _mm256_setzero_pd();
+        let mut failed = 0;
+        let mut i = from;
+        while i + 4 <= to {
+            let lab = _mm_loadu_si128(labels.as_ptr().add(i) as *const __m128i);
+            // Labels index `drift` and `half_gap` (both k long): checked by `pass.assign`'s
+            // invariant that every label is below k.
+            let dr = _mm256_i32gather_pd::<8>(pass.drift.as_ptr(), lab);
+            let hg = _mm256_i32gather_pd::<8>(pass.half_gap.as_ptr(), lab);
+            let is_max = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_cmpeq_epi32(lab, mdc)));
+            let dec = _mm256_blendv_pd(md, sd, is_max);
+            let u = _mm256_add_pd(_mm256_cvtps_pd(_mm_loadu_ps(upper.as_ptr().add(i))), dr);
+            let l = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(lower.as_ptr().add(i))), dec);
+            _mm_storeu_ps(
+                lower.as_mut_ptr().add(i),
+                _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_max_pd(l, zero), down)),
+            );
+            _mm_storeu_ps(
+                upper.as_mut_ptr().add(i),
+                _mm256_cvtpd_ps(_mm256_mul_pd(u, up)),
+            );
+            let fail = _mm256_cmp_pd::<_CMP_GE_OQ>(_mm256_add_pd(u, margin), _mm256_max_pd(hg, l));
+            let m = _mm256_movemask_pd(fail) as usize;
+            for j in 0..4 {
+                *todo.get_unchecked_mut(failed) = (i + j) as u32;
+                failed += (m >> j) & 1;
+            }
+            i += 4;
+        }
+        failed + pass.check_bounds_scalar(i, to, labels, upper, lower, &mut todo[failed..])
     }
 
     /// [`super::Near::search_lanes`] compiled for AVX2.
@@ -470,17 +543,21 @@ fn block_d2(block: &[f64], y: &[f64], out: &mut [f64; LANES]) {
     *out = a;
 }
 
-/// A single-precision value not below `v` (for `v >= 0`): widening by 2^-22 relative exceeds the
-/// at most 2^-24 relative change of rounding to nearest.
+/// Widening by 2^-22 relative exceeds the at most 2^-24 relative change of rounding to nearest
+/// single precision.
+const F32_UP: f64 = 1.0 + 1.0 / 4_194_304.0;
+const F32_DOWN: f64 = 1.0 - 1.0 / 4_194_304.0;
+
+/// A single-precision value not below `v` (for `v >= 0`).
 #[inline(always)]
 fn f32_up(v: f64) -> f32 {
-    (v * (1.0 + 1.0 / 4_194_304.0)) as f32
+    (v * F32_UP) as f32
 }
 
 /// A single-precision value not above `v` and not below 0: distances are never negative.
 #[inline(always)]
 fn f32_down(v: f64) -> f32 {
-    (v.max(0.0) * (1.0 - 1.0 / 4_194_304.0)) as f32
+    (v.max(0.0) * F32_DOWN) as f32
 }
 
 /// Largest k for which [`Near`] keeps, for every centre, a sorted copy of all centres (k² rows).
@@ -511,10 +588,7 @@ impl Near {
     fn new(k: usize, d: usize) -> Near {
         let blocks = k.div_ceil(LANES);
         let slots = k * blocks * LANES;
-        #[cfg(target_arch = "x86_64")]
-        let avx2 = std::arch::is_x86_feature_detected!("avx2");
-        #[cfg(not(target_arch = "x86_64"))]
-        let avx2 = false;
+        let avx2 = has_avx2();
         Near {
             k,
             d,
@@ -816,6 +890,7 @@ pub fn lloyd(
     let mut members = Members::new(k);
     let (mut max_drift, mut second_drift, mut max_drift_c) = (0.0f64, 0.0f64, usize::MAX);
     let large = n >= 16_384 && rayon::current_num_threads() > 1;
+    let avx2 = has_avx2();
     for iter in 0..max_iter {
         let parallel = large && split();
         if iter == 0 || near.is_none() {
@@ -843,6 +918,7 @@ pub fn lloyd(
             err,
             margin,
             initial: iter == 0,
+            avx2,
         };
         let moves = if parallel {
             let mid = n / 2;
@@ -968,9 +1044,59 @@ struct Pass<'a> {
     err: f64,
     margin: f64,
     initial: bool,
+    avx2: bool,
 }
 
 impl Pass<'_> {
+    /// Updates the bounds of points `from..to` for the centres' drift and writes to `todo` the
+    /// points whose bounds no longer prove their centre nearest; returns how many.
+    fn check_bounds(
+        &self,
+        from: usize,
+        to: usize,
+        labels: &[u32],
+        upper: &mut [f32],
+        lower: &mut [f32],
+        todo: &mut [u32],
+    ) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.avx2 {
+                // SAFETY: AVX2 was detected by the caller; indices are checked inside.
+                return unsafe { avx2::check_bounds(self, from, to, labels, upper, lower, todo) };
+            }
+        }
+        self.check_bounds_scalar(from, to, labels, upper, lower, todo)
+    }
+
+    fn check_bounds_scalar(
+        &self,
+        from: usize,
+        to: usize,
+        labels: &[u32],
+        upper: &mut [f32],
+        lower: &mut [f32],
+        todo: &mut [u32],
+    ) -> usize {
+        // Branch-free: which points fail is unpredictable.
+        let mut failed = 0;
+        for i in from..to {
+            let a = labels[i] as usize;
+            let u = f64::from(upper[i]) + self.drift[a];
+            let l = f64::from(lower[i])
+                - if a == self.max_drift_c {
+                    self.second_drift
+                } else {
+                    self.max_drift
+                };
+            lower[i] = f32_down(l);
+            upper[i] = f32_up(u);
+            todo[failed] = i as u32;
+            failed += usize::from(u + self.margin >= self.half_gap[a].max(l));
+        }
+        failed
+    }
+
     /// Assigns points `start..start + labels.len()` to their nearest centre, updating their
     /// bounds; returns the points that changed cluster (none on the first pass, which labels
     /// every point from scratch).
@@ -1009,21 +1135,7 @@ impl Pass<'_> {
         let mut todo = [0u32; BLOCK];
         for base in (0..labels.len()).step_by(BLOCK) {
             let end = (base + BLOCK).min(labels.len());
-            let mut failed = 0;
-            for i in base..end {
-                let a = labels[i] as usize;
-                let u = f64::from(upper[i]) + self.drift[a];
-                let l = f64::from(lower[i])
-                    - if a == self.max_drift_c {
-                        self.second_drift
-                    } else {
-                        self.max_drift
-                    };
-                lower[i] = f32_down(l);
-                upper[i] = f32_up(u);
-                todo[failed] = i as u32;
-                failed += usize::from(u + margin >= self.half_gap[a].max(l));
-            }
+            let failed = self.check_bounds(base, end, labels, upper, lower, &mut todo);
             let todo = &todo[..failed];
             for (j, &i) in todo.iter().enumerate() {
                 if let Some(&ahead) = todo.get(j + AHEAD) {
@@ -1285,6 +1397,46 @@ mod structure_tests {
                     assert_eq!(near.search(a, &y, ua, 4.0 * err), want, "k {k} d {d} a {a}");
                     assert_eq!(near.search_lanes(a, &y, ua, 4.0 * err), want);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn vector_bound_checks_equal_scalar_ones() {
+        let mut r = Random::new(77);
+        let (k, n) = (13, 1001);
+        let centres = random_set(&mut r, k, 3);
+        let blocked = Blocked::new(k, 3);
+        let points = random_set(&mut r, 1, 3);
+        let drift: Vec<f64> = (0..k).map(|_| f64::from(r.rand_float()) * 0.1).collect();
+        let half_gap: Vec<f64> = (0..k).map(|_| f64::from(r.rand_float())).collect();
+        for max_drift_c in [usize::MAX, 0, 5] {
+            let pass = Pass {
+                points: &points,
+                first: &[],
+                cur: &centres,
+                blocked: &blocked,
+                near: None,
+                direct: false,
+                half_gap: &half_gap,
+                drift: &drift,
+                max_drift: 0.1,
+                second_drift: 0.05,
+                max_drift_c,
+                err: 1e-9,
+                margin: 4e-9,
+                initial: false,
+                avx2: has_avx2(),
+            };
+            let labels: Vec<u32> = (0..n).map(|_| (r.rand_int() % k as i64) as u32).collect();
+            let upper: Vec<f32> = (0..n).map(|_| r.rand_float()).collect();
+            let lower: Vec<f32> = (0..n).map(|_| r.rand_float()).collect();
+            let (mut u1, mut l1, mut t1) = (upper.clone(), lower.clone(), vec![0u32; n]);
+            let (mut u2, mut l2, mut t2) = (upper, lower, vec![0u32; n]);
+            for (from, to) in [(0, n), (3, 10), (7, 7), (500, 1001)] {
+                let f1 = pass.check_bounds(from, to, &labels, &mut u1, &mut l1, &mut t1);
+                let f2 = pass.check_bounds_scalar(from, to, &labels, &mut u2, &mut l2, &mut t2);
+                assert_eq!((f1, &t1[..f1], &u1, &l1), (f2, &t2[..f2], &u2, &l2));
             }
         }
     }
