@@ -437,6 +437,19 @@ mod avx2 {
         failed + pass.check_bounds_scalar(i, to, labels, upper, lower, &mut todo[failed..])
     }
 
+    /// [`super::Near::search_lanes`] compiled for AVX-512 (a block of eight centres fills one
+    /// register).
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn search512(
+        near: &super::Near,
+        a: usize,
+        y: &[f64],
+        ua: f64,
+        margin: f64,
+    ) -> (usize, f64, f64) {
+        near.search_lanes(a, y, ua, margin)
+    }
+
     /// [`super::Near::search_lanes`] compiled for AVX2.
     #[target_feature(enable = "avx2")]
     pub unsafe fn search(
@@ -582,6 +595,7 @@ pub(crate) struct Near {
     cc: Vec<f64>,
     sorted: Vec<(f64, u32)>,
     avx2: bool,
+    avx512: bool,
 }
 
 impl Near {
@@ -589,6 +603,10 @@ impl Near {
         let blocks = k.div_ceil(LANES);
         let slots = k * blocks * LANES;
         let avx2 = has_avx2();
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx512 = false;
         Near {
             k,
             d,
@@ -599,6 +617,7 @@ impl Near {
             cc: vec![0.0; k * k],
             sorted: Vec::with_capacity(k),
             avx2,
+            avx512,
         }
     }
 
@@ -643,6 +662,10 @@ impl Near {
     fn search(&self, a: usize, y: &[f64], ua: f64, margin: f64) -> (usize, f64, f64) {
         #[cfg(target_arch = "x86_64")]
         {
+            if self.avx512 {
+                // SAFETY: AVX-512F was detected when `self` was made.
+                return unsafe { avx2::search512(self, a, y, ua, margin) };
+            }
             if self.avx2 {
                 // SAFETY: AVX2 was detected when `self` was made.
                 return unsafe { avx2::search(self, a, y, ua, margin) };
