@@ -437,29 +437,31 @@ mod avx2 {
         failed + pass.check_bounds_scalar(i, to, labels, upper, lower, &mut todo[failed..])
     }
 
-    /// [`super::Near::search_lanes`] compiled for AVX-512 (a block of eight centres fills one
+    /// [`super::Near::visit_lanes`] compiled for AVX-512 (a block of eight centres fills one
     /// register).
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn search512(
+    pub unsafe fn visit512(
         near: &super::Near,
         a: usize,
         y: &[f64],
-        ua: f64,
+        err: f64,
         margin: f64,
-    ) -> (usize, f64, f64) {
-        near.search_lanes(a, y, ua, margin)
+        keep: f64,
+    ) -> super::Visit {
+        near.visit_lanes(a, y, err, margin, keep)
     }
 
-    /// [`super::Near::search_lanes`] compiled for AVX2.
+    /// [`super::Near::visit_lanes`] compiled for AVX2.
     #[target_feature(enable = "avx2")]
-    pub unsafe fn search(
+    pub unsafe fn visit(
         near: &super::Near,
         a: usize,
         y: &[f64],
-        ua: f64,
+        err: f64,
         margin: f64,
-    ) -> (usize, f64, f64) {
-        near.search_lanes(a, y, ua, margin)
+        keep: f64,
+    ) -> super::Visit {
+        near.visit_lanes(a, y, err, margin, keep)
     }
 
     #[target_feature(enable = "avx2")]
@@ -594,6 +596,8 @@ pub(crate) struct Near {
     /// Centre-to-centre distances, `k * k`.
     cc: Vec<f64>,
     sorted: Vec<(f64, u32)>,
+    /// Position of each centre in its own sorted list (0 unless centres coincide).
+    self_pos: Vec<u32>,
     avx2: bool,
     avx512: bool,
 }
@@ -616,6 +620,7 @@ impl Near {
             t: vec![f64::INFINITY; slots * d],
             cc: vec![0.0; k * k],
             sorted: Vec::with_capacity(k),
+            self_pos: vec![0; k],
             avx2,
             avx512,
         }
@@ -641,6 +646,9 @@ impl Near {
                 .sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
             let base = a * blocks * LANES;
             for (pos, &(g, j)) in self.sorted.iter().enumerate() {
+                if j as usize == a {
+                    self.self_pos[a] = pos as u32;
+                }
                 self.order[base + pos] = j;
                 self.gap[base + pos] = g;
                 let (b, lane) = (pos / LANES, pos % LANES);
@@ -656,34 +664,57 @@ impl Near {
         }
     }
 
-    /// Nearest centre to `y` (ties to the lowest index), its squared distance and the
-    /// second-smallest squared distance: what [`nearest2`] returns. `ua` is the computed distance
-    /// from `y` to centre `a`; `margin` exceeds the rounding error of three computed distances.
-    fn search(&self, a: usize, y: &[f64], ua: f64, margin: f64) -> (usize, f64, f64) {
+    /// Visits point `y` of cluster `a` whose bounds failed. The first block of `a`'s sorted
+    /// centres holds `a` itself: its lane gives the exact distance to `a` (the same sums as
+    /// [`dist2`]), which may prove `a` still nearest (`distance + err + margin < keep`);
+    /// otherwise the search goes on from that block. `margin` exceeds the rounding error of
+    /// three computed distances.
+    fn visit(&self, a: usize, y: &[f64], err: f64, margin: f64, keep: f64) -> Visit {
         #[cfg(target_arch = "x86_64")]
         {
             if self.avx512 {
                 // SAFETY: AVX-512F was detected when `self` was made.
-                return unsafe { avx2::search512(self, a, y, ua, margin) };
+                return unsafe { avx2::visit512(self, a, y, err, margin, keep) };
             }
             if self.avx2 {
                 // SAFETY: AVX2 was detected when `self` was made.
-                return unsafe { avx2::search(self, a, y, ua, margin) };
+                return unsafe { avx2::visit(self, a, y, err, margin, keep) };
             }
         }
-        self.search_lanes(a, y, ua, margin)
+        self.visit_lanes(a, y, err, margin, keep)
     }
 
     #[inline(always)]
-    fn search_lanes(&self, a: usize, y: &[f64], ua: f64, margin: f64) -> (usize, f64, f64) {
-        let size = self.d * LANES;
+    fn visit_lanes(&self, a: usize, y: &[f64], err: f64, margin: f64, keep: f64) -> Visit {
+        let d = self.d;
+        let size = d * LANES;
         let base = a * self.blocks;
-        let y = &y[..self.d];
-        let (mut best, mut best_d, mut second) = (usize::MAX, f64::INFINITY, f64::INFINITY);
+        let y = &y[..d];
         let mut d2 = [0.0f64; LANES];
+        block_d2(&self.t[base * size..(base + 1) * size], y, &mut d2);
+        let pos = self.self_pos[a] as usize;
+        let ua = if pos < LANES {
+            d2[pos]
+        } else {
+            // More than a block of centres coincide with `a`: read its lane where it lies.
+            let (at, lane) = (base + pos / LANES, pos % LANES);
+            let mut s = 0.0;
+            for (dd, &yd) in y.iter().enumerate() {
+                let diff = yd - self.t[(at * d + dd) * LANES + lane];
+                s += diff * diff;
+            }
+            s
+        }
+        .sqrt();
+        if ua + err + margin < keep {
+            return Visit::Kept(ua);
+        }
+        let (mut best, mut best_d, mut second) = (usize::MAX, f64::INFINITY, f64::INFINITY);
         for b in 0..self.blocks {
             let at = base + b;
-            block_d2(&self.t[at * size..(at + 1) * size], y, &mut d2);
+            if b > 0 {
+                block_d2(&self.t[at * size..(at + 1) * size], y, &mut d2);
+            }
             let idx = &self.order[at * LANES..(at + 1) * LANES];
             for (&v, &j) in d2.iter().zip(idx) {
                 let j = j as usize;
@@ -701,8 +732,18 @@ impl Near {
                 break;
             }
         }
-        (best, best_d, second)
+        Visit::Searched(best, best_d, second)
     }
+}
+
+/// What a point whose bounds failed learns from [`Near::visit`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Visit {
+    /// The computed distance to its own centre, which proves that centre still nearest.
+    Kept(f64),
+    /// Nearest centre (ties to the lowest index), its squared distance and the second-smallest
+    /// squared distance: what [`nearest2`] returns.
+    Searched(usize, f64, f64),
 }
 
 /// Row indices of each cluster's members, ascending (the order SimPoint sums them in), all
@@ -1168,15 +1209,22 @@ impl Pass<'_> {
                 let a = labels[i] as usize;
                 let m = self.half_gap[a].max(f64::from(lower[i]));
                 let y = row(i);
-                let ua = dist2(y, self.cur.row(a)).sqrt();
-                let u = ua + err;
-                upper[i] = f32_up(u);
-                if u + margin < m {
-                    continue;
-                }
                 let (c, best, second) = match self.near {
-                    Some(near) => near.search(a, y, ua, margin),
-                    None => self.blocked.nearest(y),
+                    Some(near) => match near.visit(a, y, err, margin, m) {
+                        Visit::Kept(ua) => {
+                            upper[i] = f32_up(ua + err);
+                            continue;
+                        }
+                        Visit::Searched(c, best, second) => (c, best, second),
+                    },
+                    None => {
+                        let u = dist2(y, self.cur.row(a)).sqrt() + err;
+                        upper[i] = f32_up(u);
+                        if u + margin < m {
+                            continue;
+                        }
+                        self.blocked.nearest(y)
+                    }
                 };
                 upper[i] = f32_up(best.sqrt() + err);
                 lower[i] = f32_down((second.sqrt() - err).max(0.0));
@@ -1415,13 +1463,46 @@ mod structure_tests {
                         .collect(),
                 };
                 let want = nearest2(&y, &centres);
-                for a in [0, k / 2, k - 1, want.0] {
+                let want = Visit::Searched(want.0, want.1, want.2);
+                let m = 4.0 * err;
+                for a in [0, k / 2, k - 1] {
                     let ua = dist2(&y, centres.row(a)).sqrt();
-                    assert_eq!(near.search(a, &y, ua, 4.0 * err), want, "k {k} d {d} a {a}");
-                    assert_eq!(near.search_lanes(a, &y, ua, 4.0 * err), want);
+                    let ninf = f64::NEG_INFINITY;
+                    assert_eq!(near.visit(a, &y, err, m, ninf), want, "k {k} d {d} a {a}");
+                    assert_eq!(near.visit_lanes(a, &y, err, m, ninf), want);
+                    let keep = f64::INFINITY;
+                    assert_eq!(near.visit(a, &y, err, m, keep), Visit::Kept(ua));
+                    assert_eq!(near.visit_lanes(a, &y, err, m, keep), Visit::Kept(ua));
                 }
             }
         }
+    }
+
+    #[test]
+    fn own_distance_is_found_behind_a_block_of_coincident_centres() {
+        let mut r = Random::new(3);
+        let (k, d) = (20, 4);
+        let mut centres = random_set(&mut r, k, d);
+        let row = centres.row(0).to_vec();
+        for c in 1..11 {
+            centres.row_mut(c).copy_from_slice(&row);
+        }
+        let err = distance_error(1.0, d);
+        let mut near = Near::new(k, d);
+        let mut half_gap = vec![0.0; k];
+        near.load(&centres, err, &mut half_gap);
+        assert_eq!(near.self_pos[10], 10);
+        let y: Vec<f64> = (0..d).map(|_| f64::from(r.rand_float())).collect();
+        let ua = dist2(&y, centres.row(10)).sqrt();
+        assert_eq!(
+            near.visit(10, &y, err, 4.0 * err, f64::INFINITY),
+            Visit::Kept(ua)
+        );
+        let (c, best, second) = nearest2(&y, &centres);
+        assert_eq!(
+            near.visit(10, &y, err, 4.0 * err, f64::NEG_INFINITY),
+            Visit::Searched(c, best, second)
+        );
     }
 
     #[test]
