@@ -325,15 +325,15 @@ mod avx2 {
         (index, best, second)
     }
 
-    /// Sums `y * w` over the rows in `list` (product rounded, then the sum, as SimPoint does)
-    /// and `w` alone, both from zero and in list order; `out` receives the `d` sums, `weight` the
-    /// weight sum. `C` chunks of four lanes cover the `d` dimensions.
+    /// [`super::sum_rows`] for `d <= 4 * C`: `C` chunks of four lanes cover the dimensions.
     #[target_feature(enable = "avx2")]
     pub unsafe fn sum_rows<const C: usize>(
         points: &crate::Dataset,
         list: &[u32],
         out: &mut [f64],
         weight: &mut f64,
+        prefix: &mut Vec<f64>,
+        kept: usize,
     ) {
         let d = points.cols;
         assert!(d > 4 * (C - 1) && d <= 4 * C && out.len() == d);
@@ -345,9 +345,13 @@ mod avx2 {
             lane(4 * last + 2),
             lane(4 * last + 3),
         );
+        let mut buf = [0.0f64; 16];
+        let (from, mut w_acc) = super::resume(prefix, kept, d, &mut buf[..d]);
         let mut acc = [_mm256_setzero_pd(); C];
-        let mut w_acc = 0.0f64;
-        for (j, &p) in list.iter().enumerate() {
+        for (c, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_loadu_pd(buf.as_ptr().add(4 * c));
+        }
+        for (j, &p) in list.iter().enumerate().skip(from) {
             let p = p as usize;
             if let Some(&ahead) = list.get(j + 32) {
                 // Every cache line of the row (up to three for 16 dimensions).
@@ -371,8 +375,14 @@ mod avx2 {
                 *a = _mm256_add_pd(*a, _mm256_mul_pd(v, wv));
             }
             w_acc += w;
+            if (j + 1) % super::PREFIX_STEP == 0 {
+                for (c, a) in acc.iter().enumerate() {
+                    _mm256_storeu_pd(buf.as_mut_ptr().add(4 * c), *a);
+                }
+                prefix.extend_from_slice(&buf[..d]);
+                prefix.push(w_acc);
+            }
         }
-        let mut buf = [0.0f64; 16];
         for (c, a) in acc.iter().enumerate() {
             _mm256_storeu_pd(buf.as_mut_ptr().add(4 * c), *a);
         }
@@ -756,6 +766,10 @@ struct Members {
     next_start: Vec<u32>,
     removed: Vec<Vec<u32>>,
     added: Vec<Vec<u32>>,
+    /// Partial sums of each cluster's list as last summed (see [`sum_rows`]).
+    prefix: Vec<Vec<f64>>,
+    /// Leading members of each list unchanged since it was last summed.
+    kept: Vec<u32>,
 }
 
 /// A distinct row that changed cluster in one pass.
@@ -775,10 +789,13 @@ impl Members {
             next_start: vec![0; k + 1],
             removed: vec![Vec::new(); k],
             added: vec![Vec::new(); k],
+            prefix: vec![Vec::new(); k],
+            kept: vec![0; k],
         }
     }
 
     /// Members of cluster `c`, ascending.
+    #[cfg(test)]
     fn list(&self, c: usize) -> &[u32] {
         &self.rows[self.start[c] as usize..self.start[c + 1] as usize]
     }
@@ -794,6 +811,7 @@ impl Members {
             fill[c + 1] += fill[c];
         }
         self.start.copy_from_slice(&fill);
+        self.kept.fill(0);
         self.rows.clear();
         self.rows.resize(slot.len(), 0);
         for (p, &s) in slot.iter().enumerate() {
@@ -828,7 +846,7 @@ impl Members {
             let (rem, add) = (&mut self.removed[c], &mut self.added[c]);
             rem.sort_unstable();
             add.sort_unstable();
-            merge_changes(old, rem, add, &mut out);
+            self.kept[c] = merge_changes(old, rem, add, &mut out) as u32;
             rem.clear();
             add.clear();
         }
@@ -840,9 +858,10 @@ impl Members {
 
 /// Appends to `out` the ascending list `old` without the rows of `rem` (a subset of `old`) and
 /// with those of `add`, both ascending: the runs between changes are found by galloping and
-/// copied whole.
-fn merge_changes(old: &[u32], rem: &[u32], add: &[u32], out: &mut Vec<u32>) {
+/// copied whole. Returns how many leading members of `old` the new list shares.
+fn merge_changes(old: &[u32], rem: &[u32], add: &[u32], out: &mut Vec<u32>) -> usize {
     let (mut from, mut r, mut q) = (0, 0, 0);
+    let mut first = usize::MAX;
     loop {
         let removal = match (rem.get(r), add.get(q)) {
             (Some(&x), Some(&y)) => x < y,
@@ -852,6 +871,7 @@ fn merge_changes(old: &[u32], rem: &[u32], add: &[u32], out: &mut Vec<u32>) {
         };
         let key = if removal { rem[r] } else { add[q] };
         let at = from + gallop(&old[from..], key);
+        first = first.min(at);
         out.extend_from_slice(&old[from..at]);
         if removal {
             debug_assert_eq!(old.get(at), Some(&key));
@@ -864,6 +884,7 @@ fn merge_changes(old: &[u32], rem: &[u32], add: &[u32], out: &mut Vec<u32>) {
         }
     }
     out.extend_from_slice(&old[from..]);
+    first.min(old.len())
 }
 
 /// Number of leading elements of the ascending `list` below `key`, found by doubling steps
@@ -878,9 +899,22 @@ fn gallop(list: &[u32], key: u32) -> usize {
     lo + list[lo..hi].partition_point(|&x| x < key)
 }
 
+/// Members between two saved partial sums of a cluster.
+const PREFIX_STEP: usize = 64;
+
 /// Sums `y * w` over the rows in `list` into `out` and `w` into `weight`, from zero and in list
-/// order: the sums SimPoint computes, with the same roundings.
-fn sum_rows(points: &Dataset, list: &[u32], out: &mut [f64], weight: &mut f64) {
+/// order: the sums SimPoint computes, with the same roundings. `prefix` holds the partial sums
+/// (`d` sums and the weight) after every [`PREFIX_STEP`] members of the list last summed, whose
+/// first `kept` members `list` shares: the sum resumes from the last of those it can use, and
+/// `prefix` is brought up to date for `list`.
+fn sum_rows(
+    points: &Dataset,
+    list: &[u32],
+    out: &mut [f64],
+    weight: &mut f64,
+    prefix: &mut Vec<f64>,
+    kept: usize,
+) {
     #[cfg(target_arch = "x86_64")]
     {
         let d = points.cols;
@@ -888,30 +922,68 @@ fn sum_rows(points: &Dataset, list: &[u32], out: &mut [f64], weight: &mut f64) {
             // SAFETY: AVX2 is present (checked just above); each arm's chunks cover `d`.
             unsafe {
                 match d.div_ceil(4) {
-                    1 => avx2::sum_rows::<1>(points, list, out, weight),
-                    2 => avx2::sum_rows::<2>(points, list, out, weight),
-                    3 => avx2::sum_rows::<3>(points, list, out, weight),
-                    _ => avx2::sum_rows::<4>(points, list, out, weight),
+                    1 => avx2::sum_rows::<1>(points, list, out, weight, prefix, kept),
+                    2 => avx2::sum_rows::<2>(points, list, out, weight, prefix, kept),
+                    3 => avx2::sum_rows::<3>(points, list, out, weight, prefix, kept),
+                    _ => avx2::sum_rows::<4>(points, list, out, weight, prefix, kept),
                 }
             }
             return;
         }
     }
-    sum_rows_portable(points, list, out, weight);
+    sum_rows_portable(points, list, out, weight, prefix, kept);
 }
 
-fn sum_rows_portable(points: &Dataset, list: &[u32], out: &mut [f64], weight: &mut f64) {
-    out.iter_mut().for_each(|v| *v = 0.0);
-    let mut w_acc = 0.0;
-    for &p in list {
+/// Drops the partial sums of `prefix` that `kept` shared members do not cover, loads the last
+/// remaining one into `sums` (zeros when none) and returns how many members it covers and its
+/// weight sum.
+fn resume(prefix: &mut Vec<f64>, kept: usize, d: usize, sums: &mut [f64]) -> (usize, f64) {
+    let usable = (kept / PREFIX_STEP).min(prefix.len() / (d + 1));
+    prefix.truncate(usable * (d + 1));
+    match prefix.len().checked_sub(d + 1) {
+        Some(at) => {
+            sums.copy_from_slice(&prefix[at..at + d]);
+            (usable * PREFIX_STEP, prefix[at + d])
+        }
+        None => {
+            sums.iter_mut().for_each(|v| *v = 0.0);
+            (0, 0.0)
+        }
+    }
+}
+
+fn sum_rows_portable(
+    points: &Dataset,
+    list: &[u32],
+    out: &mut [f64],
+    weight: &mut f64,
+    prefix: &mut Vec<f64>,
+    kept: usize,
+) {
+    let d = points.cols;
+    let (from, mut w_acc) = resume(prefix, kept, d, out);
+    for (j, &p) in list.iter().enumerate().skip(from) {
         let w = points.weights[p as usize];
         for (acc, &v) in out.iter_mut().zip(points.row(p as usize)) {
             *acc += v * w;
         }
         w_acc += w;
+        if (j + 1) % PREFIX_STEP == 0 {
+            prefix.extend_from_slice(out);
+            prefix.push(w_acc);
+        }
     }
     *weight = w_acc;
 }
+
+/// One changed cluster to sum: members, centre row, weight, partial sums, shared members.
+type SumJob<'a> = (
+    &'a [u32],
+    &'a mut [f64],
+    &'a mut f64,
+    &'a mut Vec<f64>,
+    usize,
+);
 
 /// Runs weighted Lloyd k-means from `init` (whose weights are the initial centre weights) for at
 /// most `max_iter` passes, following SimPoint's stopping rule and empty-cluster handling.
@@ -1007,21 +1079,30 @@ pub fn lloyd(
         }
         // Clusters with unchanged members keep the centre and weight computed last pass.
         let mut jobs = Vec::new();
-        for (c, (row, w)) in next
+        let Members {
+            rows,
+            start,
+            prefix,
+            kept,
+            ..
+        } = &mut members;
+        for (c, ((row, w), prefix)) in next
             .data
             .chunks_mut(d.max(1))
             .zip(next.weights.iter_mut())
+            .zip(prefix.iter_mut())
             .enumerate()
         {
             if changed[c] {
-                jobs.push((members.list(c), row, w));
+                let list = &rows[start[c] as usize..start[c + 1] as usize];
+                jobs.push((list, row, w, prefix, kept[c] as usize));
             } else {
                 row.copy_from_slice(cur.row(c));
                 *w = cur.weights[c];
             }
         }
-        let sum = |(list, row, w): (&[u32], &mut [f64], &mut f64)| {
-            sum_rows(points, list, row, w);
+        let sum = |(list, row, w, prefix, kept): SumJob<'_>| {
+            sum_rows(points, list, row, w, prefix, kept);
             if *w > 0.0 {
                 row.iter_mut().for_each(|v| *v /= *w);
             }
@@ -1072,7 +1153,7 @@ pub fn lloyd(
     }
 }
 
-/// Asks the cache for a row that will be read soon.
+/// Asks the cache for every line of a row that will be read soon.
 #[inline(always)]
 fn prefetch_row(row: &[f64]) {
     #[cfg(target_arch = "x86_64")]
@@ -1082,8 +1163,12 @@ fn prefetch_row(row: &[f64]) {
         let p = row.as_ptr() as *const i8;
         // SAFETY: prefetching never faults; the addresses lie inside `row` anyway.
         unsafe {
-            _mm_prefetch(p, _MM_HINT_T0);
-            if bytes > 64 {
+            let mut at = 0;
+            while at < bytes {
+                _mm_prefetch(p.add(at), _MM_HINT_T0);
+                at += 64;
+            }
+            if bytes > 0 {
                 _mm_prefetch(p.add(bytes - 1), _MM_HINT_T0);
             }
         }
@@ -1598,9 +1683,25 @@ mod structure_tests {
             let list: Vec<u32> = (0..997).filter(|p| p % 3 != 1).collect();
             let (mut a, mut b) = (vec![0.0; d], vec![0.0; d]);
             let (mut wa, mut wb) = (0.0, 0.0);
-            sum_rows(&points, &list, &mut a, &mut wa);
-            sum_rows_portable(&points, &list, &mut b, &mut wb);
-            assert_eq!((a, wa), (b, wb), "d {d}");
+            let (mut pa, mut pb) = (Vec::new(), Vec::new());
+            sum_rows(&points, &list, &mut a, &mut wa, &mut pa, 0);
+            sum_rows_portable(&points, &list, &mut b, &mut wb, &mut pb, 0);
+            assert_eq!((&a, wa, &pa), (&b, wb, &pb), "d {d}");
+            assert_eq!(pa.len(), list.len() / PREFIX_STEP * (d + 1));
+            // Resuming from the partial sums of a list sharing a prefix gives the same sums as
+            // summing from scratch.
+            let mut other = list.clone();
+            other.remove(300);
+            other.push(996);
+            let (mut fresh, mut wf, mut pf) = (vec![0.0; d], 0.0, Vec::new());
+            sum_rows_portable(&points, &other, &mut fresh, &mut wf, &mut pf, 0);
+            for kept in [0, 63, 64, 200, 300] {
+                let (mut p1, mut p2) = (pa.clone(), pa.clone());
+                sum_rows(&points, &other, &mut a, &mut wa, &mut p1, kept);
+                sum_rows_portable(&points, &other, &mut b, &mut wb, &mut p2, kept);
+                assert_eq!((&a, wa, &p1), (&fresh, wf, &pf), "d {d} kept {kept}");
+                assert_eq!((&b, wb, &p2), (&fresh, wf, &pf), "d {d} kept {kept}");
+            }
         }
     }
 
