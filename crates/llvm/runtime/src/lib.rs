@@ -102,9 +102,13 @@ fn tls() -> *mut u64 {
     unsafe { bbv_rt_tls() }
 }
 
-fn register_thread() -> Arc<ThreadRec> {
+/// Serializes numbering with creation, so that numbers follow `pthread_create` calls (not the
+/// order in which new threads happen to start) and a failed creation uses no number.
+static CREATING: Mutex<()> = Mutex::new(());
+
+fn register_thread(number: u32) -> Arc<ThreadRec> {
     let rec = Arc::new(ThreadRec {
-        number: NEXT_NUMBER.fetch_add(1, Ordering::Relaxed) as u32,
+        number,
         tls: AtomicPtr::new(tls()),
         base: AtomicU64::new(0),
         last: AtomicU64::new(0),
@@ -163,7 +167,7 @@ extern "C" fn init() {
     let interval = env_number("BBV_INTERVAL").unwrap_or(100_000_000);
     let env_budget = env_number("BBV_BUDGET").unwrap_or(0);
     let _ = CONFIG.set(Config { out, env_budget });
-    let _ = register_thread();
+    let _ = register_thread(NEXT_NUMBER.fetch_add(1, Ordering::Relaxed) as u32);
     blocks::init(interval);
     BUDGET.with(|b| b.set(env_budget));
     set_limit();
@@ -282,12 +286,13 @@ struct Start {
     routine: extern "C" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,
     budget: u64,
+    number: u32,
 }
 
 extern "C" fn thread_start(p: *mut c_void) -> *mut c_void {
     // SAFETY: made by pthread_create below, handed over to this thread alone.
     let start = unsafe { Box::from_raw(p as *mut Start) };
-    register_thread();
+    register_thread(start.number);
     BUDGET.with(|b| b.set(start.budget));
     set_limit();
     (start.routine)(start.arg)
@@ -323,13 +328,18 @@ pub unsafe extern "C" fn pthread_create(
     let real: CreateFn = std::mem::transmute(real);
     // A new thread inherits the environment's budget, not its creator's current one.
     let budget = CONFIG.get().map_or(0, |c| c.env_budget);
+    let _creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+    let number = NEXT_NUMBER.load(Ordering::Relaxed) as u32;
     let start = Box::into_raw(Box::new(Start {
         routine,
         arg,
         budget,
+        number,
     }));
     let r = real(thread, attr, thread_start, start as *mut c_void);
-    if r != 0 {
+    if r == 0 {
+        NEXT_NUMBER.store(number as usize + 1, Ordering::Relaxed);
+    } else {
         drop(Box::from_raw(start));
     }
     r
@@ -358,7 +368,9 @@ extern "C" fn at_exit() {
     let Some(cfg) = CONFIG.get() else { return };
     let Some(out) = &cfg.out else { return };
     let threads: Vec<Arc<ThreadRec>> = THREADS.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let totals: Vec<(u32, u64)> = threads.iter().map(|t| (t.number, t.total())).collect();
+    let mut totals: Vec<(u32, u64)> = threads.iter().map(|t| (t.number, t.total())).collect();
+    // Threads register as they start, which need not be the order they were created in.
+    totals.sort_unstable_by_key(|t| t.0);
     let sum: u64 = totals.iter().map(|t| t.1).sum();
     let r = write_atomically(&format!("{out}.count"), |w| {
         writeln!(
