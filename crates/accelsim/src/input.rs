@@ -29,13 +29,23 @@ pub(crate) fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceError> {
     })
 }
 
-/// Line reader with numbering; lines come without their newline.
+/// Line reader with numbering; lines come without their newline. Lines are split in place in
+/// a large buffer (no copy per line); a line longer than the buffer grows it.
 pub(crate) struct Lines {
     inner: Box<dyn BufRead + Send>,
     pub(crate) path: std::path::PathBuf,
     pub(crate) line_no: u64,
     buf: Vec<u8>,
+    /// Unread bytes are `buf[pos..end]`.
+    pos: usize,
+    end: usize,
+    /// The line last returned is `buf[line.0..line.1]`.
+    line: (usize, usize),
+    eof: bool,
 }
+
+/// Bytes read at a time.
+const BLOCK: usize = 1 << 18;
 
 impl Lines {
     pub(crate) fn open(path: &Path) -> Result<Lines, TraceError> {
@@ -43,7 +53,11 @@ impl Lines {
             inner: open(path)?,
             path: path.to_path_buf(),
             line_no: 0,
-            buf: Vec::with_capacity(256),
+            buf: vec![0; BLOCK],
+            pos: 0,
+            end: 0,
+            line: (0, 0),
+            eof: false,
         })
     }
 
@@ -52,7 +66,7 @@ impl Lines {
         if self.next_bytes()?.is_none() {
             return Ok(None);
         }
-        std::str::from_utf8(&self.buf)
+        std::str::from_utf8(self.current_bytes())
             .map(Some)
             .map_err(|_| TraceError::Format {
                 path: self.path.clone(),
@@ -64,28 +78,70 @@ impl Lines {
     /// The next line as bytes (trailing `\r\n` removed), or `None` at the end; no UTF-8 check
     /// (the body parser checks what it keeps).
     pub(crate) fn next_bytes(&mut self) -> Result<Option<&[u8]>, TraceError> {
-        self.buf.clear();
-        let n = self
-            .inner
-            .read_until(b'\n', &mut self.buf)
-            .map_err(|source| TraceError::Io {
-                path: self.path.clone(),
-                line: self.line_no + 1,
-                source,
-            })?;
-        if n == 0 {
-            return Ok(None);
+        let mut searched = 0;
+        let (start, stop) = loop {
+            let from = self.pos + searched;
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[from..self.end]) {
+                let nl = from + i;
+                let line = (self.pos, nl);
+                self.pos = nl + 1;
+                break line;
+            }
+            searched = self.end - self.pos;
+            if self.eof {
+                if self.pos == self.end {
+                    return Ok(None);
+                }
+                // The last line has no newline.
+                let line = (self.pos, self.end);
+                self.pos = self.end;
+                break line;
+            }
+            self.refill()?;
+        };
+        let mut stop = stop;
+        while stop > start && matches!(self.buf[stop - 1], b'\n' | b'\r') {
+            stop -= 1;
         }
+        self.line = (start, stop);
         self.line_no += 1;
-        while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
-            self.buf.pop();
+        Ok(Some(&self.buf[start..stop]))
+    }
+
+    /// Moves the unread bytes to the front (growing the buffer when they fill it) and reads
+    /// more after them.
+    fn refill(&mut self) -> Result<(), TraceError> {
+        self.buf.copy_within(self.pos..self.end, 0);
+        self.end -= self.pos;
+        self.pos = 0;
+        if self.end == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
         }
-        Ok(Some(&self.buf))
+        loop {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    return Err(TraceError::Io {
+                        path: self.path.clone(),
+                        line: self.line_no + 1,
+                        source,
+                    })
+                }
+            }
+        }
     }
 
     /// Bytes of the line last returned.
     pub(crate) fn current_bytes(&self) -> &[u8] {
-        &self.buf
+        &self.buf[self.line.0..self.line.1]
     }
 
     pub(crate) fn error(&self, message: impl Into<String>) -> TraceError {
@@ -94,5 +150,60 @@ impl Lines {
             line: self.line_no,
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines_of(bytes: &[u8]) -> Vec<Vec<u8>> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        std::fs::write(&path, bytes).unwrap();
+        let mut l = Lines::open(&path).unwrap();
+        let mut out = Vec::new();
+        while let Some(line) = l.next_bytes().unwrap() {
+            let line = line.to_vec();
+            assert_eq!(l.current_bytes(), &line[..]);
+            out.push(line);
+            assert_eq!(l.line_no, out.len() as u64);
+        }
+        out
+    }
+
+    /// What the reader must return: split at newlines, trailing CRs dropped, no empty last line.
+    fn expected(bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut v: Vec<Vec<u8>> = bytes
+            .split(|&b| b == b'\n')
+            .map(|l| {
+                let mut l = l.to_vec();
+                while l.last() == Some(&b'\r') {
+                    l.pop();
+                }
+                l
+            })
+            .collect();
+        if bytes.last().is_none_or(|&b| b == b'\n') {
+            v.pop();
+        }
+        v
+    }
+
+    #[test]
+    fn lines_split_across_refills_long_lines_and_a_last_line_without_newline() {
+        let mut text = Vec::new();
+        for i in 0..40_000u32 {
+            let len = (i as usize * 7919) % 97;
+            text.extend(std::iter::repeat_n(b'a' + (i % 26) as u8, len));
+            text.extend_from_slice(if i % 5 == 0 { b"\r\n" } else { b"\n" });
+        }
+        // Longer than two blocks: the buffer grows.
+        text.extend(std::iter::repeat_n(b'x', 3 * BLOCK + 17));
+        text.extend_from_slice(b"\n\n\r\nlast line without newline");
+        assert_eq!(lines_of(&text), expected(&text));
+        assert_eq!(lines_of(b""), expected(b""));
+        assert_eq!(lines_of(b"\n"), expected(b"\n"));
+        assert_eq!(lines_of(b"one"), expected(b"one"));
     }
 }
