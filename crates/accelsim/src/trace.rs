@@ -591,7 +591,8 @@ fn fast_instruction(s: &[u8], immediate: bool) -> Option<Instruction<'_>> {
     if is_register(op) || op.iter().all(u8::is_ascii_digit) || !op.is_ascii() {
         return None;
     }
-    let opcode = std::str::from_utf8(op).ok()?;
+    // SAFETY: ASCII (checked just above) is valid UTF-8; validating again cost 5% of parsing.
+    let opcode = unsafe { std::str::from_utf8_unchecked(op) };
     i = sep(e)?;
     let (src, j) = count(i)?;
     i = j;
