@@ -21,14 +21,52 @@ pub struct Dataset {
     pub index: Option<Vec<u32>>,
 }
 
-/// Hash of a row's bit patterns (for finding identical rows).
-pub(crate) fn row_hash(row: &[f64]) -> u64 {
-    let h = row.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, v| {
-        (h ^ v.to_bits())
-            .wrapping_mul(0x0100_0000_01b3)
-            .rotate_left(23)
-    });
-    h ^ (h >> 29)
+/// Open-addressing table of rows compared bit for bit: finds identical rows in one pass.
+pub(crate) struct RowTable {
+    slots: Vec<u32>,
+    mask: usize,
+}
+
+impl RowTable {
+    /// A table for up to `rows` distinct rows.
+    pub(crate) fn new(rows: usize) -> RowTable {
+        let size = (rows + rows / 2).next_power_of_two().max(16);
+        RowTable {
+            slots: vec![u32::MAX; size],
+            mask: size - 1,
+        }
+    }
+
+    /// The id of an inserted row bitwise equal to `row` (`stored(id)` reads inserted rows);
+    /// `None` when there is none, after recording `row` under `new_id`.
+    pub(crate) fn find_or_insert<'a>(
+        &mut self,
+        row: &[f64],
+        new_id: u32,
+        stored: impl Fn(u32) -> &'a [f64],
+    ) -> Option<u32> {
+        let h = row.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, v| {
+            (h ^ v.to_bits())
+                .wrapping_mul(0x0100_0000_01b3)
+                .rotate_left(23)
+        });
+        let mut at = ((h ^ (h >> 29)) as usize) & self.mask;
+        loop {
+            let s = self.slots[at];
+            if s == u32::MAX {
+                self.slots[at] = new_id;
+                return None;
+            }
+            if stored(s)
+                .iter()
+                .zip(row)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+            {
+                return Some(s);
+            }
+            at = (at + 1) & self.mask;
+        }
+    }
 }
 
 impl Dataset {
@@ -78,31 +116,22 @@ impl Dataset {
         if c == 0 || n < 2 || self.index.is_some() {
             return;
         }
-        let size = (n + n / 2).next_power_of_two().max(16);
-        let mask = size - 1;
-        let mut table = vec![u32::MAX; size];
+        let mut table = RowTable::new(n);
         let mut index = Vec::with_capacity(n);
         let mut unique = 0usize;
         for p in 0..n {
             // Stored rows occupy 0..unique <= p: row p is still in place.
-            let mut at = (row_hash(&self.data[p * c..(p + 1) * c]) as usize) & mask;
-            let s = loop {
-                let s = table[at];
-                if s == u32::MAX {
-                    table[at] = unique as u32;
+            let data = &self.data;
+            let found = table.find_or_insert(&data[p * c..(p + 1) * c], unique as u32, |s| {
+                &data[s as usize * c..(s as usize + 1) * c]
+            });
+            let s = match found {
+                Some(s) => s as usize,
+                None => {
                     self.data.copy_within(p * c..(p + 1) * c, unique * c);
                     unique += 1;
-                    break unique - 1;
+                    unique - 1
                 }
-                let s = s as usize;
-                let same = self.data[s * c..(s + 1) * c]
-                    .iter()
-                    .zip(&self.data[p * c..(p + 1) * c])
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                if same {
-                    break s;
-                }
-                at = (at + 1) & mask;
             };
             index.push(s as u32);
         }

@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use crate::dataset::{row_hash, Dataset};
+use crate::dataset::{Dataset, RowTable};
 use crate::rng::Random;
 
 /// Whether the AVX2 kernels can run here.
@@ -151,33 +151,17 @@ impl<'a> Distinct<'a> {
     /// Groups identical rows by hashing them, whether or not `points` is deduplicated.
     pub fn hashed(points: &Dataset) -> Distinct<'static> {
         let n = points.rows();
-        let size = (n + n / 2).next_power_of_two().max(16);
-        let mask = size - 1;
-        let mut table = vec![u32::MAX; size];
+        let mut table = RowTable::new(n);
         let mut first: Vec<u32> = Vec::new();
         let mut slot = Vec::with_capacity(n);
         for p in 0..n {
-            let row = points.row(p);
-            let mut at = (row_hash(row) as usize) & mask;
-            let s = loop {
-                let s = table[at];
-                if s == u32::MAX {
-                    let s_new = first.len() as u32;
-                    table[at] = s_new;
-                    first.push(p as u32);
-                    break s_new;
-                }
-                let other = points.row(first[s as usize] as usize);
-                if other
-                    .iter()
-                    .zip(row)
-                    .all(|(a, b)| a.to_bits() == b.to_bits())
-                {
-                    break s;
-                }
-                at = (at + 1) & mask;
-            };
-            slot.push(s);
+            let found = table.find_or_insert(points.row(p), first.len() as u32, |s| {
+                points.row(first[s as usize] as usize)
+            });
+            slot.push(found.unwrap_or_else(|| {
+                first.push(p as u32);
+                first.len() as u32 - 1
+            }));
         }
         first.shrink_to_fit();
         let next_same = chain(&slot, first.len());
