@@ -8,6 +8,7 @@
 //!   naming the file and line: a silently wrong instruction count is the worst outcome.
 
 mod error;
+mod fast;
 mod input;
 mod list;
 mod trace;

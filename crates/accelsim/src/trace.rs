@@ -326,6 +326,14 @@ impl TraceReader {
                     }
                     self.remaining -= 1;
                     let lines = &self.lines;
+                    let h = &self.header;
+                    if !self.decode && !h.prefix && !h.lineinfo {
+                        if let Some(i) =
+                            crate::fast::instruction(lines.current_bytes(), h.immediate)
+                        {
+                            return Ok(Some(Event::Inst(i)));
+                        }
+                    }
                     let addrs = if self.decode {
                         Some(&mut self.addresses)
                     } else {
@@ -473,7 +481,7 @@ fn signed(t: &[u8], what: &str) -> Result<i64, String> {
 }
 
 /// Value of a hex digit, or 0xff: a table, because digit classes vary unpredictably.
-static HEX: [u8; 256] = {
+pub(crate) static HEX: [u8; 256] = {
     let mut t = [0xffu8; 256];
     let mut i = 0;
     while i < 10 {
@@ -510,171 +518,10 @@ fn active_lanes(mask: u32) -> impl Iterator<Item = u8> {
     (0..32u8).filter(move |&l| mask & (1 << l) != 0)
 }
 
-/// The tracer's own spelling of a line (single spaces, an 8-digit mask, addresses not decoded),
-/// parsed in one left-to-right pass. Anything unusual returns `None` and goes through
-/// [`parse_instruction`]'s general path, which also words the errors; what this accepts it
-/// parses exactly as the general path would (tested on every line of the test traces).
-#[inline]
-fn fast_instruction(s: &[u8], immediate: bool) -> Option<Instruction<'_>> {
-    let n = s.len();
-    let mut i = 0;
-    // A run of bytes up to the next space (or the end), never empty.
-    let word = |i: usize| -> Option<usize> {
-        let mut j = i;
-        while j < n && s[j] != b' ' {
-            j += 1;
-        }
-        (j > i).then_some(j)
-    };
-    let hexval = |t: &[u8]| -> Option<u64> {
-        if t.is_empty() || t.len() > 16 {
-            return None;
-        }
-        let mut v = 0u64;
-        for &b in t {
-            let d = HEX[b as usize];
-            if d == 0xff {
-                return None;
-            }
-            v = (v << 4) | u64::from(d);
-        }
-        Some(v)
-    };
-    let decval = |t: &[u8]| -> Option<u64> {
-        if t.is_empty() || t.len() > 19 {
-            return None;
-        }
-        let mut v = 0u64;
-        for &b in t {
-            let d = b.wrapping_sub(b'0');
-            if d > 9 {
-                return None;
-            }
-            v = v * 10 + u64::from(d);
-        }
-        Some(v)
-    };
-    // After a token: exactly one space, or the end.
-    let sep = |j: usize| -> Option<usize> {
-        match s.get(j) {
-            Some(b' ') => Some(j + 1),
-            None => Some(j),
-            _ => None,
-        }
-    };
-    let e = word(i)?;
-    let pc = hexval(&s[i..e])?;
-    i = sep(e)?;
-    if i + 8 > n {
-        return None;
-    }
-    let mask = hexval(&s[i..i + 8])? as u32;
-    i = sep(i + 8)?;
-    let count = |i: usize| -> Option<(u64, usize)> {
-        let e = word(i)?;
-        Some((decval(&s[i..e])?, sep(e)?))
-    };
-    let (dst, j) = count(i)?;
-    i = j;
-    if dst > 8 {
-        return None;
-    }
-    for _ in 0..dst {
-        let e = word(i)?;
-        if !is_register(&s[i..e]) {
-            return None;
-        }
-        i = sep(e)?;
-    }
-    let e = word(i)?;
-    let op = &s[i..e];
-    if is_register(op) || op.iter().all(u8::is_ascii_digit) || !op.is_ascii() {
-        return None;
-    }
-    // SAFETY: ASCII (checked just above) is valid UTF-8; validating again cost 5% of parsing.
-    let opcode = unsafe { std::str::from_utf8_unchecked(op) };
-    i = sep(e)?;
-    let (src, j) = count(i)?;
-    i = j;
-    if src > 8 {
-        return None;
-    }
-    for _ in 0..src {
-        let e = word(i)?;
-        if !is_register(&s[i..e]) {
-            return None;
-        }
-        i = sep(e)?;
-    }
-    let (mem_width, j) = count(i)?;
-    i = j;
-    let mut address_mode = None;
-    if mem_width > 0 {
-        let lanes = mask.count_ones() as usize;
-        let (mode, j) = count(i)?;
-        i = j;
-        let skip = |i: usize, k: usize| -> Option<usize> {
-            let mut i = i;
-            for _ in 0..k {
-                i = sep(word(i)?)?;
-            }
-            Some(i)
-        };
-        match mode {
-            0 => {
-                address_mode = Some(AddressMode::ListAll);
-                i = skip(i, lanes)?;
-            }
-            1 => {
-                address_mode = Some(AddressMode::BaseStride);
-                let e = word(i)?;
-                hexval(s[i..e].strip_prefix(b"0x").unwrap_or(&s[i..e]))?;
-                i = sep(e)?;
-                let e = word(i)?;
-                let t = &s[i..e];
-                decval(t.strip_prefix(b"-").unwrap_or(t))?;
-                i = sep(e)?;
-            }
-            2 => {
-                address_mode = Some(AddressMode::BaseDelta);
-                let e = word(i)?;
-                hexval(s[i..e].strip_prefix(b"0x").unwrap_or(&s[i..e]))?;
-                i = sep(e)?;
-                i = skip(i, lanes.max(1) - 1)?;
-            }
-            _ => return None,
-        }
-    }
-    let immediate = if immediate {
-        let e = word(i)?;
-        let t = &s[i..e];
-        let v = match t.strip_prefix(b"-") {
-            Some(d) => -(decval(d)? as i64),
-            None => decval(t)? as i64,
-        };
-        i = sep(e)?;
-        Some(v)
-    } else {
-        None
-    };
-    if i != n {
-        return None;
-    }
-    Some(Instruction {
-        pc,
-        mask,
-        line_num: None,
-        dst_regs: dst as u8,
-        opcode,
-        src_regs: src as u8,
-        mem_width: mem_width as u32,
-        address_mode,
-        immediate,
-    })
-}
-
-/// Parses an instruction line; with `addrs`, also decodes its per-lane addresses into it.
-fn parse_instruction<'a>(
+/// Parses an instruction line; with `addrs`, also decodes its per-lane addresses into it. The
+/// general path: lines the fast path declines, and the wording of every error.
+#[inline(never)]
+pub(crate) fn parse_instruction<'a>(
     text: &'a [u8],
     h: &KernelHeader,
     block: [u32; 3],
@@ -683,11 +530,6 @@ fn parse_instruction<'a>(
 ) -> Result<Instruction<'a>, String> {
     if let Some(a) = addrs.as_deref_mut() {
         a.clear();
-    }
-    if addrs.is_none() && !h.prefix && !h.lineinfo {
-        if let Some(i) = fast_instruction(text, h.immediate) {
-            return Ok(i);
-        }
     }
     let mut tok = Tokens { s: text, i: 0 };
     if h.prefix {
@@ -843,53 +685,7 @@ fn parse_instruction<'a>(
 }
 
 #[inline(always)]
-fn is_register(t: &[u8]) -> bool {
+pub(crate) fn is_register(t: &[u8]) -> bool {
     let digits = t.strip_prefix(b"UR").or_else(|| t.strip_prefix(b"R"));
     digits.is_some_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit))
-}
-
-#[cfg(test)]
-mod fast_tests {
-    use super::*;
-
-    /// The fast path accepts the tracer's lines and agrees with the general path on them.
-    #[test]
-    fn fast_path_agrees_with_general_path() {
-        let lines = [
-            ("0008 ffffffff 1 R1 MOV 0 0 ", false),
-            ("0098 ffffffff 1 R4 LDG.E.CG 1 R4 4 1 0x7fd165500000 4 ", false),
-            ("0058 fffffff0 0 EXIT 0 0 ", false),
-            ("1020 0000000f 1 R24 LDG.E.128.CONSTANT.SYS 1 R44 16 2 0x7efe7b60c300 16 16 16 2000 ", true),
-            ("0030 0000000d 0 STG.E 2 R2 R4 4 2 0x2000 8 4 ", false),
-            ("0040 00000001 0 STG.E 2 R2 R4 4 2 0x2000 ", false),
-            ("0050 00000000 0 STG.E 2 R2 R4 4 1 0x0 0 ", false),
-            ("0010 0000000f 1 R4 LDG.E 1 R2 4 0 0x1000 0x1004 0x1008 0x100c ", false),
-            ("0010 ffffffff 1 R1 MOV 0 0 -7 ", true),
-            ("0010 ffffffff 1 R1 IADD 1 R2 0 -5", true),
-        ];
-        let h = KernelHeader::default();
-        for (line, imm) in lines {
-            let hh = KernelHeader {
-                immediate: imm,
-                ..h.clone()
-            };
-            let fast = fast_instruction(line.as_bytes(), imm).expect(line);
-            let mut tok_path = hh.clone();
-            tok_path.lineinfo = false;
-            // The general path, forced by asking for addresses and comparing the rest.
-            let mut addrs = Vec::new();
-            let general =
-                parse_instruction(line.as_bytes(), &tok_path, [0; 3], 0, Some(&mut addrs)).unwrap();
-            assert_eq!(fast, general, "{line}");
-        }
-        // Unusual spellings fall back (the general path handles or rejects them).
-        for odd in [
-            "0010  ffffffff 1 R1 MOV 0 0",
-            "0010 fffffff 1 R1 MOV 0 0",
-            "0010 ffffffff 1 R1 MOV 0 0 extra",
-            "0010\tffffffff 1 R1 MOV 0 0",
-        ] {
-            assert!(fast_instruction(odd.as_bytes(), false).is_none(), "{odd}");
-        }
-    }
 }

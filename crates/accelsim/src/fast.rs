@@ -1,0 +1,419 @@
+//! The fast path for instruction lines written the tracer's own way: single spaces, an 8-digit
+//! mask, addresses only stepped over. A line's spaces are found once, 16 bytes at a time, as a
+//! bitmap; every token boundary is then a shift and a trailing-zero count instead of a byte loop
+//! (address lists are most of a memory instruction's bytes).
+//!
+//! Anything unusual returns `None` and goes through the general tokenizer, which also words the
+//! errors; what this path accepts it parses exactly as the general path would (tested on the
+//! tracer's spellings and on random lines).
+
+use crate::trace::{is_register, AddressMode, Instruction, HEX};
+
+/// Longest line taken by the fast path (a full warp's address list is about 700 bytes).
+const MAX_LINE: usize = 1024;
+const WORDS: usize = MAX_LINE / 64;
+
+/// Bytes of `c` that are spaces, and bytes that are tabs or not ASCII, as bitmasks.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn mask16(c: &[u8; 16]) -> (u32, u32) {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of the x86_64 baseline; the load reads exactly the 16 bytes of `c`
+    // (unaligned loads allowed).
+    unsafe {
+        let v = _mm_loadu_si128(c.as_ptr().cast());
+        let sp = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b' ' as i8)));
+        let tb = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'\t' as i8)));
+        (sp as u32, (tb | _mm_movemask_epi8(v)) as u32)
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn mask16(c: &[u8; 16]) -> (u32, u32) {
+    let mut sp = 0u32;
+    let mut tb = 0u32;
+    for (k, &b) in c.iter().enumerate() {
+        sp |= u32::from(b == b' ') << k;
+        tb |= u32::from(b == b'\t' || !b.is_ascii()) << k;
+    }
+    (sp, tb)
+}
+
+/// A line and the positions of its spaces; `None` (general path) for lines with a tab, a byte
+/// that is not ASCII, a leading space, two spaces in a row, or more than [`MAX_LINE`] bytes.
+struct Cursor<'a, 'm> {
+    s: &'a [u8],
+    spaces: &'m [u64; WORDS],
+    /// Start of the next token (past the line's end once the tokens are used up).
+    i: usize,
+    /// Index of the bitmap word being consumed.
+    w: usize,
+    /// Its spaces not yet consumed: tokens are taken in order, one space after each, so the next
+    /// token's end is the lowest bit left (clearing it is the only step that waits on the last).
+    cur: u64,
+}
+
+impl<'a, 'm> Cursor<'a, 'm> {
+    /// Each bitmap word is assembled in a register and stored once: read-modify-writes of the
+    /// array stalled the loads that followed (store forwarding).
+    #[inline(always)]
+    fn new(s: &'a [u8], spaces: &'m mut [u64; WORDS]) -> Option<Self> {
+        let n = s.len();
+        if n > MAX_LINE {
+            return None;
+        }
+        let mut odd = 0u32;
+        let mut word = 0u64;
+        let mut carry = 0u64;
+        let mut i = 0;
+        let mut flush = |at: usize, word: u64, carry: &mut u64| -> bool {
+            spaces[at] = word;
+            let double = word & ((word << 1) | *carry) != 0;
+            *carry = word >> 63;
+            double
+        };
+        if n < 16 {
+            let mut c = [0u8; 16];
+            c[..n].copy_from_slice(s);
+            let (sp, tb) = mask16(&c);
+            word = u64::from(sp);
+            odd = tb;
+            i = n;
+        } else {
+            while i + 16 <= n {
+                let (sp, tb) = mask16(s[i..i + 16].try_into().unwrap());
+                word |= u64::from(sp) << (i % 64);
+                odd |= tb;
+                i += 16;
+                if i % 64 == 0 {
+                    if flush(i / 64 - 1, word, &mut carry) {
+                        return None;
+                    }
+                    word = 0;
+                }
+            }
+            if i < n {
+                // The last 16 bytes, of which only the top `n - i` are new.
+                let (sp, tb) = mask16(s[n - 16..].try_into().unwrap());
+                let shift = 16 - (n - i);
+                word |= u64::from(sp >> shift) << (i % 64);
+                odd |= tb >> shift;
+                i = n;
+            }
+        }
+        if i % 64 != 0 && flush(i / 64, word, &mut carry) {
+            return None;
+        }
+        if odd != 0 || spaces[0] & 1 != 0 {
+            return None;
+        }
+        Some(Cursor {
+            s,
+            spaces,
+            i: 0,
+            w: 0,
+            cur: spaces[0],
+        })
+    }
+
+    /// The next token (never empty: no leading or double spaces), stepping over the space after it.
+    #[inline(always)]
+    fn word(&mut self) -> Option<&'a [u8]> {
+        let (s, i) = (self.s, self.i);
+        if i >= s.len() {
+            return None;
+        }
+        let end = loop {
+            if self.cur != 0 {
+                let end = self.w * 64 + self.cur.trailing_zeros() as usize;
+                self.cur &= self.cur - 1;
+                break end;
+            }
+            self.w += 1;
+            if self.w * 64 >= s.len() {
+                break s.len();
+            }
+            self.cur = self.spaces[self.w];
+        };
+        self.i = end + 1;
+        Some(&s[i..end])
+    }
+
+    #[inline(always)]
+    fn skip(&mut self, k: usize) -> Option<()> {
+        for _ in 0..k {
+            self.word()?;
+        }
+        Some(())
+    }
+
+    #[inline(always)]
+    fn dec(&mut self) -> Option<u64> {
+        dec(self.word()?)
+    }
+
+    /// Whether every token has been taken.
+    fn done(&self) -> bool {
+        self.i >= self.s.len()
+    }
+}
+
+#[inline(always)]
+fn hex(t: &[u8]) -> Option<u64> {
+    if t.is_empty() || t.len() > 16 {
+        return None;
+    }
+    let mut v = 0u64;
+    let mut bad = 0u8;
+    for &b in t {
+        let d = HEX[b as usize];
+        bad |= d;
+        v = (v << 4) | u64::from(d & 0x0f);
+    }
+    // Digits are below 16; the "not a digit" mark is 0xff.
+    (bad < 16).then_some(v)
+}
+
+#[inline(always)]
+fn dec(t: &[u8]) -> Option<u64> {
+    if t.is_empty() || t.len() > 19 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in t {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + u64::from(d);
+    }
+    Some(v)
+}
+
+/// Parses a line the tracer's way (see the module documentation), or `None`.
+#[inline(always)]
+pub(crate) fn instruction(s: &[u8], immediate: bool) -> Option<Instruction<'_>> {
+    let mut spaces = [0u64; WORDS];
+    let mut c = Cursor::new(s, &mut spaces)?;
+    let pc = hex(c.word()?)?;
+    let mask_text = c.word()?;
+    if mask_text.len() != 8 {
+        return None;
+    }
+    let mask = hex(mask_text)? as u32;
+    let dst = c.dec()?;
+    if dst > 8 {
+        return None;
+    }
+    for _ in 0..dst {
+        if !is_register(c.word()?) {
+            return None;
+        }
+    }
+    let op = c.word()?;
+    if is_register(op) || op.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // SAFETY: the line is ASCII (the cursor checked), which is valid UTF-8; validating again cost
+    // 5% of parsing.
+    let opcode = unsafe { std::str::from_utf8_unchecked(op) };
+    let src = c.dec()?;
+    if src > 8 {
+        return None;
+    }
+    for _ in 0..src {
+        if !is_register(c.word()?) {
+            return None;
+        }
+    }
+    let mem_width = c.dec()?;
+    let mut address_mode = None;
+    if mem_width > 0 {
+        let lanes = mask.count_ones() as usize;
+        let base = |t: &[u8]| hex(t.strip_prefix(b"0x").unwrap_or(t));
+        match c.dec()? {
+            0 => {
+                address_mode = Some(AddressMode::ListAll);
+                c.skip(lanes)?;
+            }
+            1 => {
+                address_mode = Some(AddressMode::BaseStride);
+                base(c.word()?)?;
+                let t = c.word()?;
+                dec(t.strip_prefix(b"-").unwrap_or(t))?;
+            }
+            2 => {
+                address_mode = Some(AddressMode::BaseDelta);
+                base(c.word()?)?;
+                c.skip(lanes.max(1) - 1)?;
+            }
+            _ => return None,
+        }
+    }
+    let immediate = if immediate {
+        let t = c.word()?;
+        Some(match t.strip_prefix(b"-") {
+            Some(d) => -(dec(d)? as i64),
+            None => dec(t)? as i64,
+        })
+    } else {
+        None
+    };
+    if !c.done() {
+        return None;
+    }
+    Some(Instruction {
+        pc,
+        mask,
+        line_num: None,
+        dst_regs: dst as u8,
+        opcode,
+        src_regs: src as u8,
+        mem_width: mem_width as u32,
+        address_mode,
+        immediate,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{parse_instruction, KernelHeader};
+    use proptest::prelude::*;
+
+    /// The general path's reading of a line (forced by asking for its addresses).
+    fn general(line: &[u8], immediate: bool) -> Result<Instruction<'_>, String> {
+        let h = KernelHeader {
+            immediate,
+            ..KernelHeader::default()
+        };
+        let mut addrs = Vec::new();
+        parse_instruction(line, &h, [0; 3], 0, Some(&mut addrs))
+    }
+
+    /// The fast path accepts the tracer's lines and agrees with the general path on them.
+    #[test]
+    fn takes_the_tracers_lines_as_the_general_path_does() {
+        let full_list: String = (0..32).map(|k| format!("0x7f00000{k:05x} ")).collect();
+        let long = format!("0010 ffffffff 1 R4 LDG.E 1 R2 4 0 {full_list}");
+        let lines = [
+            ("0008 ffffffff 1 R1 MOV 0 0 ", false),
+            ("0098 ffffffff 1 R4 LDG.E.CG 1 R4 4 1 0x7fd165500000 4 ", false),
+            ("0058 fffffff0 0 EXIT 0 0 ", false),
+            ("1020 0000000f 1 R24 LDG.E.128.CONSTANT.SYS 1 R44 16 2 0x7efe7b60c300 16 16 16 2000 ", true),
+            ("0030 0000000d 0 STG.E 2 R2 R4 4 2 0x2000 8 4 ", false),
+            ("0040 00000001 0 STG.E 2 R2 R4 4 2 0x2000 ", false),
+            ("0050 00000000 0 STG.E 2 R2 R4 4 1 0x0 0 ", false),
+            ("0010 0000000f 1 R4 LDG.E 1 R2 4 0 0x1000 0x1004 0x1008 0x100c ", false),
+            ("0010 0000000f 1 R4 LDG.E 1 R2 4 0 0x1000 0x1004 0x1008 0x100c", false),
+            ("0010 ffffffff 1 R1 MOV 0 0 -7 ", true),
+            ("0010 ffffffff 1 R1 IADD 1 R2 0 -5", true),
+            ("0010 ffffffff 1 R1 IADD 1 R2 0 -5", true),
+            ("8 ffffffff 0 NOP 0 0", false),
+            (long.as_str(), false),
+        ];
+        for (line, imm) in lines {
+            let fast = instruction(line.as_bytes(), imm).expect(line);
+            assert_eq!(Ok(fast), general(line.as_bytes(), imm), "{line}");
+        }
+        // Unusual spellings fall back (the general path handles or rejects them).
+        for odd in [
+            "0010  ffffffff 1 R1 MOV 0 0",
+            " 0010 ffffffff 1 R1 MOV 0 0",
+            "0010 fffffff 1 R1 MOV 0 0",
+            "0010 ffffffff 1 R1 MOV 0 0 extra",
+            "0010\tffffffff 1 R1 MOV 0 0",
+            "0010 ffffffff 1 R1 MOV 0 0  ",
+            "0x10 ffffffff 1 R1 MOV 0 0",
+            "0010 0000000f 1 R4 LDG.E 1 R2 4 0 0x1000 0x1004 0x1008",
+            "0010 0000000f 1 R4 LDG.E 1 R2 4 3 0x1000",
+            "",
+        ] {
+            assert!(instruction(odd.as_bytes(), false).is_none(), "{odd}");
+        }
+        let too_long = format!("{long}{}", "0 ".repeat(200));
+        assert!(instruction(too_long.as_bytes(), false).is_none());
+    }
+
+    /// Tokens a line is assembled from: the tracer's and a few that only the general path takes.
+    fn token() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("0".to_string()),
+            Just("1".to_string()),
+            Just("2".to_string()),
+            Just("4".to_string()),
+            Just("R1".to_string()),
+            Just("UR7".to_string()),
+            Just("LDG.E".to_string()),
+            Just("0x1000".to_string()),
+            Just("-3".to_string()),
+            Just("ffffffff".to_string()),
+            Just("0000000f".to_string()),
+            Just("00000000".to_string()),
+            "[0-9a-fA-Fx+-]{1,20}",
+        ]
+    }
+
+    fn separator() -> impl Strategy<Value = &'static str> {
+        prop_oneof![8 => Just(" "), 1 => Just("  "), 1 => Just("\t")]
+    }
+
+    proptest! {
+        /// Whatever the fast path accepts, the general path reads the same way.
+        #[test]
+        fn never_disagrees_with_the_general_path(
+            parts in prop::collection::vec((token(), separator()), 1..60),
+            trailing in any::<bool>(),
+            imm in any::<bool>(),
+        ) {
+            let mut line = String::new();
+            for (k, (t, sep)) in parts.iter().enumerate() {
+                if k > 0 {
+                    line.push_str(sep);
+                }
+                line.push_str(t);
+            }
+            if trailing {
+                line.push(' ');
+            }
+            if let Some(fast) = instruction(line.as_bytes(), imm) {
+                prop_assert_eq!(Ok(fast), general(line.as_bytes(), imm), "{}", line);
+            }
+        }
+
+        /// Lines of a valid shape (where the fast path must not give up) agree too.
+        #[test]
+        fn valid_lines_take_the_fast_path(
+            pc in 0u64..0x10_0000,
+            mask in any::<u32>(),
+            dst in 0usize..4,
+            src in 0usize..4,
+            mode in 0u8..4,
+            imm in any::<bool>(),
+            value in any::<i32>(),
+        ) {
+            let mut line = format!("{pc:04x} {mask:08x} {dst} ");
+            for r in 0..dst {
+                line.push_str(&format!("R{r} "));
+            }
+            line.push_str(&format!("OP.X {src} "));
+            for r in 0..src {
+                line.push_str(&format!("UR{r} "));
+            }
+            let lanes = mask.count_ones() as usize;
+            match mode {
+                0 => line.push_str(&format!("4 0 {}", (0..lanes).map(|l| format!("0x{l:x} ")).collect::<String>())),
+                1 => line.push_str(&format!("8 1 0x7f00 {value} ")),
+                2 => line.push_str(&format!("4 2 0x7f00 {}", (1..lanes).map(|_| format!("{value} ")).collect::<String>())),
+                _ => line.push_str("0 "),
+            }
+            if imm {
+                line.push_str(&format!("{value} "));
+            }
+            let fast = instruction(line.as_bytes(), imm);
+            prop_assert!(fast.is_some(), "{}", line);
+            prop_assert_eq!(Ok(fast.unwrap()), general(line.as_bytes(), imm), "{}", line);
+        }
+    }
+}
