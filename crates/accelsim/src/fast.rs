@@ -13,31 +13,54 @@ use crate::trace::{is_register, AddressMode, Instruction, HEX};
 const MAX_LINE: usize = 1024;
 const WORDS: usize = MAX_LINE / 64;
 
-/// Bytes of `c` that are spaces, and bytes that are tabs or not ASCII, as bitmasks.
+/// Bytes of `c` equal to `b`, as a bitmask.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn mask16(c: &[u8; 16]) -> (u32, u32) {
+pub(crate) fn eq16(c: &[u8; 16], b: u8) -> u32 {
     use std::arch::x86_64::*;
     // SAFETY: SSE2 is part of the x86_64 baseline; the load reads exactly the 16 bytes of `c`
     // (unaligned loads allowed).
     unsafe {
         let v = _mm_loadu_si128(c.as_ptr().cast());
-        let sp = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b' ' as i8)));
-        let tb = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'\t' as i8)));
-        (sp as u32, (tb | _mm_movemask_epi8(v)) as u32)
+        _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b as i8))) as u32
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
+pub(crate) fn eq16(c: &[u8; 16], b: u8) -> u32 {
+    c.iter()
+        .enumerate()
+        .fold(0, |m, (k, &x)| m | (u32::from(x == b) << k))
+}
+
+/// Bytes of `c` that are not ASCII, as a bitmask.
+#[inline(always)]
+fn high16(c: &[u8; 16]) -> u32 {
+    // Bytes >= 0x80 are those whose top bit is set: compare that bit with itself.
+    let top = c.map(|x| x & 0x80);
+    eq16(&top, 0x80)
+}
+
+/// Bytes of `c` that are spaces, and bytes that are tabs or not ASCII, as bitmasks.
+#[inline(always)]
 fn mask16(c: &[u8; 16]) -> (u32, u32) {
-    let mut sp = 0u32;
-    let mut tb = 0u32;
-    for (k, &b) in c.iter().enumerate() {
-        sp |= u32::from(b == b' ') << k;
-        tb |= u32::from(b == b'\t' || !b.is_ascii()) << k;
+    (eq16(c, b' '), eq16(c, b'\t') | high16(c))
+}
+
+/// Position of the first newline in `h`: short distances (most lines) inline, 16 bytes at a
+/// time; longer ones through `memchr`.
+#[inline(always)]
+pub(crate) fn find_newline(h: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i + 16 <= h.len() && i < 128 {
+        let m = eq16(h[i..i + 16].try_into().unwrap(), b'\n');
+        if m != 0 {
+            return Some(i + m.trailing_zeros() as usize);
+        }
+        i += 16;
     }
-    (sp, tb)
+    memchr::memchr(b'\n', &h[i..]).map(|k| i + k)
 }
 
 /// A line and the positions of its spaces; `None` (general path) for lines with a tab, a byte
@@ -334,6 +357,34 @@ mod tests {
         }
         let too_long = format!("{long}{}", "0 ".repeat(200));
         assert!(instruction(too_long.as_bytes(), false).is_none());
+    }
+
+    #[test]
+    fn newline_found_at_every_distance() {
+        for len in 0..300 {
+            let mut h = vec![b'x'; len];
+            assert_eq!(find_newline(&h), None, "{len}");
+            for at in (0..len).rev() {
+                h[at] = b'\n';
+                assert_eq!(find_newline(&h), Some(at), "{len} {at}");
+            }
+        }
+        let mut h = vec![0xc3u8; 40];
+        h.push(b'\n');
+        assert_eq!(find_newline(&h), Some(40));
+    }
+
+    #[test]
+    fn masks_mark_spaces_tabs_and_high_bytes() {
+        let c: [u8; 16] = *b"a b\tc\xff d  e \x7f\x80\nx";
+        let (sp, odd) = mask16(&c);
+        let want = |f: &dyn Fn(u8) -> bool| {
+            c.iter()
+                .enumerate()
+                .fold(0u32, |m, (k, &x)| m | (u32::from(f(x)) << k))
+        };
+        assert_eq!(sp, want(&|x| x == b' '));
+        assert_eq!(odd, want(&|x| x == b'\t' || x >= 0x80));
     }
 
     /// Tokens a line is assembled from: the tracer's and a few that only the general path takes.

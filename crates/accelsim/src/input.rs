@@ -81,7 +81,7 @@ impl Lines {
         let mut searched = 0;
         let (start, stop) = loop {
             let from = self.pos + searched;
-            if let Some(i) = memchr::memchr(b'\n', &self.buf[from..self.end]) {
+            if let Some(i) = crate::fast::find_newline(&self.buf[from..self.end]) {
                 let nl = from + i;
                 let line = (self.pos, nl);
                 self.pos = nl + 1;
