@@ -225,23 +225,63 @@ fn generate(path: &Path, intervals: usize, blocks: u32) -> Result<u64> {
     Ok(std::fs::metadata(path)?.len())
 }
 
-/// Writes a tracer-v4 kernel trace of about `bytes` bytes: a loop of ALU, shared and global
-/// memory instructions (address modes 0, 1 and 2), mixed masks. Returns the instruction lines.
-fn generate_trace(path: &Path, id: u64, bytes: u64) -> Result<u64> {
+/// Instruction lines of the generated traces, by shape.
+#[derive(Clone, Copy)]
+enum TraceShape {
+    /// ALU, shared and global memory instructions (address modes 0, 1 and 2), mixed masks:
+    /// 72 bytes a line on average, most of them in address lists.
+    Mixed,
+    /// Short ALU lines like the shipped Pascal traces' (matrixmul: 40 bytes a line on
+    /// average): the per-line costs dominate.
+    Short,
+}
+
+impl TraceShape {
+    fn body(self) -> &'static [&'static str] {
+        match self {
+            TraceShape::Mixed => &[
+                "0010 ffffffff 1 R1 IMAD.MOV.U32 2 R255 R2 0 ",
+                "0020 ffffffff 1 R4 S2R 0 0 ",
+                "0030 ffffffff 1 R6 IMAD.WIDE 2 R4 R5 0 ",
+                "0040 ffffffff 1 R8 LDG.E.SYS 1 R6 4 1 0x7f5e2a600000 4 ",
+                "0050 0000ffff 1 R9 LDS.U.32 1 R7 4 2 0x1000 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 ",
+                "0060 ffffffff 1 R10 FFMA 3 R8 R9 R10 0 ",
+                "0070 0f0f0f0f 0 STG.E.SYS 2 R6 R10 4 0 0x00007f5e2a700000 0x00007f5e2a700004 0x00007f5e2a700010 0x00007f5e2a700014 0x00007f5e2a700020 0x00007f5e2a700024 0x00007f5e2a700030 0x00007f5e2a700034 0x00007f5e2a700040 0x00007f5e2a700044 0x00007f5e2a700050 0x00007f5e2a700054 0x00007f5e2a700060 0x00007f5e2a700064 0x00007f5e2a700070 0x00007f5e2a700074 ",
+                "0080 ffffffff 0 ISETP.GE.AND 2 R10 R11 0 ",
+                "0090 00000000 0 BRA 0 0 ",
+                "00a0 ffffffff 0 EXIT 0 0 ",
+            ],
+            TraceShape::Short => &[
+                "0008 ffffffff 1 R1 MOV 0 0 ",
+                "0010 ffffffff 1 R0 S2R 0 0 ",
+                "0018 ffffffff 1 R17 SHL 1 R17 0 ",
+                "0028 ffffffff 1 R0 XMAD 3 R3 R17 R0 0 ",
+                "0030 ffffffff 1 R2 XMAD.MRG 3 R3 R17 R255 0 ",
+                "0038 ffffffff 1 R0 XMAD.PSL.CBCC 3 R3 R2 R0 0 ",
+                "0048 ffffffff 1 R2 IADD 2 R0 R6 0 ",
+                "0050 ffffffff 1 R8 LDS.U.32 1 R7 4 1 0x1000 4 ",
+                "0058 ffffffff 1 R9 FFMA 3 R8 R9 R10 0 ",
+                "0068 ffffffff 0 ISETP.LT.AND 2 R9 R11 0 ",
+                "0070 ffffffff 0 BAR.SYNC 1 R255 0 ",
+                "0078 ffffffff 0 EXIT 0 0 ",
+            ],
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            TraceShape::Mixed => "mixed ALU/memory lines",
+            TraceShape::Short => "short ALU lines",
+        }
+    }
+}
+
+/// Writes a tracer-v4 kernel trace of about `bytes` bytes, a loop over `shape`'s lines.
+/// Returns the instruction lines.
+fn generate_trace(path: &Path, id: u64, bytes: u64, shape: TraceShape) -> Result<u64> {
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(w, "-kernel name = _Z6stressPfS_i\n-kernel id = {id}\n-grid dim = (100000,1,1)\n-block dim = (256,1,1)\n-shmem = 0\n-nregs = 32\n-binary version = 70\n-cuda stream id = 0\n-shmem base_addr = 0x00007f0000000000\n-local mem base_addr = 0x00007f1000000000\n-nvbit version = 1.5.5\n-accelsim tracer version = 4\n-enable lineinfo = 0\n\n#traces format = [line_num] PC mask dest_num [reg_dests] opcode src_num [reg_srcs] mem_width [adrrescompress?] [mem_addresses]\n")?;
-    let body = [
-        "0010 ffffffff 1 R1 IMAD.MOV.U32 2 R255 R2 0 ",
-        "0020 ffffffff 1 R4 S2R 0 0 ",
-        "0030 ffffffff 1 R6 IMAD.WIDE 2 R4 R5 0 ",
-        "0040 ffffffff 1 R8 LDG.E.SYS 1 R6 4 1 0x7f5e2a600000 4 ",
-        "0050 0000ffff 1 R9 LDS.U.32 1 R7 4 2 0x1000 4 4 4 4 4 4 4 4 4 4 4 4 4 4 4 ",
-        "0060 ffffffff 1 R10 FFMA 3 R8 R9 R10 0 ",
-        "0070 0f0f0f0f 0 STG.E.SYS 2 R6 R10 4 0 0x00007f5e2a700000 0x00007f5e2a700004 0x00007f5e2a700010 0x00007f5e2a700014 0x00007f5e2a700020 0x00007f5e2a700024 0x00007f5e2a700030 0x00007f5e2a700034 0x00007f5e2a700040 0x00007f5e2a700044 0x00007f5e2a700050 0x00007f5e2a700054 0x00007f5e2a700060 0x00007f5e2a700064 0x00007f5e2a700070 0x00007f5e2a700074 ",
-        "0080 ffffffff 0 ISETP.GE.AND 2 R10 R11 0 ",
-        "0090 00000000 0 BRA 0 0 ",
-        "00a0 ffffffff 0 EXIT 0 0 ",
-    ];
+    let body = shape.body();
     let warp_lines = 200;
     let mut written = 0u64;
     let mut lines = 0u64;
@@ -266,56 +306,66 @@ fn generate_trace(path: &Path, id: u64, bytes: u64) -> Result<u64> {
     Ok(lines)
 }
 
+/// Generates `mb` MB of `shape`'s trace in `kernels` files, warms the page cache and counts
+/// it, printing speed and memory.
+fn bench_gpu(mb: u64, kernels: u64, dir: &Path, shape: TraceShape) -> Result<()> {
+    let root = dir.join(format!("bbv-gpu-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&root)?;
+    let mut list = String::new();
+    let mut lines = 0;
+    for k in 1..=kernels.max(1) {
+        let name = format!("kernel-{k}.traceg");
+        lines += generate_trace(&root.join(&name), k, mb * 1_000_000 / kernels.max(1), shape)?;
+        list.push_str(&name);
+        list.push('\n');
+    }
+    std::fs::write(root.join("kernelslist.g"), list)?;
+    let bytes: u64 = (1..=kernels.max(1))
+        .map(|k| {
+            std::fs::metadata(root.join(format!("kernel-{k}.traceg")))
+                .map(|m| m.len())
+                .unwrap_or(0)
+        })
+        .sum();
+    // Warm the page cache, as the target is stated for a warm cache.
+    // (Streamed: a child's peak RSS starts from the parent's, so the parent stays small.)
+    for k in 1..=kernels.max(1) {
+        let mut f = std::fs::File::open(root.join(format!("kernel-{k}.traceg")))?;
+        std::io::copy(&mut f, &mut std::io::sink())?;
+    }
+    let args = vec![
+        "gpu".to_string(),
+        "count".to_string(),
+        root.join("kernelslist.g").display().to_string(),
+    ];
+    let result = measure_bbv(&args);
+    let _ = std::fs::remove_dir_all(&root);
+    let m = result?;
+    println!(
+        "bbv gpu count on {:.0} MB of .traceg, {} ({lines} instruction lines, {kernels} kernel files): wall {:.2} s, cpu {:.2} s, peak RSS {:.1} MB",
+        bytes as f64 / 1e6,
+        shape.describe(),
+        m.wall,
+        m.cpu,
+        m.max_rss_mb
+    );
+    println!(
+        "  {:.0} MB/s per core (target >= 500), {:.0} MB/s wall",
+        bytes as f64 / 1e6 / m.cpu,
+        bytes as f64 / 1e6 / m.wall
+    );
+    Ok(())
+}
+
 /// Runs a benchmark.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Cc { runs, dir } => crate::bench_cc::run(runs, &dir),
         BenchCommand::Collect { runs, scale, dir } => crate::bench_collect::run(runs, &dir, scale),
         BenchCommand::Gpu { mb, kernels, dir } => {
-            let root = dir.join(format!("bbv-gpu-bench-{}", std::process::id()));
-            std::fs::create_dir_all(&root)?;
-            let mut list = String::new();
-            let mut lines = 0;
-            for k in 1..=kernels.max(1) {
-                let name = format!("kernel-{k}.traceg");
-                lines += generate_trace(&root.join(&name), k, mb * 1_000_000 / kernels.max(1))?;
-                list.push_str(&name);
-                list.push('\n');
+            for shape in [TraceShape::Mixed, TraceShape::Short] {
+                bench_gpu(mb, kernels, &dir, shape)?;
             }
-            std::fs::write(root.join("kernelslist.g"), list)?;
-            let bytes: u64 = (1..=kernels.max(1))
-                .map(|k| {
-                    std::fs::metadata(root.join(format!("kernel-{k}.traceg")))
-                        .map(|m| m.len())
-                        .unwrap_or(0)
-                })
-                .sum();
-            // Warm the page cache, as the target is stated for a warm cache.
-            // (Streamed: a child's peak RSS starts from the parent's, so the parent stays small.)
-            for k in 1..=kernels.max(1) {
-                let mut f = std::fs::File::open(root.join(format!("kernel-{k}.traceg")))?;
-                std::io::copy(&mut f, &mut std::io::sink())?;
-            }
-            let args = vec![
-                "gpu".to_string(),
-                "count".to_string(),
-                root.join("kernelslist.g").display().to_string(),
-            ];
-            let result = measure_bbv(&args);
-            let _ = std::fs::remove_dir_all(&root);
-            let m = result?;
-            println!(
-                "bbv gpu count on {:.0} MB of .traceg ({lines} instruction lines, {kernels} kernel files): wall {:.2} s, cpu {:.2} s, peak RSS {:.1} MB",
-                bytes as f64 / 1e6,
-                m.wall,
-                m.cpu,
-                m.max_rss_mb
-            );
-            println!(
-                "  {:.0} MB/s per core (target >= 500), {:.0} MB/s wall",
-                bytes as f64 / 1e6 / m.cpu,
-                bytes as f64 / 1e6 / m.wall
-            );
             Ok(())
         }
         BenchCommand::Scale {
