@@ -7,7 +7,25 @@
 //! errors; what this path accepts it parses exactly as the general path would (tested on the
 //! tracer's spellings and on random lines).
 
-use crate::trace::{is_register, AddressMode, Instruction, HEX};
+use crate::trace::{AddressMode, Instruction, HEX};
+
+/// `R<digits>` or `UR<digits>`, as [`crate::trace::is_register`] decides, with the usual one to
+/// three digits checked without a loop.
+#[inline(always)]
+fn is_register(t: &[u8]) -> bool {
+    let digit = |b: &u8| b.wrapping_sub(b'0') <= 9;
+    let d = match t {
+        [b'R', d @ ..] => d,
+        [b'U', b'R', d @ ..] => d,
+        _ => return false,
+    };
+    match d {
+        [a] => digit(a),
+        [a, b] => digit(a) & digit(b),
+        [a, b, c] => digit(a) & digit(b) & digit(c),
+        _ => !d.is_empty() && d.iter().all(digit),
+    }
+}
 
 /// Longest line taken by the fast path (a full warp's address list is about 700 bytes).
 const MAX_LINE: usize = 1024;
@@ -208,8 +226,36 @@ fn hex(t: &[u8]) -> Option<u64> {
     (bad < 16).then_some(v)
 }
 
+/// [`hex`] of exactly 8 ASCII bytes (the active mask), all at once in one word.
+#[inline(always)]
+fn hex8(t: &[u8; 8]) -> Option<u32> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let x = u64::from_le_bytes(*t);
+    // Per byte, the top bit of `ge(v, lo)` says v >= lo: bytes are ASCII, so no carry crosses
+    // into the next byte.
+    let ge = |v: u64, lo: u8| (v + u64::from(0x80 - lo) * ONES) & HIGH;
+    let digit = ge(x, b'0') & !ge(x, b'9' + 1);
+    // Setting bit 5 folds A-F onto a-f (and nothing else onto them).
+    let lower = x | (0x20 * ONES);
+    let letter = ge(lower, b'a') & !ge(lower, b'f' + 1);
+    if x & HIGH != 0 || digit | letter != HIGH {
+        return None;
+    }
+    // Digit values, first character (most significant) in the lowest byte.
+    let nib = (x & (0x0f * ONES)) + (letter >> 7) * 9;
+    let pairs = ((nib << 4) | (nib >> 8)) & 0x00ff_00ff_00ff_00ff;
+    let quads = ((pairs << 8) | (pairs >> 16)) & 0x0000_ffff_0000_ffff;
+    Some((((quads << 16) | (quads >> 32)) & 0xffff_ffff) as u32)
+}
+
 #[inline(always)]
 fn dec(t: &[u8]) -> Option<u64> {
+    // Register and operand counts: one digit.
+    if let [b] = t {
+        let d = b.wrapping_sub(b'0');
+        return (d <= 9).then_some(u64::from(d));
+    }
     if t.is_empty() || t.len() > 19 {
         return None;
     }
@@ -230,11 +276,7 @@ pub(crate) fn instruction(s: &[u8], immediate: bool) -> Option<Instruction<'_>> 
     let mut spaces = [0u64; WORDS];
     let mut c = Cursor::new(s, &mut spaces)?;
     let pc = hex(c.word()?)?;
-    let mask_text = c.word()?;
-    if mask_text.len() != 8 {
-        return None;
-    }
-    let mask = hex(mask_text)? as u32;
+    let mask = hex8(c.word()?.try_into().ok()?)?;
     let dst = c.dec()?;
     if dst > 8 {
         return None;
@@ -395,6 +437,37 @@ mod tests {
         };
         assert_eq!(sp, want(&|x| x == b' '));
         assert_eq!(odd, want(&|x| x == b'\t' || x >= 0x80));
+    }
+
+    #[test]
+    fn eight_digit_masks_read_as_the_general_path_reads_them() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let alphabet = b"0123456789abcdefABCDEFgGxX/:@`\x10\x19\x7f\xc3 ";
+        for k in 0..200_000 {
+            let mut t = [0u8; 8];
+            for b in &mut t {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Mostly hex digits, so that valid masks are common.
+                let pick = (rng >> 32) as usize;
+                *b = if k % 3 == 0 {
+                    alphabet[pick % alphabet.len()]
+                } else {
+                    alphabet[pick % 22]
+                };
+            }
+            assert_eq!(
+                hex8(&t),
+                hex(&t).map(|v| v as u32),
+                "{}",
+                String::from_utf8_lossy(&t)
+            );
+        }
+        assert_eq!(hex8(b"ffffffff"), Some(u32::MAX));
+        assert_eq!(hex8(b"0000000f"), Some(15));
+        assert_eq!(hex8(b"12345678"), Some(0x1234_5678));
+        assert_eq!(hex8(b"AbCdEf09"), Some(0xabcd_ef09));
     }
 
     /// Tokens a line is assembled from: the tracer's and a few that only the general path takes.
