@@ -204,6 +204,21 @@ impl<'a, 'm> Cursor<'a, 'm> {
         dec(self.word()?)
     }
 
+    /// A register count (at most 8, as the general path allows) and that many registers.
+    #[inline(always)]
+    fn registers(&mut self) -> Option<u64> {
+        let n = self.dec()?;
+        if n > 8 {
+            return None;
+        }
+        for _ in 0..n {
+            if !is_register(self.word()?) {
+                return None;
+            }
+        }
+        Some(n)
+    }
+
     /// Whether every token has been taken.
     fn done(&self) -> bool {
         self.i >= self.s.len()
@@ -277,15 +292,7 @@ pub(crate) fn instruction(s: &[u8], immediate: bool) -> Option<Instruction<'_>> 
     let mut c = Cursor::new(s, &mut spaces)?;
     let pc = hex(c.word()?)?;
     let mask = hex8(c.word()?.try_into().ok()?)?;
-    let dst = c.dec()?;
-    if dst > 8 {
-        return None;
-    }
-    for _ in 0..dst {
-        if !is_register(c.word()?) {
-            return None;
-        }
-    }
+    let dst = c.registers()?;
     let op = c.word()?;
     if is_register(op) || op.iter().all(u8::is_ascii_digit) {
         return None;
@@ -293,15 +300,7 @@ pub(crate) fn instruction(s: &[u8], immediate: bool) -> Option<Instruction<'_>> 
     // SAFETY: the line is ASCII (the cursor checked), which is valid UTF-8; validating again cost
     // 5% of parsing.
     let opcode = unsafe { std::str::from_utf8_unchecked(op) };
-    let src = c.dec()?;
-    if src > 8 {
-        return None;
-    }
-    for _ in 0..src {
-        if !is_register(c.word()?) {
-            return None;
-        }
-    }
+    let src = c.registers()?;
     let mem_width = c.dec()?;
     let mut address_mode = None;
     if mem_width > 0 {
@@ -472,19 +471,12 @@ mod tests {
 
     /// Tokens a line is assembled from: the tracer's and a few that only the general path takes.
     fn token() -> impl Strategy<Value = String> {
+        const TRACER: [&str; 12] = [
+            "0", "1", "2", "4", "R1", "UR7", "LDG.E", "0x1000", "-3", "ffffffff", "0000000f",
+            "00000000",
+        ];
         prop_oneof![
-            Just("0".to_string()),
-            Just("1".to_string()),
-            Just("2".to_string()),
-            Just("4".to_string()),
-            Just("R1".to_string()),
-            Just("UR7".to_string()),
-            Just("LDG.E".to_string()),
-            Just("0x1000".to_string()),
-            Just("-3".to_string()),
-            Just("ffffffff".to_string()),
-            Just("0000000f".to_string()),
-            Just("00000000".to_string()),
+            prop::sample::select(&TRACER[..]).prop_map(String::from),
             "[0-9a-fA-Fx+-]{1,20}",
         ]
     }
