@@ -7,12 +7,29 @@
 //! errors; what this path accepts it parses exactly as the general path would (tested on the
 //! tracer's spellings and on random lines).
 
-use crate::trace::{AddressMode, Instruction, HEX};
+use crate::trace::{AddressMode, Instruction};
 
-/// `R<digits>` or `UR<digits>`, as [`crate::trace::is_register`] decides, with the usual one to
-/// three digits checked without a loop.
+/// Value of a hex digit, or 0xff: a table, because digit classes vary unpredictably.
+static HEX: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// `R<digits>` or `UR<digits>` (both paths' register test), with the usual one to three
+/// digits checked without a loop.
 #[inline(always)]
-fn is_register(t: &[u8]) -> bool {
+pub(crate) fn is_register(t: &[u8]) -> bool {
     let digit = |b: &u8| b.wrapping_sub(b'0') <= 9;
     let d = match t {
         [b'R', d @ ..] => d,
@@ -225,8 +242,9 @@ impl<'a, 'm> Cursor<'a, 'm> {
     }
 }
 
+/// Up to 16 hexadecimal digits.
 #[inline(always)]
-fn hex(t: &[u8]) -> Option<u64> {
+pub(crate) fn hex(t: &[u8]) -> Option<u64> {
     if t.is_empty() || t.len() > 16 {
         return None;
     }
@@ -264,8 +282,9 @@ fn hex8(t: &[u8; 8]) -> Option<u32> {
     Some((((quads << 16) | (quads >> 32)) & 0xffff_ffff) as u32)
 }
 
+/// Up to 19 decimal digits.
 #[inline(always)]
-fn dec(t: &[u8]) -> Option<u64> {
+pub(crate) fn dec(t: &[u8]) -> Option<u64> {
     // Register and operand counts: one digit.
     if let [b] = t {
         let d = b.wrapping_sub(b'0');

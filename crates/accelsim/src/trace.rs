@@ -1,5 +1,6 @@
 use std::path::Path;
 
+use crate::fast::is_register;
 use crate::input::Lines;
 use crate::TraceError;
 
@@ -455,20 +456,10 @@ fn show(t: &[u8]) -> String {
     String::from_utf8_lossy(t).into_owned()
 }
 
+/// A decimal number (the fast path's reader, with the general path's error).
 #[inline(always)]
 fn dec(t: &[u8], what: &str) -> Result<u64, String> {
-    if t.is_empty() || t.len() > 19 {
-        return Err(format!("{what}: '{}' is not a decimal number", show(t)));
-    }
-    let mut v: u64 = 0;
-    for &b in t {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return Err(format!("{what}: '{}' is not a decimal number", show(t)));
-        }
-        v = v * 10 + u64::from(d);
-    }
-    Ok(v)
+    crate::fast::dec(t).ok_or_else(|| format!("{what}: '{}' is not a decimal number", show(t)))
 }
 
 #[inline(always)]
@@ -480,37 +471,11 @@ fn signed(t: &[u8], what: &str) -> Result<i64, String> {
     }
 }
 
-/// Value of a hex digit, or 0xff: a table, because digit classes vary unpredictably.
-pub(crate) static HEX: [u8; 256] = {
-    let mut t = [0xffu8; 256];
-    let mut i = 0;
-    while i < 10 {
-        t[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        t[b'a' as usize + i] = 10 + i as u8;
-        t[b'A' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    t
-};
-
+/// A hexadecimal number, `0x` optional (the fast path's reader, with the general path's error).
 #[inline(always)]
 fn hex(t: &[u8], what: &str) -> Result<u64, String> {
-    let digits = t.strip_prefix(b"0x").unwrap_or(t);
-    let mut v: u64 = 0;
-    let mut bad = digits.is_empty() || digits.len() > 16;
-    for &b in digits {
-        let d = HEX[b as usize];
-        bad |= d == 0xff;
-        v = (v << 4) | u64::from(d & 0x0f);
-    }
-    if bad {
-        return Err(format!("{what}: '{}' is not a hexadecimal number", show(t)));
-    }
-    Ok(v)
+    crate::fast::hex(t.strip_prefix(b"0x").unwrap_or(t))
+        .ok_or_else(|| format!("{what}: '{}' is not a hexadecimal number", show(t)))
 }
 
 /// Active lanes of a mask, ascending.
@@ -682,10 +647,4 @@ pub(crate) fn parse_instruction<'a>(
         address_mode,
         immediate,
     })
-}
-
-#[inline(always)]
-pub(crate) fn is_register(t: &[u8]) -> bool {
-    let digits = t.strip_prefix(b"UR").or_else(|| t.strip_prefix(b"R"));
-    digits.is_some_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit))
 }

@@ -311,27 +311,21 @@ fn generate_trace(path: &Path, id: u64, bytes: u64, shape: TraceShape) -> Result
 fn bench_gpu(mb: u64, kernels: u64, dir: &Path, shape: TraceShape) -> Result<()> {
     let root = dir.join(format!("bbv-gpu-bench-{}", std::process::id()));
     std::fs::create_dir_all(&root)?;
-    let mut list = String::new();
+    let kernels = kernels.max(1);
+    let names: Vec<String> = (1..=kernels)
+        .map(|k| format!("kernel-{k}.traceg"))
+        .collect();
     let mut lines = 0;
-    for k in 1..=kernels.max(1) {
-        let name = format!("kernel-{k}.traceg");
-        lines += generate_trace(&root.join(&name), k, mb * 1_000_000 / kernels.max(1), shape)?;
-        list.push_str(&name);
-        list.push('\n');
+    for (k, name) in (1..).zip(&names) {
+        lines += generate_trace(&root.join(name), k, mb * 1_000_000 / kernels, shape)?;
     }
-    std::fs::write(root.join("kernelslist.g"), list)?;
-    let bytes: u64 = (1..=kernels.max(1))
-        .map(|k| {
-            std::fs::metadata(root.join(format!("kernel-{k}.traceg")))
-                .map(|m| m.len())
-                .unwrap_or(0)
-        })
-        .sum();
+    std::fs::write(root.join("kernelslist.g"), names.join("\n") + "\n")?;
+    let mut bytes = 0;
     // Warm the page cache, as the target is stated for a warm cache.
     // (Streamed: a child's peak RSS starts from the parent's, so the parent stays small.)
-    for k in 1..=kernels.max(1) {
-        let mut f = std::fs::File::open(root.join(format!("kernel-{k}.traceg")))?;
-        std::io::copy(&mut f, &mut std::io::sink())?;
+    for name in &names {
+        let mut f = std::fs::File::open(root.join(name))?;
+        bytes += std::io::copy(&mut f, &mut std::io::sink())?;
     }
     let args = vec![
         "gpu".to_string(),

@@ -72,10 +72,15 @@ impl RowTable {
 impl Dataset {
     /// An all-zero dataset.
     pub fn zeros(rows: usize, cols: usize) -> Dataset {
+        Dataset::new(cols, vec![0.0; rows * cols], vec![0.0; rows])
+    }
+
+    /// Rows of `cols` values stored one after another in `data`, one weight each.
+    pub fn new(cols: usize, data: Vec<f64>, weights: Vec<f64>) -> Dataset {
         Dataset {
             cols,
-            data: vec![0.0; rows * cols],
-            weights: vec![0.0; rows],
+            data,
+            weights,
             index: None,
         }
     }
@@ -203,12 +208,7 @@ impl Dataset {
                 format!("expected a row count, found '{header}'"),
             )
         })?;
-        let mut set = Dataset {
-            cols: 0,
-            data: Vec::new(),
-            weights: Vec::with_capacity(rows.min(1 << 20)),
-            index: None,
-        };
+        let mut set = Dataset::new(0, Vec::new(), Vec::with_capacity(rows.min(1 << 20)));
         for r in 0..rows {
             let weight = if has_weights {
                 let w = words.expect_f64("a row weight")?;
@@ -288,12 +288,7 @@ impl Dataset {
                 "bad has-weights flag {has_weights} (expected 0 or 1)"
             )));
         }
-        let mut set = Dataset {
-            cols: 0,
-            data: Vec::new(),
-            weights: Vec::with_capacity(rows.min(1 << 20)),
-            index: None,
-        };
+        let mut set = Dataset::new(0, Vec::new(), Vec::with_capacity(rows.min(1 << 20)));
         for r in 0..rows {
             let weight = if has_weights == 1 {
                 read_exact(&mut b8, "a row weight")?;
@@ -405,12 +400,7 @@ mod tests {
     use super::*;
 
     fn sample() -> Dataset {
-        Dataset {
-            cols: 2,
-            data: vec![0.5, -1.25e-7, 3.0, 0.0],
-            weights: vec![0.25, 0.75],
-            index: None,
-        }
+        Dataset::new(2, vec![0.5, -1.25e-7, 3.0, 0.0], vec![0.25, 0.75])
     }
 
     #[test]

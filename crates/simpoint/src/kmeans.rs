@@ -10,14 +10,25 @@ use std::borrow::Cow;
 use crate::dataset::{Dataset, RowTable};
 use crate::rng::Random;
 
-/// Whether the AVX2 kernels can run here.
-fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
+/// Which vector builds can run here (detected at run time).
+#[cfg(target_arch = "x86_64")]
+mod cpu {
+    pub fn avx2() -> bool {
         std::arch::is_x86_feature_detected!("avx2")
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
+
+    pub fn avx512() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod cpu {
+    pub fn avx2() -> bool {
+        false
+    }
+
+    pub fn avx512() -> bool {
         false
     }
 }
@@ -254,8 +265,7 @@ impl Blocked {
     pub fn nearest(&self, y: &[f64]) -> (usize, f64, f64) {
         #[cfg(target_arch = "x86_64")]
         {
-            if self.blocks * LANES <= avx2::MAX_LANES && std::arch::is_x86_feature_detected!("avx2")
-            {
+            if self.blocks * LANES <= avx2::MAX_LANES && cpu::avx2() {
                 // SAFETY: AVX2 is present (checked just above).
                 return unsafe { avx2::nearest(&self.t, &y[..self.d], self.blocks) };
             }
@@ -431,32 +441,29 @@ mod avx2 {
         failed + pass.check_bounds_scalar(i, to, labels, upper, lower, &mut todo[failed..])
     }
 
-    /// [`super::Near::visit_lanes`] compiled for AVX-512 (a block of eight centres fills one
-    /// register).
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn visit512(
-        near: &super::Near,
-        a: usize,
-        y: &[f64],
-        err: f64,
-        margin: f64,
-        keep: f64,
-    ) -> super::Visit {
-        near.visit_lanes(a, y, err, margin, keep)
+    /// Builds of [`super::Near::visit_lanes`] for one target feature each (one body, inlined).
+    macro_rules! visit_build {
+        ($name:ident, $feature:literal, $doc:literal) => {
+            #[doc = $doc]
+            #[target_feature(enable = $feature)]
+            pub unsafe fn $name(
+                near: &super::Near,
+                a: usize,
+                y: &[f64],
+                err: f64,
+                margin: f64,
+                keep: f64,
+            ) -> super::Visit {
+                near.visit_lanes(a, y, err, margin, keep)
+            }
+        };
     }
-
-    /// [`super::Near::visit_lanes`] compiled for AVX2.
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn visit(
-        near: &super::Near,
-        a: usize,
-        y: &[f64],
-        err: f64,
-        margin: f64,
-        keep: f64,
-    ) -> super::Visit {
-        near.visit_lanes(a, y, err, margin, keep)
-    }
+    visit_build!(
+        visit512,
+        "avx512f",
+        "The search compiled for AVX-512 (a block of eight centres fills one register)."
+    );
+    visit_build!(visit, "avx2", "The search compiled for AVX2.");
 
     #[target_feature(enable = "avx2")]
     pub unsafe fn distances(t: &[f64], y: &[f64], blocks: usize, out: &mut [f64]) {
@@ -600,11 +607,6 @@ impl Near {
     fn new(k: usize, d: usize) -> Near {
         let blocks = k.div_ceil(LANES);
         let slots = k * blocks * LANES;
-        let avx2 = has_avx2();
-        #[cfg(target_arch = "x86_64")]
-        let avx512 = std::arch::is_x86_feature_detected!("avx512f");
-        #[cfg(not(target_arch = "x86_64"))]
-        let avx512 = false;
         Near {
             k,
             d,
@@ -615,8 +617,8 @@ impl Near {
             cc: vec![0.0; k * k],
             sorted: Vec::with_capacity(k),
             self_pos: vec![0; k],
-            avx2,
-            avx512,
+            avx2: cpu::avx2(),
+            avx512: cpu::avx512(),
         }
     }
 
@@ -902,7 +904,7 @@ fn sum_rows(
     #[cfg(target_arch = "x86_64")]
     {
         let d = points.cols;
-        if (1..=16).contains(&d) && std::arch::is_x86_feature_detected!("avx2") {
+        if (1..=16).contains(&d) && cpu::avx2() {
             // SAFETY: AVX2 is present (checked just above); each arm's chunks cover `d`.
             unsafe {
                 match d.div_ceil(4) {
@@ -1010,7 +1012,7 @@ pub fn lloyd(
     let mut members = Members::new(k);
     let (mut max_drift, mut second_drift, mut max_drift_c) = (0.0f64, 0.0f64, usize::MAX);
     let large = n >= 16_384 && rayon::current_num_threads() > 1;
-    let avx2 = has_avx2();
+    let avx2 = cpu::avx2();
     for iter in 0..max_iter {
         let parallel = large && split();
         if iter == 0 || near.is_none() {
@@ -1468,18 +1470,8 @@ mod tests {
 
     #[test]
     fn ties_go_to_lowest_index_and_empty_clusters_move_to_origin() {
-        let data = Dataset {
-            cols: 1,
-            data: vec![0.0, 1.0, 1.0, 2.0],
-            weights: vec![0.25; 4],
-            index: None,
-        };
-        let init = Dataset {
-            cols: 1,
-            data: vec![1.0, 1.0],
-            weights: vec![0.5, 0.5],
-            index: None,
-        };
+        let data = Dataset::new(1, vec![0.0, 1.0, 1.0, 2.0], vec![0.25; 4]);
+        let init = Dataset::new(1, vec![1.0, 1.0], vec![0.5, 0.5]);
         let distinct = Distinct::new(&data);
         let r = lloyd(&data, &distinct, init, 100, 2.0, &|| true);
         // Pass 1 puts every point in cluster 0 (tie) and moves the empty cluster 1 to the
@@ -1599,7 +1591,7 @@ mod structure_tests {
                 err: 1e-9,
                 margin: 4e-9,
                 initial: false,
-                avx2: has_avx2(),
+                avx2: cpu::avx2(),
             };
             let labels: Vec<u32> = (0..n).map(|_| (r.rand_int() % k as i64) as u32).collect();
             let upper: Vec<f32> = (0..n).map(|_| r.rand_float()).collect();

@@ -136,7 +136,7 @@ pub fn load_vectors<R: std::io::BufRead>(
     let total = sums.iter().fold(0.0, |a, &b| a + b);
     let mut weights = sums;
     weights.iter_mut().for_each(|s| *s /= total);
-    let (vectors, matrix) = match projection {
+    let (mut vectors, matrix) = match projection {
         Projection::None => {
             let cells = n.checked_mul(num_dims).filter(|&c| c <= 1 << 32).ok_or_else(|| {
                 SimpointError::Invalid(format!(
@@ -151,47 +151,17 @@ pub fn load_vectors<R: std::io::BufRead>(
                 }
                 start = end;
             }
-            (
-                Dataset {
-                    cols: num_dims,
-                    data: dense,
-                    weights,
-                    index: None,
-                },
-                None,
-            )
+            (Dataset::new(num_dims, dense, weights), None)
         }
         Projection::Random { dim, .. } => {
             let mut l = lazy.expect("lazy matrix");
             l.ensure(num_dims);
             l.rows.truncate(num_dims * dim);
-            let matrix = Dataset {
-                cols: *dim,
-                data: l.rows,
-                weights: vec![1.0 / num_dims as f64; num_dims],
-                index: None,
-            };
-            (
-                Dataset {
-                    cols: *dim,
-                    data,
-                    weights,
-                    index: None,
-                },
-                Some(matrix),
-            )
+            let matrix = Dataset::new(*dim, l.rows, vec![1.0 / num_dims as f64; num_dims]);
+            (Dataset::new(*dim, data, weights), Some(matrix))
         }
-        Projection::Matrix(m) => (
-            Dataset {
-                cols: m.cols,
-                data,
-                weights,
-                index: None,
-            },
-            Some(m.clone()),
-        ),
+        Projection::Matrix(m) => (Dataset::new(m.cols, data, weights), Some(m.clone())),
     };
-    let mut vectors = vectors;
     vectors.dedup();
     Ok(Loaded {
         vectors,

@@ -36,12 +36,11 @@ pub fn sample_rows(data: &Dataset, size: usize, seed: i32) -> Result<Dataset, Si
             count += 1;
         }
     }
-    let mut out = Dataset {
-        cols: data.cols,
-        data: Vec::with_capacity(size * data.cols),
-        weights: Vec::with_capacity(size),
-        index: None,
-    };
+    let mut out = Dataset::new(
+        data.cols,
+        Vec::with_capacity(size * data.cols),
+        Vec::with_capacity(size),
+    );
     for i in (0..n).filter(|&i| chosen[i]) {
         out.data.extend_from_slice(data.row(i));
         out.weights.push(data.weights[i]);
