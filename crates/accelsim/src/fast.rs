@@ -108,9 +108,10 @@ pub(crate) fn find_newline(h: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', &h[i..]).map(|k| i + k)
 }
 
-/// A line and the positions of its spaces; `None` (general path) for lines with a tab, a byte
-/// that is not ASCII, a leading space, two spaces in a row, or more than [`MAX_LINE`] bytes.
-struct Cursor<'a, 'm> {
+/// A line of 64 bytes or more and the positions of its spaces (`new` gives `None`, the general
+/// path, for lines with a tab, a byte that is not ASCII, a leading space, two spaces in a row,
+/// or more than [`MAX_LINE`] bytes; [`Short`] declines the same).
+struct Long<'a, 'm> {
     s: &'a [u8],
     spaces: &'m [u64; WORDS],
     /// Start of the next token (past the line's end once the tokens are used up).
@@ -122,7 +123,7 @@ struct Cursor<'a, 'm> {
     cur: u64,
 }
 
-impl<'a, 'm> Cursor<'a, 'm> {
+impl<'a, 'm> Long<'a, 'm> {
     /// Each bitmap word is assembled in a register and stored once: read-modify-writes of the
     /// array stalled the loads that followed (store forwarding).
     #[inline(always)]
@@ -131,52 +132,21 @@ impl<'a, 'm> Cursor<'a, 'm> {
         if n > MAX_LINE {
             return None;
         }
-        let mut odd = 0u32;
-        let mut word = 0u64;
-        let mut carry = 0u64;
-        let mut i = 0;
-        let mut flush = |at: usize, word: u64, carry: &mut u64| -> bool {
-            spaces[at] = word;
-            let double = word & ((word << 1) | *carry) != 0;
-            *carry = word >> 63;
-            double
-        };
-        if n < 16 {
-            let mut c = [0u8; 16];
-            c[..n].copy_from_slice(s);
-            let (sp, tb) = mask16(&c);
-            word = u64::from(sp);
-            odd = tb;
-            i = n;
-        } else {
-            while i + 16 <= n {
-                let (sp, tb) = mask16(s[i..i + 16].try_into().unwrap());
-                word |= u64::from(sp) << (i % 64);
-                odd |= tb;
-                i += 16;
-                if i % 64 == 0 {
-                    if flush(i / 64 - 1, word, &mut carry) {
-                        return None;
-                    }
-                    word = 0;
-                }
+        let (mut odd, mut carry) = (0u32, 0u64);
+        for (k, word) in spaces.iter_mut().enumerate().take(n.div_ceil(64)) {
+            let (sp, o) = piece_masks(s, 64 * k, n.min(64 * k + 64));
+            *word = sp;
+            odd |= o;
+            // Two spaces in a row, also across words.
+            if sp & ((sp << 1) | carry) != 0 {
+                return None;
             }
-            if i < n {
-                // The last 16 bytes, of which only the top `n - i` are new.
-                let (sp, tb) = mask16(s[n - 16..].try_into().unwrap());
-                let shift = 16 - (n - i);
-                word |= u64::from(sp >> shift) << (i % 64);
-                odd |= tb >> shift;
-                i = n;
-            }
-        }
-        if i % 64 != 0 && flush(i / 64, word, &mut carry) {
-            return None;
+            carry = sp >> 63;
         }
         if odd != 0 || spaces[0] & 1 != 0 {
             return None;
         }
-        Some(Cursor {
+        Some(Long {
             s,
             spaces,
             i: 0,
@@ -184,29 +154,46 @@ impl<'a, 'm> Cursor<'a, 'm> {
             cur: spaces[0],
         })
     }
+}
 
-    /// The next token (never empty: no leading or double spaces), stepping over the space after it.
-    #[inline(always)]
-    fn word(&mut self) -> Option<&'a [u8]> {
-        let (s, i) = (self.s, self.i);
-        if i >= s.len() {
-            return None;
-        }
-        let end = loop {
-            if self.cur != 0 {
-                let end = self.w * 64 + self.cur.trailing_zeros() as usize;
-                self.cur &= self.cur - 1;
-                break end;
-            }
-            self.w += 1;
-            if self.w * 64 >= s.len() {
-                break s.len();
-            }
-            self.cur = self.spaces[self.w];
-        };
-        self.i = end + 1;
-        Some(&s[i..end])
+/// Spaces, and tabs or bytes that are not ASCII, among the at most 64 bytes `s[from..to]`, as
+/// bitmasks counted from `from`. An end piece shorter than 16 bytes is read as the 16 bytes
+/// before `to`, so that only a whole line under 16 bytes is ever copied.
+#[inline(always)]
+fn piece_masks(s: &[u8], from: usize, to: usize) -> (u64, u32) {
+    debug_assert!(from < to && to - from <= 64 && to <= s.len());
+    if to < 16 {
+        let mut c = [0u8; 16];
+        c[..to].copy_from_slice(&s[..to]);
+        let (sp, odd) = mask16(&c);
+        return (u64::from(sp), odd);
     }
+    let (mut sp, mut odd) = (0u64, 0u32);
+    let mut i = from;
+    while i + 16 <= to {
+        let (a, b) = mask16(s[i..i + 16].try_into().unwrap());
+        sp |= u64::from(a) << (i - from);
+        odd |= b;
+        i += 16;
+    }
+    if i < to {
+        // Of the last 16 bytes, only the top `to - i` are new.
+        let (a, b) = mask16(s[to - 16..to].try_into().unwrap());
+        let shift = 16 - (to - i);
+        sp |= u64::from(a >> shift) << (i - from);
+        odd |= b >> shift;
+    }
+    (sp, odd)
+}
+
+/// A line's tokens in order, each followed by one space (or the line's end).
+trait Tokens<'a> {
+    /// The next token (never empty: no leading or double spaces), stepping over the space
+    /// after it.
+    fn word(&mut self) -> Option<&'a [u8]>;
+
+    /// Whether every token has been taken.
+    fn done(&self) -> bool;
 
     #[inline(always)]
     fn skip(&mut self, k: usize) -> Option<()> {
@@ -235,13 +222,150 @@ impl<'a, 'm> Cursor<'a, 'm> {
         }
         Some(n)
     }
+}
 
-    /// Whether every token has been taken.
+impl<'a> Tokens<'a> for Long<'a, '_> {
+    #[inline(always)]
+    fn word(&mut self) -> Option<&'a [u8]> {
+        let (s, i) = (self.s, self.i);
+        if i >= s.len() {
+            return None;
+        }
+        let end = loop {
+            if self.cur != 0 {
+                let end = self.w * 64 + self.cur.trailing_zeros() as usize;
+                self.cur &= self.cur - 1;
+                break end;
+            }
+            self.w += 1;
+            if self.w * 64 >= s.len() {
+                break s.len();
+            }
+            self.cur = self.spaces[self.w];
+        };
+        self.i = end + 1;
+        Some(&s[i..end])
+    }
+
+    #[inline(always)]
     fn done(&self) -> bool {
         self.i >= self.s.len()
     }
 }
 
+/// A line of fewer than 64 bytes (most instruction lines without addresses): its spaces, and
+/// its end unless a space is there already, are the bits of one word, so a token is a
+/// trailing-zero count and nothing else.
+struct Short<'a> {
+    s: &'a [u8],
+    i: usize,
+    ends: u64,
+}
+
+impl<'a> Short<'a> {
+    #[inline(always)]
+    fn new(s: &'a [u8]) -> Option<Self> {
+        debug_assert!(s.len() < 64);
+        if s.is_empty() {
+            return None;
+        }
+        let (spaces, odd) = piece_masks(s, 0, s.len());
+        Self::from_masks(s, spaces, odd != 0)
+    }
+
+    /// From the line's spaces and whether it holds a tab or a byte that is not ASCII.
+    #[inline(always)]
+    fn from_masks(s: &'a [u8], spaces: u64, odd: bool) -> Option<Self> {
+        let n = s.len();
+        if odd || spaces & 1 != 0 || spaces & (spaces << 1) != 0 {
+            return None;
+        }
+        let open = n > 0 && s[n - 1] != b' ';
+        Some(Short {
+            s,
+            i: 0,
+            ends: spaces | (u64::from(open) << n),
+        })
+    }
+}
+
+/// Newlines, spaces, and tabs or bytes that are not ASCII among 64 bytes, as bitmasks: a short
+/// line is found and its tokens located in one pass.
+#[inline(always)]
+pub(crate) fn masks64(h: &[u8; 64]) -> (u64, u64, u64) {
+    let (mut nl, mut sp, mut odd) = (0u64, 0u64, 0u64);
+    for k in 0..4 {
+        let c: &[u8; 16] = h[16 * k..16 * k + 16].try_into().unwrap();
+        nl |= u64::from(eq16(c, b'\n')) << (16 * k);
+        let (s, o) = mask16(c);
+        sp |= u64::from(s) << (16 * k);
+        odd |= u64::from(o) << (16 * k);
+    }
+    (nl, sp, odd)
+}
+
+/// An instruction whose opcode is kept as its place in the line, so that the result holds no
+/// borrow of the line: when parsing fails, the reader goes on to read the line another way
+/// (the borrow checker rejects that when a failed parse's result borrows the buffer).
+pub(crate) struct Detached {
+    inst: Instruction<'static>,
+    op: (usize, usize),
+}
+
+impl Detached {
+    /// The instruction, its opcode taken from `line` (the line it was parsed from).
+    #[inline(always)]
+    pub(crate) fn attach(self, line: &[u8]) -> Instruction<'_> {
+        let op = &line[self.op.0..self.op.1];
+        assert!(op.is_ascii(), "attached to a line other than its own");
+        // SAFETY: ASCII is valid UTF-8 (checked just above).
+        let opcode = unsafe { std::str::from_utf8_unchecked(op) };
+        Instruction {
+            opcode,
+            ..self.inst
+        }
+    }
+}
+
+/// [`instruction`] for a line of fewer than 64 bytes whose spaces (and whether it holds a tab
+/// or a byte that is not ASCII) are known already.
+#[inline(always)]
+pub(crate) fn short_instruction(
+    s: &[u8],
+    spaces: u64,
+    odd: bool,
+    immediate: bool,
+) -> Option<Detached> {
+    debug_assert!(s.len() < 64);
+    let i = parse(Short::from_masks(s, spaces, odd)?, immediate)?;
+    let start = i.opcode.as_ptr() as usize - s.as_ptr() as usize;
+    Some(Detached {
+        op: (start, start + i.opcode.len()),
+        inst: Instruction { opcode: "", ..i },
+    })
+}
+
+impl<'a> Tokens<'a> for Short<'a> {
+    #[inline(always)]
+    fn word(&mut self) -> Option<&'a [u8]> {
+        if self.ends == 0 {
+            return None;
+        }
+        let end = self.ends.trailing_zeros() as usize;
+        self.ends &= self.ends - 1;
+        // SAFETY: `ends` only has bits at or below the line's length, taken in increasing order,
+        // and `i` is one past the last one taken, so `i <= end <= s.len()` (checking cost a
+        // sixth of the parse).
+        let t = unsafe { self.s.get_unchecked(self.i..end) };
+        self.i = end + 1;
+        Some(t)
+    }
+
+    #[inline(always)]
+    fn done(&self) -> bool {
+        self.ends == 0
+    }
+}
 /// Up to 16 hexadecimal digits.
 #[inline(always)]
 pub(crate) fn hex(t: &[u8]) -> Option<u64> {
@@ -307,8 +431,17 @@ pub(crate) fn dec(t: &[u8]) -> Option<u64> {
 /// Parses a line the tracer's way (see the module documentation), or `None`.
 #[inline(always)]
 pub(crate) fn instruction(s: &[u8], immediate: bool) -> Option<Instruction<'_>> {
-    let mut spaces = [0u64; WORDS];
-    let mut c = Cursor::new(s, &mut spaces)?;
+    if s.len() < 64 {
+        parse(Short::new(s)?, immediate)
+    } else {
+        let mut spaces = [0u64; WORDS];
+        parse(Long::new(s, &mut spaces)?, immediate)
+    }
+}
+
+/// The fields of a line, from its tokens.
+#[inline(always)]
+fn parse<'a>(mut c: impl Tokens<'a>, immediate: bool) -> Option<Instruction<'a>> {
     let pc = hex(c.word()?)?;
     let mask = hex8(c.word()?.try_into().ok()?)?;
     let dst = c.registers()?;
@@ -488,6 +621,20 @@ mod tests {
         assert_eq!(hex8(b"AbCdEf09"), Some(0xabcd_ef09));
     }
 
+    /// [`short_instruction`] on `line` found in a 64-byte window by [`masks64`], as the reader
+    /// finds it (`None` where the line and its newline do not fit).
+    fn via_masks64(line: &[u8], imm: bool) -> Option<Instruction<'_>> {
+        let mut h = [b'x'; 64];
+        h.get_mut(..line.len())?.copy_from_slice(line);
+        *h.get_mut(line.len())? = b'\n';
+        let (nl, sp, odd) = masks64(&h);
+        let n = nl.trailing_zeros() as usize;
+        assert_eq!(n, line.len());
+        let below = (1u64 << n) - 1;
+        let d = short_instruction(&h[..n], sp & below, odd & below != 0, imm)?;
+        Some(d.attach(line))
+    }
+
     /// Tokens a line is assembled from: the tracer's and a few that only the general path takes.
     fn token() -> impl Strategy<Value = String> {
         const TRACER: [&str; 12] = [
@@ -525,6 +672,7 @@ mod tests {
             if let Some(fast) = instruction(line.as_bytes(), imm) {
                 prop_assert_eq!(Ok(fast), general(line.as_bytes(), imm), "{}", line);
             }
+            prop_assert_eq!(via_masks64(line.as_bytes(), imm), instruction(line.as_bytes(), imm));
         }
 
         /// Lines of a valid shape (where the fast path must not give up) agree too.
@@ -558,6 +706,9 @@ mod tests {
             }
             let fast = instruction(line.as_bytes(), imm);
             prop_assert!(fast.is_some(), "{}", line);
+            if line.len() < 64 {
+                prop_assert_eq!(&via_masks64(line.as_bytes(), imm), &fast);
+            }
             prop_assert_eq!(Ok(fast.unwrap()), general(line.as_bytes(), imm), "{}", line);
         }
     }

@@ -108,6 +108,35 @@ impl Lines {
         Ok(Some(&self.buf[start..stop]))
     }
 
+    /// The next line, when it is shorter than 64 bytes and its newline is buffered, with the
+    /// positions of its spaces and whether it holds a tab or a byte that is not ASCII (for
+    /// [`crate::fast::short_instruction`]); nothing is consumed. `None` for a line ending in
+    /// `\r` (left to [`Lines::next_bytes`], which strips it).
+    #[inline(always)]
+    pub(crate) fn peek_short(&self) -> Option<(&[u8], u64, bool)> {
+        let h: &[u8; 64] = self.buf[self.pos..self.end].get(..64)?.try_into().ok()?;
+        let (nl, sp, odd) = crate::fast::masks64(h);
+        if nl == 0 {
+            return None;
+        }
+        let n = nl.trailing_zeros() as usize;
+        if n > 0 && h[n - 1] == b'\r' {
+            return None;
+        }
+        let below = (1u64 << n) - 1;
+        Some((&h[..n], sp & below, odd & below != 0))
+    }
+
+    /// Takes the line [`Lines::peek_short`] returned (`n` bytes and its newline) as the current
+    /// line.
+    #[inline(always)]
+    pub(crate) fn take_short(&mut self, n: usize) -> &[u8] {
+        self.line = (self.pos, self.pos + n);
+        self.pos += n + 1;
+        self.line_no += 1;
+        &self.buf[self.line.0..self.line.1]
+    }
+
     /// Moves the unread bytes to the front (growing the buffer when they fill it) and reads
     /// more after them.
     fn refill(&mut self) -> Result<(), TraceError> {

@@ -119,7 +119,12 @@ pub struct TraceReader {
     warp: u32,
     remaining: u64,
     pending: Option<String>,
+    /// Instruction lines may take the fast path (no addresses wanted, no line prefix or line
+    /// numbers).
+    fast: bool,
 }
+
+const TRUNCATED: &str = "file ends inside a thread block (truncated trace?)";
 
 fn triple(text: &str) -> Option<[u32; 3]> {
     let t = text.trim().trim_start_matches('(').trim_end_matches(')');
@@ -205,6 +210,7 @@ impl TraceReader {
         h.prefix = major.is_none_or(|m| m < 3);
         h.immediate |= major.is_some_and(|m| m >= 5);
         Ok(TraceReader {
+            fast: !h.prefix && !h.lineinfo,
             decode: false,
             addresses: Vec::new(),
             lines,
@@ -220,6 +226,7 @@ impl TraceReader {
     /// Decode memory addresses (off by default: counting does not need them).
     pub fn decode_addresses(&mut self, on: bool) {
         self.decode = on;
+        self.fast = !on && !self.header.prefix && !self.header.lineinfo;
     }
 
     /// With [`TraceReader::decode_addresses`] on: `(lane, address)` of every active lane of
@@ -244,7 +251,26 @@ impl TraceReader {
     }
 
     /// The next event, or `None` at the end of a well-formed trace.
+    #[inline(always)]
     pub fn next_event(&mut self) -> Result<Option<Event<'_>>, TraceError> {
+        // Inside a warp's instructions, a short line already in the buffer is found, tokenized
+        // and parsed in one pass (most lines of real traces); anything else, including a line
+        // this declines, is read again by the general path.
+        if self.remaining > 0 && self.fast && self.pending.is_none() {
+            if let Some((line, spaces, odd)) = self.lines.peek_short() {
+                let imm = self.header.immediate;
+                if let Some(i) = crate::fast::short_instruction(line, spaces, odd, imm) {
+                    self.remaining -= 1;
+                    let line = self.lines.take_short(line.len());
+                    return Ok(Some(Event::Inst(i.attach(line))));
+                }
+            }
+        }
+        self.next_event_general()
+    }
+
+    #[inline(never)]
+    fn next_event_general(&mut self) -> Result<Option<Event<'_>>, TraceError> {
         loop {
             let kind = match self.pending.take() {
                 // The header's closing '#' line was a body line: read it now.
@@ -253,9 +279,7 @@ impl TraceReader {
                     let Some(line) = self.lines.next_bytes()? else {
                         return match self.state {
                             State::Outside => Ok(None),
-                            _ => Err(self
-                                .lines
-                                .error("file ends inside a thread block (truncated trace?)")),
+                            _ => Err(self.lines.error(TRUNCATED)),
                         };
                     };
                     classify_bytes(line)
@@ -328,7 +352,7 @@ impl TraceReader {
                     self.remaining -= 1;
                     let lines = &self.lines;
                     let h = &self.header;
-                    if !self.decode && !h.prefix && !h.lineinfo {
+                    if self.fast {
                         if let Some(i) =
                             crate::fast::instruction(lines.current_bytes(), h.immediate)
                         {

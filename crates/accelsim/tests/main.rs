@@ -199,6 +199,74 @@ fn bad_traces_are_errors_with_file_and_line() {
     assert!(error_of("-kernel id = 1\n").contains("header"));
 }
 
+/// Every event with the line it was read at, then the error if one ends the file; `general`
+/// forces the general path (asking for addresses does), otherwise short lines take the fast
+/// path.
+fn events(path: &Path, general: bool) -> (Vec<String>, Option<String>) {
+    let mut r = TraceReader::open(path).unwrap();
+    r.decode_addresses(general);
+    let mut out = Vec::new();
+    loop {
+        match r.next_event() {
+            Ok(Some(e)) => out.push(format!("{e:?}")),
+            Ok(None) => return (out, None),
+            Err(e) => return (out, Some(e.to_string())),
+        }
+        let line = r.line_number();
+        out.push(format!("@{line}"));
+    }
+}
+
+/// Instruction lines of every length around the 64-byte cut, odd spellings the fast path
+/// declines, CRLF endings and blank lines inside a warp: both paths give the same events and
+/// line numbers.
+#[test]
+fn short_line_path_reads_as_the_general_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = Vec::new();
+    for k in 0..70 {
+        let op = format!("OP{}", "X".repeat(k % 40));
+        let regs = (0..k % 4).map(|r| format!(" R{r}")).collect::<String>();
+        let mut line = format!("{:04x} ffffffff 0 {op} {}{regs} 0", 8 * k, k % 4);
+        match k % 7 {
+            0 => line.push(' '),
+            1 => line.push_str(" \r"),
+            2 => line = line.replace(" 0 OP", "\t0 OP"),
+            3 => line = line.replace(" 0 OP", "  0 OP"),
+            4 => lines.push(String::new()),
+            _ => {}
+        }
+        lines.push(line);
+    }
+    let insts = lines.iter().filter(|l| !l.is_empty()).count();
+    let text = format!(
+        "{HEADER_V4}#BEGIN_TB\nthread block = 0,0,0\nwarp = 0\ninsts = {insts}\n{}\n#END_TB\n",
+        lines.join("\n")
+    );
+    let p = write(dir.path(), "k.traceg", &text);
+    let (fast, err) = events(&p, false);
+    assert_eq!(err, None);
+    assert_eq!(fast.len(), 2 * (insts + 3));
+    assert_eq!((fast.clone(), err), events(&p, true));
+    // Errors found on either path read the same (announced counts that disagree, a register
+    // count that disagrees, a bad mask).
+    for (from, to) in [
+        (format!("insts = {insts}"), format!("insts = {}", insts + 1)),
+        (format!("insts = {insts}"), format!("insts = {}", insts - 1)),
+        (
+            "0028 ffffffff 0 OPXXXXX 1 R0 0".into(),
+            "0028 ffffffff 0 OPXXXXX 2 R0 0".into(),
+        ),
+        ("0030 ffffffff".into(), "0030 fffffffg".into()),
+    ] {
+        assert!(text.contains(&from), "{from}");
+        let p = write(dir.path(), "bad.traceg", &text.replacen(&from, &to, 1));
+        let (fast, err) = events(&p, false);
+        assert!(err.is_some(), "{to}");
+        assert_eq!((fast, err), events(&p, true), "{to}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
