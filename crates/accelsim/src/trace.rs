@@ -262,7 +262,8 @@ impl TraceReader {
                 if let Some(i) = crate::fast::short_instruction(line, spaces, odd, imm) {
                     self.remaining -= 1;
                     let line = self.lines.take_short(line.len());
-                    return Ok(Some(Event::Inst(i.attach(line))));
+                    // SAFETY: `take_short` returns the very bytes `peek_short` gave.
+                    return Ok(Some(Event::Inst(unsafe { i.attach(line) })));
                 }
             }
         }
