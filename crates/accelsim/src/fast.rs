@@ -293,6 +293,43 @@ impl<'a> Short<'a> {
 /// line is found and its tokens located in one pass.
 #[inline(always)]
 pub(crate) fn masks64(h: &[u8; 64]) -> (u64, u64, u64) {
+    // A cached flag: in a caller built for AVX2 (the counting loop is) the 32-byte version is
+    // inlined; elsewhere the branch is never taken on CPUs without AVX2.
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (just checked).
+        return unsafe { masks64_avx2(h) };
+    }
+    masks64_sse2(h)
+}
+
+/// [`masks64`] 32 bytes at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn masks64_avx2(h: &[u8; 64]) -> (u64, u64, u64) {
+    use std::arch::x86_64::*;
+    let bits = |v: __m256i| u64::from(_mm256_movemask_epi8(v) as u32);
+    let eq = |v: __m256i, c: u8| _mm256_cmpeq_epi8(v, _mm256_set1_epi8(c as i8));
+    // SAFETY: both loads read within `h` (unaligned loads allowed).
+    let (a, b) = unsafe {
+        (
+            _mm256_loadu_si256(h.as_ptr().cast()),
+            _mm256_loadu_si256(h.as_ptr().add(32).cast()),
+        )
+    };
+    let two = |f: &dyn Fn(__m256i) -> __m256i| bits(f(a)) | bits(f(b)) << 32;
+    (
+        two(&|v| eq(v, b'\n')),
+        two(&|v| eq(v, b' ')),
+        // Tabs, and bytes with the top bit set (movemask reads that bit).
+        two(&|v| _mm256_or_si256(eq(v, b'\t'), v)),
+    )
+}
+
+/// [`masks64`] 16 bytes at a time (SSE2, every x86-64).
+#[inline(always)]
+fn masks64_sse2(h: &[u8; 64]) -> (u64, u64, u64) {
     let (mut nl, mut sp, mut odd) = (0u64, 0u64, 0u64);
     for k in 0..4 {
         let c: &[u8; 16] = h[16 * k..16 * k + 16].try_into().unwrap();
@@ -579,6 +616,39 @@ mod tests {
         let mut h = vec![0xc3u8; 40];
         h.push(b'\n');
         assert_eq!(find_newline(&h), Some(40));
+    }
+
+    /// Both builds of `masks64` agree with a byte loop.
+    #[test]
+    fn masks64_marks_newlines_spaces_tabs_and_high_bytes() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let alphabet = b"\n \t\x80\xffaZ09\r";
+        for _ in 0..20_000 {
+            let mut h = [0u8; 64];
+            for b in &mut h {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                *b = alphabet[(rng >> 40) as usize % alphabet.len()];
+            }
+            let want = |f: &dyn Fn(u8) -> bool| {
+                h.iter()
+                    .enumerate()
+                    .fold(0u64, |m, (k, &x)| m | (u64::from(f(x)) << k))
+            };
+            let expected = (
+                want(&|x| x == b'\n'),
+                want(&|x| x == b' '),
+                want(&|x| x == b'\t' || x >= 0x80),
+            );
+            assert_eq!(masks64_sse2(&h), expected);
+            assert_eq!(masks64(&h), expected);
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: AVX2 is there.
+                assert_eq!(unsafe { masks64_avx2(&h) }, expected);
+            }
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
-use accelsim_trace::{Event, KernelHeader};
+use accelsim_trace::{Event, Instruction, KernelHeader};
 
 use crate::GpuError;
 
@@ -52,7 +52,7 @@ pub fn is_control(opcode: &str) -> bool {
 }
 
 /// Per-PC facts of one launch.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LaunchPcs {
     /// Kernel name.
     pub kernel: String,
@@ -102,28 +102,31 @@ impl PcTracker {
                 }
             }
             Event::Warp { .. } | Event::EndThreadBlock => self.prev = None,
-            Event::Inst(i) => {
-                *self.counts.entry(i.pc).or_insert(0) += 1;
-                if let Some((_, tb)) = self.out.per_block.last_mut() {
-                    *tb.entry(i.pc).or_insert(0) += 1;
+            Event::Inst(i) => self.instruction(i),
+        }
+    }
+
+    /// [`PcTracker::event`] for an instruction.
+    pub(crate) fn instruction(&mut self, i: &Instruction<'_>) {
+        *self.counts.entry(i.pc).or_insert(0) += 1;
+        if let Some((_, tb)) = self.out.per_block.last_mut() {
+            *tb.entry(i.pc).or_insert(0) += 1;
+        }
+        match self.prev {
+            None => {
+                self.out.leaders.insert(i.pc);
+            }
+            Some((p, control)) => {
+                let seq = next_pc(p, self.out.sm);
+                if control {
+                    self.out.leaders.insert(seq);
                 }
-                match self.prev {
-                    None => {
-                        self.out.leaders.insert(i.pc);
-                    }
-                    Some((p, control)) => {
-                        let seq = next_pc(p, self.out.sm);
-                        if control {
-                            self.out.leaders.insert(seq);
-                        }
-                        if i.pc != seq {
-                            self.out.leaders.insert(i.pc);
-                        }
-                    }
+                if i.pc != seq {
+                    self.out.leaders.insert(i.pc);
                 }
-                self.prev = Some((i.pc, is_control(i.opcode)));
             }
         }
+        self.prev = Some((i.pc, is_control(i.opcode)));
     }
 
     pub(crate) fn finish(mut self) -> LaunchPcs {

@@ -125,12 +125,40 @@ pub fn count_kernel(path: &Path) -> Result<KernelCount, GpuError> {
     scan_kernel(path, None).map(|(c, _)| c)
 }
 
+/// What one pass over a kernel trace gives.
+type Scan = Result<(KernelCount, Option<blocks::LaunchPcs>), GpuError>;
+
 /// One pass over a kernel trace: its counts, and its PC streams when `pcs` is given (the
 /// value says whether to keep per-thread-block counts too).
-pub(crate) fn scan_kernel(
-    path: &Path,
-    pcs: Option<bool>,
-) -> Result<(KernelCount, Option<blocks::LaunchPcs>), GpuError> {
+pub(crate) fn scan_kernel(path: &Path, pcs: Option<bool>) -> Scan {
+    #[cfg(target_arch = "x86_64")]
+    if v3::available() {
+        // SAFETY: the CPU has the features `v3::scan_kernel` is compiled for (just checked).
+        return unsafe { v3::scan_kernel(path, pcs) };
+    }
+    scan_kernel_body(path, pcs)
+}
+
+/// The scan loop built again for x86-64-v3 CPUs (AVX2, BMI, POPCNT): the trace parser is
+/// inlined into it, so its byte classification, token walk and lane counts use them (9% fewer
+/// instructions a short line), while the binary still runs on any x86-64.
+#[cfg(target_arch = "x86_64")]
+mod v3 {
+    use super::{scan_kernel_body, Path, Scan};
+
+    pub(super) fn available() -> bool {
+        use std::arch::is_x86_feature_detected as has;
+        has!("avx2") && has!("bmi1") && has!("bmi2") && has!("popcnt") && has!("lzcnt")
+    }
+
+    #[target_feature(enable = "avx2,bmi1,bmi2,popcnt,lzcnt")]
+    pub(super) unsafe fn scan_kernel(path: &Path, pcs: Option<bool>) -> Scan {
+        scan_kernel_body(path, pcs)
+    }
+}
+
+#[inline(always)]
+fn scan_kernel_body(path: &Path, pcs: Option<bool>) -> Scan {
     let mut reader = TraceReader::open(path)?;
     let mut tracker = pcs.map(|per_block| blocks::PcTracker::new(reader.header(), per_block));
     let header = reader.header().clone();
@@ -141,25 +169,15 @@ pub(crate) fn scan_kernel(
         ..KernelCount::default()
     };
     let mut ops = OpcodeTally::default();
-    while let Some(event) = reader.next_event()? {
-        if let Some(t) = tracker.as_mut() {
-            t.event(&event);
-        }
-        match event {
-            Event::ThreadBlock(_) => c.traced_blocks += 1,
-            Event::Warp { id, .. } => {
-                if u64::from(id) >= warps_per_block {
-                    return Err(GpuError::Trace(TraceError::Format {
-                        path: path.to_path_buf(),
-                        line: reader.line_number(),
-                        message: format!(
-                            "warp {id} does not exist in a block of {} threads",
-                            c.header.threads_per_block()
-                        ),
-                    }));
+    loop {
+        // Instructions are matched where the reader returns them: moving the event into a
+        // variable first copied it through memory with wide loads that waited on its narrow
+        // stores (a fifth of the loop's time in the AVX2 build).
+        match reader.next_event() {
+            Ok(Some(Event::Inst(i))) => {
+                if let Some(t) = tracker.as_mut() {
+                    t.instruction(&i);
                 }
-            }
-            Event::Inst(i) => {
                 c.warp_insts += 1;
                 if i.mask != 0 {
                     c.warp_insts_pred_on += 1;
@@ -170,7 +188,27 @@ pub(crate) fn scan_kernel(
                 }
                 ops.add(i.pc, i.opcode);
             }
-            Event::EndThreadBlock => {}
+            Ok(Some(event)) => {
+                if let Some(t) = tracker.as_mut() {
+                    t.event(&event);
+                }
+                match event {
+                    Event::ThreadBlock(_) => c.traced_blocks += 1,
+                    Event::Warp { id, .. } if u64::from(id) >= warps_per_block => {
+                        return Err(GpuError::Trace(TraceError::Format {
+                            path: path.to_path_buf(),
+                            line: reader.line_number(),
+                            message: format!(
+                                "warp {id} does not exist in a block of {} threads",
+                                c.header.threads_per_block()
+                            ),
+                        }));
+                    }
+                    _ => {}
+                }
+            }
+            Ok(None) => break,
+            Err(e) => return Err(e.into()),
         }
     }
     c.opcodes = ops.finish();
@@ -209,7 +247,7 @@ struct OpcodeTally {
 impl OpcodeTally {
     const MAX_SLOTS: usize = 1 << 18;
 
-    #[inline]
+    #[inline(always)]
     fn add(&mut self, pc: u64, opcode: &str) {
         let slot = (pc / 8) as usize;
         if let Some(&idx) = self.by_pc.get(slot) {
@@ -218,6 +256,12 @@ impl OpcodeTally {
                 return;
             }
         }
+        self.add_new(slot, opcode);
+    }
+
+    /// A PC not seen yet, or seen with another opcode.
+    #[inline(never)]
+    fn add_new(&mut self, slot: usize, opcode: &str) {
         let idx = match self.by_name.get(opcode) {
             Some(&i) => i as usize,
             None => {
@@ -315,7 +359,24 @@ pub fn list_block_vectors(
 
 #[cfg(test)]
 mod tests {
-    use super::same;
+    use super::{same, scan_kernel, scan_kernel_body};
+
+    /// The build for x86-64-v3 CPUs (which the tests run on when the CPU has it) and the
+    /// portable build count the shipped traces alike.
+    #[test]
+    fn both_builds_of_the_scan_agree() {
+        let data =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/accelsim");
+        for dir in [
+            "matrixmul-32-32-trace-aba4ea32",
+            "vectoradd-100-32-trace-0c94f481",
+        ] {
+            let k = data.join(dir).join("kernel-1.traceg");
+            let (count, pcs) = scan_kernel_body(&k, Some(true)).unwrap();
+            assert!(count.warp_insts > 0, "{dir}");
+            assert_eq!((count, pcs), scan_kernel(&k, Some(true)).unwrap(), "{dir}");
+        }
+    }
 
     #[test]
     fn same_agrees_with_equality_at_every_length() {
