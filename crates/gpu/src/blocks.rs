@@ -27,28 +27,43 @@ pub fn next_pc(pc: u64, sm: u32) -> u64 {
     }
 }
 
+/// Opcode base names that may transfer control.
+const CONTROL: [&str; 16] = [
+    "BRA", "BRX", "JMP", "JMX", "EXIT", "RET", "CAL", "CALL", "JCAL", "SYNC", "BRK", "CONT", "KIL",
+    "BPT", "BSYNC", "RTT",
+];
+
+/// Up to seven bytes as one word, their count in the top byte (so that no two strings share
+/// a word, NUL bytes included).
+const fn word(b: &[u8]) -> u64 {
+    let mut w = 0u64;
+    let mut i = b.len();
+    while i > 0 {
+        i -= 1;
+        w = (w << 8) | b[i] as u64;
+    }
+    w | (b.len() as u64) << 56
+}
+
+/// [`CONTROL`] as words, compared without a string comparison per name (this runs once per
+/// instruction line when blocks are rebuilt).
+const CONTROL_WORDS: [u64; 16] = {
+    let mut out = [0u64; 16];
+    let mut i = 0;
+    while i < 16 {
+        out[i] = word(CONTROL[i].as_bytes());
+        i += 1;
+    }
+    out
+};
+
 /// Whether an opcode may transfer control (its base name, before the first '.').
+#[inline]
 pub fn is_control(opcode: &str) -> bool {
-    let base = opcode.split('.').next().unwrap_or(opcode);
-    matches!(
-        base,
-        "BRA"
-            | "BRX"
-            | "JMP"
-            | "JMX"
-            | "EXIT"
-            | "RET"
-            | "CAL"
-            | "CALL"
-            | "JCAL"
-            | "SYNC"
-            | "BRK"
-            | "CONT"
-            | "KIL"
-            | "BPT"
-            | "BSYNC"
-            | "RTT"
-    )
+    let b = opcode.as_bytes();
+    let base = &b[..b.iter().position(|&c| c == b'.').unwrap_or(b.len())];
+    // The longest name has five bytes (longer bases do not fit a word).
+    base.len() <= 5 && CONTROL_WORDS.contains(&word(base))
 }
 
 /// Per-PC facts of one launch.
@@ -71,10 +86,45 @@ pub fn launch_pcs(path: &Path, per_block: bool) -> Result<LaunchPcs, GpuError> {
     crate::scan_kernel(path, Some(per_block)).map(|(_, pcs)| pcs.expect("PCs were asked for"))
 }
 
+/// Executions per PC: a table indexed by PC / 8 for the small offsets kernel code has (a hash
+/// per instruction was most of `bbv gpu bbv`'s extra time over counting), a map for the rest.
+#[derive(Default)]
+struct PcCounts {
+    dense: Vec<u64>,
+    sparse: HashMap<u64, u64>,
+}
+
+impl PcCounts {
+    /// PCs below 512 KiB go to the table (at most 512 KiB of it, whatever the trace says).
+    const DENSE_SLOTS: u64 = 1 << 16;
+
+    #[inline(always)]
+    fn add(&mut self, pc: u64) {
+        let slot = pc / 8;
+        if pc.is_multiple_of(8) && slot < Self::DENSE_SLOTS {
+            let slot = slot as usize;
+            if slot >= self.dense.len() {
+                self.dense.resize(slot + 1, 0);
+            }
+            self.dense[slot] += 1;
+        } else {
+            *self.sparse.entry(pc).or_insert(0) += 1;
+        }
+    }
+
+    fn into_map(self) -> BTreeMap<u64, u64> {
+        let dense = (0u64..)
+            .zip(self.dense)
+            .filter(|&(_, c)| c > 0)
+            .map(|(slot, c)| (slot * 8, c));
+        dense.chain(self.sparse).collect()
+    }
+}
+
 /// Follows the events of one launch and gathers its [`LaunchPcs`].
 pub(crate) struct PcTracker {
     out: LaunchPcs,
-    counts: HashMap<u64, u64>,
+    counts: PcCounts,
     prev: Option<(u64, bool)>,
     per_block: bool,
 }
@@ -87,7 +137,7 @@ impl PcTracker {
                 sm: header.binary_version,
                 ..LaunchPcs::default()
             },
-            counts: HashMap::new(),
+            counts: PcCounts::default(),
             prev: None,
             per_block,
         }
@@ -108,7 +158,7 @@ impl PcTracker {
 
     /// [`PcTracker::event`] for an instruction.
     pub(crate) fn instruction(&mut self, i: &Instruction<'_>) {
-        *self.counts.entry(i.pc).or_insert(0) += 1;
+        self.counts.add(i.pc);
         if let Some((_, tb)) = self.out.per_block.last_mut() {
             *tb.entry(i.pc).or_insert(0) += 1;
         }
@@ -130,7 +180,7 @@ impl PcTracker {
     }
 
     pub(crate) fn finish(mut self) -> LaunchPcs {
-        self.out.counts = self.counts.into_iter().collect();
+        self.out.counts = self.counts.into_map();
         self.out
     }
 }
@@ -233,6 +283,38 @@ pub fn block_vectors(launches: &[LaunchPcs]) -> BlockVectors {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_opcodes_are_their_base_names() {
+        let plain = |op: &str| CONTROL.contains(&op.split('.').next().unwrap());
+        let mut ops = vec![
+            "",
+            ".",
+            ".BRA",
+            "BR",
+            "BRAX",
+            "BRA\0",
+            "BRA.U",
+            "bra",
+            "EXIT",
+            "EXIT.KEEPREFCOUNT",
+            "BSYNC",
+            "BSYNCX",
+            "BSYNC.RECONVERGENT",
+            "CALL.ABS.NOINC",
+            "MOV",
+            "SYNCS.ARRIVE",
+            "RET.REL.NODEC",
+            "LDG.E.128.CONSTANT.SYS",
+            "KILL",
+            "K",
+            "\0\0\0",
+        ];
+        ops.extend(CONTROL);
+        for op in ops {
+            assert_eq!(is_control(op), plain(op), "{op:?}");
+        }
+    }
 
     #[test]
     fn sequential_pcs_skip_control_words() {
