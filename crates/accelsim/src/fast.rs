@@ -618,6 +618,23 @@ mod tests {
         assert_eq!(find_newline(&h), Some(40));
     }
 
+    /// The next value of a xorshift generator (test inputs without a dependency).
+    fn xorshift(rng: &mut u64) -> u64 {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        *rng
+    }
+
+    /// Bytes of `bytes` (at most 64) for which `f` holds, as a bitmask: what the mask readers
+    /// compute.
+    fn bits(bytes: &[u8], f: impl Fn(u8) -> bool) -> u64 {
+        bytes
+            .iter()
+            .enumerate()
+            .fold(0u64, |m, (k, &x)| m | (u64::from(f(x)) << k))
+    }
+
     /// Both builds of `masks64` agree with a byte loop.
     #[test]
     fn masks64_marks_newlines_spaces_tabs_and_high_bytes() {
@@ -626,20 +643,12 @@ mod tests {
         for _ in 0..20_000 {
             let mut h = [0u8; 64];
             for b in &mut h {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                *b = alphabet[(rng >> 40) as usize % alphabet.len()];
+                *b = alphabet[(xorshift(&mut rng) >> 40) as usize % alphabet.len()];
             }
-            let want = |f: &dyn Fn(u8) -> bool| {
-                h.iter()
-                    .enumerate()
-                    .fold(0u64, |m, (k, &x)| m | (u64::from(f(x)) << k))
-            };
             let expected = (
-                want(&|x| x == b'\n'),
-                want(&|x| x == b' '),
-                want(&|x| x == b'\t' || x >= 0x80),
+                bits(&h, |x| x == b'\n'),
+                bits(&h, |x| x == b' '),
+                bits(&h, |x| x == b'\t' || x >= 0x80),
             );
             assert_eq!(masks64_sse2(&h), expected);
             assert_eq!(masks64(&h), expected);
@@ -655,13 +664,8 @@ mod tests {
     fn masks_mark_spaces_tabs_and_high_bytes() {
         let c: [u8; 16] = *b"a b\tc\xff d  e \x7f\x80\nx";
         let (sp, odd) = mask16(&c);
-        let want = |f: &dyn Fn(u8) -> bool| {
-            c.iter()
-                .enumerate()
-                .fold(0u32, |m, (k, &x)| m | (u32::from(f(x)) << k))
-        };
-        assert_eq!(sp, want(&|x| x == b' '));
-        assert_eq!(odd, want(&|x| x == b'\t' || x >= 0x80));
+        assert_eq!(u64::from(sp), bits(&c, |x| x == b' '));
+        assert_eq!(u64::from(odd), bits(&c, |x| x == b'\t' || x >= 0x80));
     }
 
     #[test]
@@ -671,11 +675,8 @@ mod tests {
         for k in 0..200_000 {
             let mut t = [0u8; 8];
             for b in &mut t {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
                 // Mostly hex digits, so that valid masks are common.
-                let pick = (rng >> 32) as usize;
+                let pick = (xorshift(&mut rng) >> 32) as usize;
                 *b = if k % 3 == 0 {
                     alphabet[pick % alphabet.len()]
                 } else {

@@ -270,6 +270,8 @@ impl TraceReader {
         self.next_event_general()
     }
 
+    /// Every line the short-line path does not take: header remnants, thread-block and warp
+    /// lines, long or unusual instruction lines, and the wording of every error.
     #[inline(never)]
     fn next_event_general(&mut self) -> Result<Option<Event<'_>>, TraceError> {
         loop {
