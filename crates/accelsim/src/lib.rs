@@ -16,3 +16,11 @@ mod trace;
 pub use error::TraceError;
 pub use list::{Command, KernelList};
 pub use trace::{AddressMode, Event, Instruction, KernelHeader, TraceReader};
+
+/// Whether this CPU runs x86-64-v3 code (AVX2, BMI1/2, POPCNT, LZCNT): the reader's general
+/// path, and a caller's loop over [`TraceReader::next_event`], may then use a build made for it.
+#[cfg(target_arch = "x86_64")]
+pub fn x86_64_v3() -> bool {
+    use std::arch::is_x86_feature_detected as has;
+    has!("avx2") && has!("bmi1") && has!("bmi2") && has!("popcnt") && has!("lzcnt")
+}

@@ -122,6 +122,9 @@ pub struct TraceReader {
     /// Instruction lines may take the fast path (no addresses wanted, no line prefix or line
     /// numbers).
     fast: bool,
+    /// The CPU runs x86-64-v3 code.
+    #[cfg(target_arch = "x86_64")]
+    v3: bool,
 }
 
 const TRUNCATED: &str = "file ends inside a thread block (truncated trace?)";
@@ -211,6 +214,8 @@ impl TraceReader {
         h.immediate |= major.is_some_and(|m| m >= 5);
         Ok(TraceReader {
             fast: !h.prefix && !h.lineinfo,
+            #[cfg(target_arch = "x86_64")]
+            v3: crate::x86_64_v3(),
             decode: false,
             addresses: Vec::new(),
             lines,
@@ -267,13 +272,32 @@ impl TraceReader {
                 }
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.v3 {
+            // SAFETY: the CPU has the features `next_event_v3` is built for (checked at open).
+            return unsafe { self.next_event_v3() };
+        }
         self.next_event_general()
+    }
+
+    /// [`TraceReader::next_event_general`] built for x86-64-v3 CPUs (long lines' byte
+    /// classification and token walk use AVX2 and BMI; chosen when the CPU has them).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,bmi1,bmi2,popcnt,lzcnt")]
+    #[inline(never)]
+    unsafe fn next_event_v3(&mut self) -> Result<Option<Event<'_>>, TraceError> {
+        self.general_body()
+    }
+
+    #[inline(never)]
+    fn next_event_general(&mut self) -> Result<Option<Event<'_>>, TraceError> {
+        self.general_body()
     }
 
     /// Every line the short-line path does not take: header remnants, thread-block and warp
     /// lines, long or unusual instruction lines, and the wording of every error.
-    #[inline(never)]
-    fn next_event_general(&mut self) -> Result<Option<Event<'_>>, TraceError> {
+    #[inline(always)]
+    fn general_body(&mut self) -> Result<Option<Event<'_>>, TraceError> {
         loop {
             let kind = match self.pending.take() {
                 // The header's closing '#' line was a body line: read it now.
@@ -674,4 +698,43 @@ pub(crate) fn parse_instruction<'a>(
         address_mode,
         immediate,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every event of a trace, as text.
+    fn all_events(r: &mut TraceReader) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(e) = r.next_event().unwrap() {
+            out.push(format!("{e:?}"));
+            out.push(format!("@{}", r.line_number()));
+        }
+        out
+    }
+
+    /// The general path's two builds (x86-64-v3 and portable) read the shipped traces alike.
+    #[test]
+    fn both_builds_of_the_general_path_agree() {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/accelsim");
+        for dir in [
+            "matrixmul-32-32-trace-aba4ea32",
+            "vectoradd-100-32-trace-0c94f481",
+        ] {
+            let k = data.join(dir).join("kernel-1.traceg");
+            let mut portable = TraceReader::open(&k).unwrap();
+            #[cfg(target_arch = "x86_64")]
+            {
+                portable.v3 = false;
+            }
+            let want = all_events(&mut portable);
+            assert!(want.len() > 100, "{dir}");
+            assert_eq!(
+                all_events(&mut TraceReader::open(&k).unwrap()),
+                want,
+                "{dir}"
+            );
+        }
+    }
 }

@@ -132,7 +132,7 @@ type Scan = Result<(KernelCount, Option<blocks::LaunchPcs>), GpuError>;
 /// value says whether to keep per-thread-block counts too).
 pub(crate) fn scan_kernel(path: &Path, pcs: Option<bool>) -> Scan {
     #[cfg(target_arch = "x86_64")]
-    if v3::available() {
+    if accelsim_trace::x86_64_v3() {
         // SAFETY: the CPU has the features `v3::scan_kernel` is compiled for (just checked).
         return unsafe { v3::scan_kernel(path, pcs) };
     }
@@ -145,11 +145,6 @@ pub(crate) fn scan_kernel(path: &Path, pcs: Option<bool>) -> Scan {
 #[cfg(target_arch = "x86_64")]
 mod v3 {
     use super::{scan_kernel_body, Path, Scan};
-
-    pub(super) fn available() -> bool {
-        use std::arch::is_x86_feature_detected as has;
-        has!("avx2") && has!("bmi1") && has!("bmi2") && has!("popcnt") && has!("lzcnt")
-    }
 
     #[target_feature(enable = "avx2,bmi1,bmi2,popcnt,lzcnt")]
     pub(super) unsafe fn scan_kernel(path: &Path, pcs: Option<bool>) -> Scan {
