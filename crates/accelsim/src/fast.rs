@@ -1,7 +1,7 @@
 //! The fast path for instruction lines written the tracer's own way: single spaces, an 8-digit
-//! mask, addresses only stepped over. A line's spaces are found once, 16 bytes at a time, as a
-//! bitmap; every token boundary is then a shift and a trailing-zero count instead of a byte loop
-//! (address lists are most of a memory instruction's bytes).
+//! mask, addresses only stepped over. A line's spaces are found once as a bitmap (a line under
+//! 64 bytes, most of them, together with its newline, from one 64-byte window); every token
+//! boundary is then a trailing-zero count instead of a byte loop.
 //!
 //! Anything unusual returns `None` and goes through the general tokenizer, which also words the
 //! errors; what this path accepts it parses exactly as the general path would (tested on the
@@ -289,6 +289,28 @@ impl<'a> Short<'a> {
     }
 }
 
+impl<'a> Tokens<'a> for Short<'a> {
+    #[inline(always)]
+    fn word(&mut self) -> Option<&'a [u8]> {
+        if self.ends == 0 {
+            return None;
+        }
+        let end = self.ends.trailing_zeros() as usize;
+        self.ends &= self.ends - 1;
+        // SAFETY: `ends` only has bits at or below the line's length, taken in increasing order,
+        // and `i` is one past the last one taken, so `i <= end <= s.len()` (checking cost a
+        // sixth of the parse).
+        let t = unsafe { self.s.get_unchecked(self.i..end) };
+        self.i = end + 1;
+        Some(t)
+    }
+
+    #[inline(always)]
+    fn done(&self) -> bool {
+        self.ends == 0
+    }
+}
+
 /// Newlines, spaces, and tabs or bytes that are not ASCII among 64 bytes, as bitmasks: a short
 /// line is found and its tokens located in one pass.
 #[inline(always)]
@@ -386,27 +408,6 @@ pub(crate) fn short_instruction(
     })
 }
 
-impl<'a> Tokens<'a> for Short<'a> {
-    #[inline(always)]
-    fn word(&mut self) -> Option<&'a [u8]> {
-        if self.ends == 0 {
-            return None;
-        }
-        let end = self.ends.trailing_zeros() as usize;
-        self.ends &= self.ends - 1;
-        // SAFETY: `ends` only has bits at or below the line's length, taken in increasing order,
-        // and `i` is one past the last one taken, so `i <= end <= s.len()` (checking cost a
-        // sixth of the parse).
-        let t = unsafe { self.s.get_unchecked(self.i..end) };
-        self.i = end + 1;
-        Some(t)
-    }
-
-    #[inline(always)]
-    fn done(&self) -> bool {
-        self.ends == 0
-    }
-}
 /// Up to 16 hexadecimal digits.
 #[inline(always)]
 pub(crate) fn hex(t: &[u8]) -> Option<u64> {

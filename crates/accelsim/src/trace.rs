@@ -260,8 +260,9 @@ impl TraceReader {
     pub fn next_event(&mut self) -> Result<Option<Event<'_>>, TraceError> {
         // Inside a warp's instructions, a short line already in the buffer is found, tokenized
         // and parsed in one pass (most lines of real traces); anything else, including a line
-        // this declines, is read again by the general path.
-        if self.remaining > 0 && self.fast && self.pending.is_none() {
+        // this declines, is read again by the general path. (A header line still pending is
+        // read before any `insts =` line, so `remaining > 0` means none is.)
+        if self.remaining > 0 && self.fast {
             if let Some((line, spaces, odd)) = self.lines.peek_short() {
                 let imm = self.header.immediate;
                 if let Some(i) = crate::fast::short_instruction(line, spaces, odd, imm) {

@@ -86,37 +86,25 @@ pub fn launch_pcs(path: &Path, per_block: bool) -> Result<LaunchPcs, GpuError> {
     crate::scan_kernel(path, Some(per_block)).map(|(_, pcs)| pcs.expect("PCs were asked for"))
 }
 
-/// Executions per PC: a table indexed by PC / 8 for the small offsets kernel code has (a hash
-/// per instruction was most of `bbv gpu bbv`'s extra time over counting), a map for the rest.
+/// Executions per PC: a [`crate::PcTable`] (a hash per instruction was most of `bbv gpu bbv`'s
+/// extra time over counting), a map for the PCs it does not hold.
 #[derive(Default)]
 struct PcCounts {
-    dense: Vec<u64>,
+    dense: crate::PcTable<u64>,
     sparse: HashMap<u64, u64>,
 }
 
 impl PcCounts {
-    /// PCs below 512 KiB go to the table (at most 512 KiB of it, whatever the trace says).
-    const DENSE_SLOTS: u64 = 1 << 16;
-
     #[inline(always)]
     fn add(&mut self, pc: u64) {
-        let slot = pc / 8;
-        if pc.is_multiple_of(8) && slot < Self::DENSE_SLOTS {
-            let slot = slot as usize;
-            if slot >= self.dense.len() {
-                self.dense.resize(slot + 1, 0);
-            }
-            self.dense[slot] += 1;
-        } else {
-            *self.sparse.entry(pc).or_insert(0) += 1;
+        match self.dense.entry(pc) {
+            Some(c) => *c += 1,
+            None => *self.sparse.entry(pc).or_insert(0) += 1,
         }
     }
 
     fn into_map(self) -> BTreeMap<u64, u64> {
-        let dense = (0u64..)
-            .zip(self.dense)
-            .filter(|&(_, c)| c > 0)
-            .map(|(slot, c)| (slot * 8, c));
+        let dense = self.dense.into_entries().filter(|&(_, c)| c > 0);
         dense.chain(self.sparse).collect()
     }
 }

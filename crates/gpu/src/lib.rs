@@ -227,6 +227,50 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
+/// Values kept per PC in a table indexed by PC / 8, for the small, 8-byte aligned offsets that
+/// kernel code has. Other PCs have no entry (callers keep them elsewhere), so the table stays
+/// within 64 Ki entries whatever a trace says.
+pub(crate) struct PcTable<T> {
+    slots: Vec<T>,
+}
+
+impl<T> Default for PcTable<T> {
+    fn default() -> Self {
+        PcTable { slots: Vec::new() }
+    }
+}
+
+impl<T: Copy + Default> PcTable<T> {
+    const SLOTS: u64 = 1 << 16;
+
+    #[inline(always)]
+    fn slot(pc: u64) -> Option<usize> {
+        // A multiple of 8 below `8 * SLOTS`, in one test.
+        (pc & !(8 * Self::SLOTS - 8) == 0).then_some((pc / 8) as usize)
+    }
+
+    /// The value kept for `pc` (the default when none was).
+    #[inline(always)]
+    pub(crate) fn get(&self, pc: u64) -> Option<T> {
+        Self::slot(pc).map(|s| self.slots.get(s).copied().unwrap_or_default())
+    }
+
+    /// The value for `pc`, made room for; `None` for a PC the table does not hold.
+    #[inline(always)]
+    pub(crate) fn entry(&mut self, pc: u64) -> Option<&mut T> {
+        let s = Self::slot(pc)?;
+        if s >= self.slots.len() {
+            self.slots.resize(s + 1, T::default());
+        }
+        Some(&mut self.slots[s])
+    }
+
+    /// Every PC the table has room for, ascending, with its value.
+    pub(crate) fn into_entries(self) -> impl Iterator<Item = (u64, T)> {
+        (0u64..).zip(self.slots).map(|(s, v)| (s * 8, v))
+    }
+}
+
 /// Opcode counts keyed first by PC: an instruction's opcode is fixed by its PC, so a small
 /// table indexed by PC finds the counter without hashing the opcode text (which is still
 /// compared, so a trace whose PC and opcode disagree is counted correctly all the same).
@@ -235,28 +279,25 @@ struct OpcodeTally {
     names: Vec<String>,
     counts: Vec<u64>,
     by_name: OpcodeCounts,
-    /// PC / 8 -> index + 1 into `names` (0 = not seen).
-    by_pc: Vec<u32>,
+    /// Index + 1 into `names` of the opcode last seen at a PC (0 = not seen).
+    by_pc: PcTable<u32>,
 }
 
 impl OpcodeTally {
-    const MAX_SLOTS: usize = 1 << 18;
-
     #[inline(always)]
     fn add(&mut self, pc: u64, opcode: &str) {
-        let slot = (pc / 8) as usize;
-        if let Some(&idx) = self.by_pc.get(slot) {
+        if let Some(idx) = self.by_pc.get(pc) {
             if idx != 0 && same(self.names[idx as usize - 1].as_bytes(), opcode.as_bytes()) {
                 self.counts[idx as usize - 1] += 1;
                 return;
             }
         }
-        self.add_new(slot, opcode);
+        self.add_new(pc, opcode);
     }
 
     /// A PC not seen yet, or seen with another opcode.
     #[inline(never)]
-    fn add_new(&mut self, slot: usize, opcode: &str) {
+    fn add_new(&mut self, pc: u64, opcode: &str) {
         let idx = match self.by_name.get(opcode) {
             Some(&i) => i as usize,
             None => {
@@ -268,11 +309,8 @@ impl OpcodeTally {
             }
         };
         self.counts[idx] += 1;
-        if slot < Self::MAX_SLOTS {
-            if self.by_pc.len() <= slot {
-                self.by_pc.resize(slot + 1, 0);
-            }
-            self.by_pc[slot] = idx as u32 + 1;
+        if let Some(slot) = self.by_pc.entry(pc) {
+            *slot = idx as u32 + 1;
         }
     }
 
@@ -354,7 +392,22 @@ pub fn list_block_vectors(
 
 #[cfg(test)]
 mod tests {
-    use super::{same, scan_kernel, scan_kernel_body};
+    use super::{same, scan_kernel, scan_kernel_body, PcTable};
+
+    #[test]
+    fn pc_table_holds_aligned_pcs_below_512_kib_only() {
+        let mut t = PcTable::<u64>::default();
+        for pc in [0, 8, 0x7fff8] {
+            *t.entry(pc).unwrap() += pc + 1;
+            assert_eq!(t.get(pc), Some(pc + 1));
+        }
+        for pc in [4, 9, 0x80000, 0x80008, u64::MAX] {
+            assert!(t.entry(pc).is_none() && t.get(pc).is_none(), "{pc:#x}");
+        }
+        assert_eq!(t.get(16), Some(0));
+        let kept: Vec<(u64, u64)> = t.into_entries().filter(|&(_, v)| v > 0).collect();
+        assert_eq!(kept, [(0, 1), (8, 9), (0x7fff8, 0x7fff9)]);
+    }
 
     /// The build for x86-64-v3 CPUs (which the tests run on when the CPU has it) and the
     /// portable build count the shipped traces alike.
