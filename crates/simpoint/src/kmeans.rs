@@ -689,7 +689,7 @@ struct Move {
 #[derive(Default)]
 struct Outcome {
     moves: Vec<Move>,
-    uncertain: usize,
+    uncertain: Vec<u32>,
 }
 
 /// SimPoint's centre sums over every row in order, from the labels of the distinct rows.
@@ -908,69 +908,83 @@ fn lloyd_inflated(
     let mut refreshes = 0;
     for iter in 0..max_iter {
         let parallel = large && split();
-        // Every point is searched afresh on the first pass, and again when the running centres
-        // left a nearest centre open.
-        let mut full = iter == 0;
-        let moves = loop {
-            let spread = bound.iter().fold(0.0f64, |m, &b| m.max(b)) * root_d;
-            let err_pass = err + 2.0 * spread;
-            if full || near.is_none() {
-                blocked.load(&cur);
+        // The first pass searches every point from scratch.
+        let full = iter == 0;
+        let spread = bound.iter().fold(0.0f64, |m, &b| m.max(b)) * root_d;
+        let err_pass = err + 2.0 * spread;
+        if full || near.is_none() {
+            blocked.load(&cur);
+        }
+        if !full {
+            match &mut near {
+                Some(near) => near.load(&cur, err_pass, &mut half_gap),
+                None => centre_half_gaps(&cur, err_pass, &mut half_gap),
             }
-            if !full {
-                match &mut near {
-                    Some(near) => near.load(&cur, err_pass, &mut half_gap),
-                    None => centre_half_gaps(&cur, err_pass, &mut half_gap),
-                }
-            }
-            let pass = Pass {
-                points,
-                first: &distinct.first,
-                cur: &cur,
-                blocked: &blocked,
-                near: near.as_ref(),
-                direct: matches!((&distinct.slot, &points.index),
-                    (Cow::Borrowed(s), Some(ix)) if std::ptr::eq(*s, ix.as_slice())),
-                half_gap: &half_gap,
-                drift: &drift,
-                max_drift,
-                second_drift,
-                max_drift_c,
-                err: err_pass,
-                margin: 4.0 * err_pass,
-                spread,
-                round2: err * err,
-                full,
-                record: iter > 0,
-                avx2,
-            };
-            let outcome = if parallel {
-                let mid = n / 2;
-                let (la, lb) = labels.split_at_mut(mid);
-                let (ua, ub) = upper.split_at_mut(mid);
-                let (wa, wb) = lower.split_at_mut(mid);
-                let (mut oa, ob) = rayon::join(
-                    || pass.assign(0, la, ua, wa),
-                    || pass.assign(mid, lb, ub, wb),
-                );
-                oa.moves.extend_from_slice(&ob.moves);
-                oa.uncertain += ob.uncertain;
-                oa
-            } else {
-                pass.assign(0, &mut labels, &mut upper, &mut lower)
-            };
-            if outcome.uncertain == 0 {
-                break outcome.moves;
-            }
-            // Take SimPoint's centres for the labels before this pass, and search again.
+        }
+        let pass = Pass {
+            points,
+            first: &distinct.first,
+            cur: &cur,
+            blocked: &blocked,
+            near: near.as_ref(),
+            direct: matches!((&distinct.slot, &points.index),
+                (Cow::Borrowed(s), Some(ix)) if std::ptr::eq(*s, ix.as_slice())),
+            half_gap: &half_gap,
+            drift: &drift,
+            max_drift,
+            second_drift,
+            max_drift_c,
+            err: err_pass,
+            margin: 4.0 * err_pass,
+            spread,
+            round2: err * err,
+            full,
+            avx2,
+        };
+        let mut outcome = if parallel {
+            let mid = n / 2;
+            let (la, lb) = labels.split_at_mut(mid);
+            let (ua, ub) = upper.split_at_mut(mid);
+            let (wa, wb) = lower.split_at_mut(mid);
+            let (mut oa, ob) = rayon::join(
+                || pass.assign(0, la, ua, wa),
+                || pass.assign(mid, lb, ub, wb),
+            );
+            oa.moves.extend_from_slice(&ob.moves);
+            oa.uncertain.extend_from_slice(&ob.uncertain);
+            oa
+        } else {
+            pass.assign(0, &mut labels, &mut upper, &mut lower)
+        };
+        if !outcome.uncertain.is_empty() {
+            // The running centres left some nearest centres open. SimPoint's centres for the
+            // labels before this pass settle them; every other decision and bound of the pass
+            // holds for those centres too (the pass's margins cover their distance).
             refreshes += 1;
             undo(&mut labels, &outcome.moves);
             let e = exact(&labels);
+            redo(&mut labels, &outcome.moves);
             running.reset(&e);
             cur = e.centres(d);
             bound.fill(0.0);
-            full = true;
-        };
+            blocked.load(&cur);
+            for &i in &outcome.uncertain {
+                let i = i as usize;
+                let (c, best, second) = blocked.nearest(points.row(distinct.first[i] as usize));
+                upper[i] = f32_up(best.sqrt() + err);
+                lower[i] = f32_down((second.sqrt() - err).max(0.0));
+                let a = labels[i];
+                if c as u32 != a {
+                    labels[i] = c as u32;
+                    outcome.moves.push(Move {
+                        row: i as u32,
+                        from: a,
+                        to: c as u32,
+                    });
+                }
+            }
+        }
+        let moves = outcome.moves;
         if iter == 0 {
             let e = exact(&labels);
             running.reset(&e);
@@ -1155,10 +1169,8 @@ struct Pass<'a> {
     spread: f64,
     /// Bound on the rounding error of a computed squared distance.
     round2: f64,
-    /// Search every point from scratch (no bounds).
+    /// Search every point from scratch (no bounds, no moves: the first pass).
     full: bool,
-    /// Record moves (the labels hold the previous pass's clusters).
-    record: bool,
     avx2: bool,
 }
 
@@ -1213,8 +1225,8 @@ impl Pass<'_> {
     }
 
     /// Assigns points `start..start + labels.len()` to their nearest centre, updating their
-    /// bounds; returns the points that changed cluster (on a full pass, only when asked to
-    /// record them) and how many points the running centres left open.
+    /// bounds; returns the points that changed cluster (none on a full pass, which labels every
+    /// point from scratch) and the points whose nearest centre the running centres left open.
     fn assign(
         &self,
         start: usize,
@@ -1238,13 +1250,6 @@ impl Pass<'_> {
             // are SimPoint's, and so is the nearest centre.
             for (i, label) in labels.iter_mut().enumerate() {
                 let (c, best, second) = self.blocked.nearest(row(i));
-                if self.record && c as u32 != *label {
-                    out.moves.push(Move {
-                        row: (start + i) as u32,
-                        from: *label,
-                        to: c as u32,
-                    });
-                }
                 *label = c as u32;
                 upper[i] = f32_up(best.sqrt() + err);
                 lower[i] = f32_down((second.sqrt() - err).max(0.0));
@@ -1287,7 +1292,7 @@ impl Pass<'_> {
                     }
                 };
                 if !self.certain(best, second) {
-                    out.uncertain += 1;
+                    out.uncertain.push((start + i) as u32);
                     continue;
                 }
                 upper[i] = f32_up(best.sqrt() + err);
@@ -1649,7 +1654,6 @@ mod structure_tests {
                 spread: 0.0,
                 round2: 0.0,
                 full: false,
-                record: true,
                 avx2: cpu::avx2(),
             };
             let labels: Vec<u32> = (0..n).map(|_| (r.rand_int() % k as i64) as u32).collect();
