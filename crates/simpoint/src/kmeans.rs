@@ -375,29 +375,29 @@ mod avx2 {
         failed + pass.check_bounds_scalar(i, to, labels, upper, lower, &mut todo[failed..])
     }
 
-    /// Builds of [`super::Near::visit_lanes`] for one target feature each (one body, inlined).
-    macro_rules! visit_build {
+    /// Builds of [`super::Pass::bounded`] for one target feature each (one body, with the
+    /// search inlined: a search's result then stays in registers).
+    macro_rules! bounded_build {
         ($name:ident, $feature:literal, $doc:literal) => {
             #[doc = $doc]
             #[target_feature(enable = $feature)]
             pub unsafe fn $name(
-                near: &super::Near,
-                a: usize,
-                y: &[f64],
-                err: f64,
-                margin: f64,
-                keep: f64,
-            ) -> super::Visit {
-                near.visit_lanes(a, y, err, margin, keep)
+                pass: &super::Pass<'_>,
+                start: usize,
+                labels: &mut [u32],
+                upper: &mut [f32],
+                lower: &mut [f32],
+            ) -> super::Outcome {
+                pass.bounded(start, labels, upper, lower)
             }
         };
     }
-    visit_build!(
-        visit512,
+    bounded_build!(
+        bounded512,
         "avx512f",
-        "The search compiled for AVX-512 (a block of eight centres fills one register)."
+        "The bounded pass compiled for AVX-512 (a block of eight centres fills one register)."
     );
-    visit_build!(visit, "avx2", "The search compiled for AVX2.");
+    bounded_build!(bounded, "avx2", "The bounded pass compiled for AVX2.");
 
     #[target_feature(enable = "avx2")]
     pub unsafe fn distances(t: &[f64], y: &[f64], blocks: usize, out: &mut [f64]) {
@@ -594,26 +594,17 @@ impl Near {
         }
     }
 
+    /// [`Near::visit_lanes`], as the tests call it.
+    #[cfg(test)]
+    fn visit(&self, a: usize, y: &[f64], err: f64, margin: f64, keep: f64) -> Visit {
+        self.visit_lanes(a, y, err, margin, keep)
+    }
+
     /// Visits point `y` of cluster `a` whose bounds failed. The first block of `a`'s sorted
     /// centres holds `a` itself: its lane gives the exact distance to `a` (the same sums as
     /// [`dist2`]), which may prove `a` still nearest (`distance + err + margin < keep`);
     /// otherwise the search goes on from that block. `margin` exceeds the rounding error of
     /// three computed distances.
-    fn visit(&self, a: usize, y: &[f64], err: f64, margin: f64, keep: f64) -> Visit {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if self.avx512 {
-                // SAFETY: AVX-512F was detected when `self` was made.
-                return unsafe { avx2::visit512(self, a, y, err, margin, keep) };
-            }
-            if self.avx2 {
-                // SAFETY: AVX2 was detected when `self` was made.
-                return unsafe { avx2::visit(self, a, y, err, margin, keep) };
-            }
-        }
-        self.visit_lanes(a, y, err, margin, keep)
-    }
-
     #[inline(always)]
     fn visit_lanes(&self, a: usize, y: &[f64], err: f64, margin: f64, keep: f64) -> Visit {
         let d = self.d;
@@ -1234,28 +1225,54 @@ impl Pass<'_> {
         upper: &mut [f32],
         lower: &mut [f32],
     ) -> Outcome {
-        let (err, margin) = (self.err, self.margin);
-        let d = self.points.cols;
-        // A deduplicated set stores distinct row i as row i.
-        let row = |i: usize| {
-            if self.direct {
-                &self.points.data[(start + i) * d..(start + i + 1) * d]
-            } else {
-                self.points.row(self.first[start + i] as usize)
-            }
-        };
-        let mut out = Outcome::default();
         if self.full {
             // Only SimPoint's own centres are searched this way (`spread` is 0): the distances
             // are SimPoint's, and so is the nearest centre.
             for (i, label) in labels.iter_mut().enumerate() {
-                let (c, best, second) = self.blocked.nearest(row(i));
+                let (c, best, second) = self.blocked.nearest(self.row(start, i));
                 *label = c as u32;
-                upper[i] = f32_up(best.sqrt() + err);
-                lower[i] = f32_down((second.sqrt() - err).max(0.0));
+                upper[i] = f32_up(best.sqrt() + self.err);
+                lower[i] = f32_down((second.sqrt() - self.err).max(0.0));
             }
-            return out;
+            return Outcome::default();
         }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(near) = self.near {
+            if near.avx512 {
+                // SAFETY: AVX-512F was detected when `near` was made.
+                return unsafe { avx2::bounded512(self, start, labels, upper, lower) };
+            }
+            if near.avx2 {
+                // SAFETY: AVX2 was detected when `near` was made.
+                return unsafe { avx2::bounded(self, start, labels, upper, lower) };
+            }
+        }
+        self.bounded(start, labels, upper, lower)
+    }
+
+    /// Row of point `start + i`.
+    #[inline(always)]
+    fn row(&self, start: usize, i: usize) -> &[f64] {
+        let d = self.points.cols;
+        // A deduplicated set stores distinct row i as row i.
+        if self.direct {
+            &self.points.data[(start + i) * d..(start + i + 1) * d]
+        } else {
+            self.points.row(self.first[start + i] as usize)
+        }
+    }
+
+    /// [`Pass::assign`] after the first pass, with Hamerly's bounds.
+    #[inline(always)]
+    fn bounded(
+        &self,
+        start: usize,
+        labels: &mut [u32],
+        upper: &mut [f32],
+        lower: &mut [f32],
+    ) -> Outcome {
+        let (err, margin) = (self.err, self.margin);
+        let mut out = Outcome::default();
         // In blocks: first the bound checks, which touch no coordinates (branch-free: which
         // points fail is unpredictable); then, with the rows prefetched a few points ahead, the
         // points whose bounds failed.
@@ -1268,14 +1285,14 @@ impl Pass<'_> {
             let todo = &todo[..failed];
             for (j, &i) in todo.iter().enumerate() {
                 if let Some(&ahead) = todo.get(j + AHEAD) {
-                    prefetch_row(row(ahead as usize));
+                    prefetch_row(self.row(start, ahead as usize));
                 }
                 let i = i as usize;
                 let a = labels[i] as usize;
                 let m = self.half_gap[a].max(f64::from(lower[i]));
-                let y = row(i);
+                let y = self.row(start, i);
                 let (c, best, second) = match self.near {
-                    Some(near) => match near.visit(a, y, err, margin, m) {
+                    Some(near) => match near.visit_lanes(a, y, err, margin, m) {
                         Visit::Kept(ua) => {
                             upper[i] = f32_up(ua + err);
                             continue;
