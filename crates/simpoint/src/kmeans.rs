@@ -607,6 +607,26 @@ impl Near {
     /// three computed distances.
     #[inline(always)]
     fn visit_lanes(&self, a: usize, y: &[f64], err: f64, margin: f64, keep: f64) -> Visit {
+        let (d2, ua) = self.own_block(a, y);
+        if ua + err + margin < keep {
+            return Visit::Kept(ua);
+        }
+        let (c, best, second) = self.search(a, y, ua, margin, d2);
+        Visit::Searched(c, best, second)
+    }
+
+    /// What [`nearest2`] returns for `y`, searching from centre `a`'s sorted centres (any `a`:
+    /// the search is shortest from the nearest).
+    #[inline(always)]
+    fn nearest_from(&self, a: usize, y: &[f64], margin: f64) -> (usize, f64, f64) {
+        let (d2, ua) = self.own_block(a, y);
+        self.search(a, y, ua, margin, d2)
+    }
+
+    /// Squared distances from `y` to the first block of `a`'s sorted centres, and the distance
+    /// to `a`.
+    #[inline(always)]
+    fn own_block(&self, a: usize, y: &[f64]) -> ([f64; LANES], f64) {
         let d = self.d;
         let size = d * LANES;
         let base = a * self.blocks;
@@ -627,9 +647,24 @@ impl Near {
             s
         }
         .sqrt();
-        if ua + err + margin < keep {
-            return Visit::Kept(ua);
-        }
+        (d2, ua)
+    }
+
+    /// The nearest of `a`'s sorted centres to `y` (ties to the lowest index), its squared
+    /// distance and the second-smallest, from `d2` (the first block's) on; `ua` is the distance
+    /// from `y` to `a`.
+    #[inline(always)]
+    fn search(
+        &self,
+        a: usize,
+        y: &[f64],
+        ua: f64,
+        margin: f64,
+        mut d2: [f64; LANES],
+    ) -> (usize, f64, f64) {
+        let size = self.d * LANES;
+        let base = a * self.blocks;
+        let y = &y[..self.d];
         let (mut best, mut best_d, mut second) = (usize::MAX, f64::INFINITY, f64::INFINITY);
         for b in 0..self.blocks {
             let at = base + b;
@@ -653,7 +688,7 @@ impl Near {
                 break;
             }
         }
-        Visit::Searched(best, best_d, second)
+        (best, best_d, second)
     }
 }
 
@@ -906,11 +941,10 @@ fn lloyd_inflated(
         if full || near.is_none() {
             blocked.load(&cur);
         }
-        if !full {
-            match &mut near {
-                Some(near) => near.load(&cur, err_pass, &mut half_gap),
-                None => centre_half_gaps(&cur, err_pass, &mut half_gap),
-            }
+        match &mut near {
+            Some(near) => near.load(&cur, err_pass, &mut half_gap),
+            None if !full => centre_half_gaps(&cur, err_pass, &mut half_gap),
+            None => {}
         }
         let pass = Pass {
             points,
@@ -1225,7 +1259,7 @@ impl Pass<'_> {
         upper: &mut [f32],
         lower: &mut [f32],
     ) -> Outcome {
-        if self.full {
+        if self.full && self.near.is_none() {
             // Only SimPoint's own centres are searched this way (`spread` is 0): the distances
             // are SimPoint's, and so is the nearest centre.
             for (i, label) in labels.iter_mut().enumerate() {
@@ -1262,7 +1296,9 @@ impl Pass<'_> {
         }
     }
 
-    /// [`Pass::assign`] after the first pass, with Hamerly's bounds.
+    /// [`Pass::assign`] with centres sorted around each centre: on the first pass, each point's
+    /// search starts from the previous point's centre (consecutive intervals tend to share a
+    /// phase, so the search mostly stops after a block); later, Hamerly's bounds come first.
     #[inline(always)]
     fn bounded(
         &self,
@@ -1273,6 +1309,21 @@ impl Pass<'_> {
     ) -> Outcome {
         let (err, margin) = (self.err, self.margin);
         let mut out = Outcome::default();
+        if let (true, Some(near)) = (self.full, self.near) {
+            // SimPoint's own centres (`spread` is 0): the distances and the nearest are SimPoint's.
+            let mut a = 0;
+            for i in 0..labels.len() {
+                if let Some(ahead) = (i + 8 < labels.len()).then_some(i + 8) {
+                    prefetch_row(self.row(start, ahead));
+                }
+                let (c, best, second) = near.nearest_from(a, self.row(start, i), margin);
+                labels[i] = c as u32;
+                upper[i] = f32_up(best.sqrt() + err);
+                lower[i] = f32_down((second.sqrt() - err).max(0.0));
+                a = c;
+            }
+            return out;
+        }
         // In blocks: first the bound checks, which touch no coordinates (branch-free: which
         // points fail is unpredictable); then, with the rows prefetched a few points ahead, the
         // points whose bounds failed.
@@ -1608,6 +1659,8 @@ mod structure_tests {
                     let ua = dist2(&y, centres.row(a)).sqrt();
                     let ninf = f64::NEG_INFINITY;
                     assert_eq!(near.visit(a, &y, err, m, ninf), want, "k {k} d {d} a {a}");
+                    let (c, best, second) = near.nearest_from(a, &y, m);
+                    assert_eq!(Visit::Searched(c, best, second), want);
                     assert_eq!(near.visit_lanes(a, &y, err, m, ninf), want);
                     let keep = f64::INFINITY;
                     assert_eq!(near.visit(a, &y, err, m, keep), Visit::Kept(ua));
