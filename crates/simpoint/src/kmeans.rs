@@ -498,6 +498,16 @@ fn block_d2(block: &[f64], y: &[f64], out: &mut [f64; LANES]) {
 const F32_UP: f64 = 1.0 + 1.0 / 4_194_304.0;
 const F32_DOWN: f64 = 1.0 - 1.0 / 4_194_304.0;
 
+/// Hamerly's bounds after a search: the nearest centre's distance (squared: `best`) rounded up,
+/// the second-nearest's (`second`) rounded down, each widened by the distance error `err`.
+#[inline(always)]
+fn bounds_from(best: f64, second: f64, err: f64) -> (f32, f32) {
+    (
+        f32_up(best.sqrt() + err),
+        f32_down((second.sqrt() - err).max(0.0)),
+    )
+}
+
 /// A single-precision value not below `v` (for `v >= 0`).
 #[inline(always)]
 fn f32_up(v: f64) -> f32 {
@@ -996,8 +1006,7 @@ fn lloyd_inflated(
             for &i in &outcome.uncertain {
                 let i = i as usize;
                 let (c, best, second) = blocked.nearest(points.row(distinct.first[i] as usize));
-                upper[i] = f32_up(best.sqrt() + err);
-                lower[i] = f32_down((second.sqrt() - err).max(0.0));
+                (upper[i], lower[i]) = bounds_from(best, second, err);
                 let a = labels[i];
                 if c as u32 != a {
                     labels[i] = c as u32;
@@ -1265,8 +1274,7 @@ impl Pass<'_> {
             for (i, label) in labels.iter_mut().enumerate() {
                 let (c, best, second) = self.blocked.nearest(self.row(start, i));
                 *label = c as u32;
-                upper[i] = f32_up(best.sqrt() + self.err);
-                lower[i] = f32_down((second.sqrt() - self.err).max(0.0));
+                (upper[i], lower[i]) = bounds_from(best, second, self.err);
             }
             return Outcome::default();
         }
@@ -1313,13 +1321,12 @@ impl Pass<'_> {
             // SimPoint's own centres (`spread` is 0): the distances and the nearest are SimPoint's.
             let mut a = 0;
             for i in 0..labels.len() {
-                if let Some(ahead) = (i + 8 < labels.len()).then_some(i + 8) {
-                    prefetch_row(self.row(start, ahead));
+                if i + 8 < labels.len() {
+                    prefetch_row(self.row(start, i + 8));
                 }
                 let (c, best, second) = near.nearest_from(a, self.row(start, i), margin);
                 labels[i] = c as u32;
-                upper[i] = f32_up(best.sqrt() + err);
-                lower[i] = f32_down((second.sqrt() - err).max(0.0));
+                (upper[i], lower[i]) = bounds_from(best, second, err);
                 a = c;
             }
             return out;
@@ -1363,8 +1370,7 @@ impl Pass<'_> {
                     out.uncertain.push((start + i) as u32);
                     continue;
                 }
-                upper[i] = f32_up(best.sqrt() + err);
-                lower[i] = f32_down((second.sqrt() - err).max(0.0));
+                (upper[i], lower[i]) = bounds_from(best, second, err);
                 if c != a {
                     labels[i] = c as u32;
                     out.moves.push(Move {
