@@ -728,6 +728,22 @@ struct Outcome {
     uncertain: Vec<u32>,
 }
 
+impl Outcome {
+    /// Puts distinct row `row`, whose label is `label`, in cluster `c`, recording the move when
+    /// it changes cluster.
+    #[inline(always)]
+    fn place(&mut self, row: usize, label: &mut u32, c: usize) {
+        if c as u32 != *label {
+            self.moves.push(Move {
+                row: row as u32,
+                from: *label,
+                to: c as u32,
+            });
+            *label = c as u32;
+        }
+    }
+}
+
 /// SimPoint's centre sums over every row in order, from the labels of the distinct rows.
 struct Exact {
     /// Coordinate sums (`k * d`), weight and row count of each cluster, before division.
@@ -806,14 +822,17 @@ impl Running {
         }
     }
 
-    /// Starts again from SimPoint's own sums, whose only error is their summation's.
-    fn reset(&mut self, exact: &Exact) {
+    /// Starts again from SimPoint's own sums, whose only error is their summation's; returns
+    /// SimPoint's centres, whose coordinate bounds in `bound` become 0.
+    fn restart(&mut self, exact: &Exact, bound: &mut [f64]) -> Dataset {
         self.sums.copy_from_slice(&exact.sums);
         self.weights.copy_from_slice(&exact.weights);
         self.rows.copy_from_slice(&exact.rows);
         for (b, &r) in self.budget.iter_mut().zip(&self.rows) {
             *b = (r as f64 + 1.0) * self.scale;
         }
+        bound.fill(0.0);
+        exact.centres(self.d)
     }
 
     /// Moves distinct row `y`, of weight `w` over `count` rows, from cluster `from` to `to`.
@@ -939,8 +958,14 @@ fn lloyd_inflated(
     let large = n >= 16_384 && rayon::current_num_threads() > 1;
     let avx2 = cpu::avx2();
     let root_d = (d as f64).sqrt() * 1.01;
-    // SimPoint's centres for the labels as they are.
+    // SimPoint's sums for the labels as they are, and as they were before a pass's moves.
     let exact = |labels: &[u32]| Exact::new(points, distinct, labels, k);
+    let exact_before = |labels: &mut [u32], moves: &[Move]| {
+        undo(labels, moves);
+        let e = exact(labels);
+        redo(labels, moves);
+        e
+    };
     let mut refreshes = 0;
     for iter in 0..max_iter {
         let parallel = large && split();
@@ -996,34 +1021,18 @@ fn lloyd_inflated(
             // labels before this pass settle them; every other decision and bound of the pass
             // holds for those centres too (the pass's margins cover their distance).
             refreshes += 1;
-            undo(&mut labels, &outcome.moves);
-            let e = exact(&labels);
-            redo(&mut labels, &outcome.moves);
-            running.reset(&e);
-            cur = e.centres(d);
-            bound.fill(0.0);
+            cur = running.restart(&exact_before(&mut labels, &outcome.moves), &mut bound);
             blocked.load(&cur);
-            for &i in &outcome.uncertain {
+            for i in std::mem::take(&mut outcome.uncertain) {
                 let i = i as usize;
                 let (c, best, second) = blocked.nearest(points.row(distinct.first[i] as usize));
                 (upper[i], lower[i]) = bounds_from(best, second, err);
-                let a = labels[i];
-                if c as u32 != a {
-                    labels[i] = c as u32;
-                    outcome.moves.push(Move {
-                        row: i as u32,
-                        from: a,
-                        to: c as u32,
-                    });
-                }
+                outcome.place(i, &mut labels[i], c);
             }
         }
         let moves = outcome.moves;
         if iter == 0 {
-            let e = exact(&labels);
-            running.reset(&e);
-            next = e.centres(d);
-            next_bound.fill(0.0);
+            next = running.restart(&exact(&labels), &mut next_bound);
             changed.fill(true);
         } else {
             changed.fill(false);
@@ -1050,10 +1059,7 @@ fn lloyd_inflated(
             }
             if !settled {
                 refreshes += 1;
-                let e = exact(&labels);
-                running.reset(&e);
-                next = e.centres(d);
-                next_bound.fill(0.0);
+                next = running.restart(&exact(&labels), &mut next_bound);
             }
         }
         // SimPoint stops when the new centres equal the old ones bit for bit. Without moves
@@ -1076,14 +1082,8 @@ fn lloyd_inflated(
                 false
             } else {
                 refreshes += 1;
-                let now = exact(&labels);
-                next = now.centres(d);
-                next_bound.fill(0.0);
-                running.reset(&now);
-                undo(&mut labels, &moves);
-                let before = exact(&labels).centres(d);
-                redo(&mut labels, &moves);
-                next.data == before.data
+                next = running.restart(&exact(&labels), &mut next_bound);
+                next.data == exact_before(&mut labels, &moves).centres(d).data
             }
         };
         if converged {
@@ -1104,10 +1104,7 @@ fn lloyd_inflated(
             let centres = if bound.iter().all(|&b| b == 0.0) {
                 cur
             } else {
-                undo(&mut labels, &moves);
-                let c = exact(&labels).centres(d);
-                redo(&mut labels, &moves);
-                c
+                exact_before(&mut labels, &moves).centres(d)
             };
             return LloydResult {
                 centres,
@@ -1122,7 +1119,7 @@ fn lloyd_inflated(
         for c in 0..k {
             // A cluster with the same members has the same sums: SimPoint's centre stays put.
             let same = cur.row(c) == next.row(c) && bound[c] == 0.0 && next_bound[c] == 0.0;
-            drift[c] = if (!changed[c] && iter > 0) || same {
+            drift[c] = if !changed[c] || same {
                 0.0
             } else {
                 dist2(cur.row(c), next.row(c)).sqrt() + err + (bound[c] + next_bound[c]) * root_d
@@ -1371,14 +1368,7 @@ impl Pass<'_> {
                     continue;
                 }
                 (upper[i], lower[i]) = bounds_from(best, second, err);
-                if c != a {
-                    labels[i] = c as u32;
-                    out.moves.push(Move {
-                        row: (start + i) as u32,
-                        from: a as u32,
-                        to: c as u32,
-                    });
-                }
+                out.place(start + i, &mut labels[i], c);
             }
         }
         out
