@@ -388,7 +388,7 @@ mod avx2 {
                 upper: &mut [f32],
                 lower: &mut [f32],
             ) -> super::Outcome {
-                pass.bounded(start, labels, upper, lower)
+                pass.bounded_any(start, labels, upper, lower)
             }
         };
     }
@@ -452,7 +452,7 @@ fn nearest_lanes(t: &[f64], y: &[f64], blocks: usize) -> (usize, f64, f64) {
     let mut sv = [f64::INFINITY; LANES];
     let mut d2 = [0.0f64; LANES];
     for b in 0..blocks {
-        block_d2(&t[b * d * LANES..(b + 1) * d * LANES], y, &mut d2);
+        block_d2::<0>(&t[b * d * LANES..(b + 1) * d * LANES], y, &mut d2);
         for l in 0..LANES {
             let v = d2[l];
             let lt = v < bv[l];
@@ -478,16 +478,30 @@ fn nearest_lanes(t: &[f64], y: &[f64], blocks: usize) -> (usize, f64, f64) {
     (bi[best_l] as usize * LANES + best_l, bv[best_l], second)
 }
 
+/// Squared distances from `y` to a block of [`LANES`] centres, each summed in dimension order.
+/// `D`, when not 0, is the dimension (`y.len()`) known when compiling: the loop then unrolls and
+/// loses its index checks, which otherwise cost as many instructions as the arithmetic.
 #[inline(always)]
-fn block_d2(block: &[f64], y: &[f64], out: &mut [f64; LANES]) {
+fn block_d2<const D: usize>(block: &[f64], y: &[f64], out: &mut [f64; LANES]) {
+    let d = if D > 0 { D } else { y.len() };
+    let (rows, y) = (block[..d * LANES].as_chunks::<LANES>().0, &y[..d]);
     let mut a = [0.0f64; LANES];
-    for (dd, &yd) in y.iter().enumerate() {
-        let row: &[f64; LANES] = block[dd * LANES..(dd + 1) * LANES]
-            .try_into()
-            .expect("lane block");
+    let mut step = |yd: f64, row: &[f64; LANES]| {
         for l in 0..LANES {
             let diff = yd - row[l];
             a[l] += diff * diff;
+        }
+    };
+    if D > 0 && D.is_multiple_of(5) {
+        // Five dimensions a step (in order): short enough for the compiler to unroll fully.
+        for (ys, rs) in y.chunks_exact(5).zip(rows.chunks_exact(5)) {
+            for (&yd, row) in ys.iter().zip(rs) {
+                step(yd, row);
+            }
+        }
+    } else {
+        for (&yd, row) in y.iter().zip(rows) {
+            step(yd, row);
         }
     }
     *out = a;
@@ -607,7 +621,7 @@ impl Near {
     /// [`Near::visit_lanes`], as the tests call it.
     #[cfg(test)]
     fn visit(&self, a: usize, y: &[f64], err: f64, margin: f64, keep: f64) -> Visit {
-        self.visit_lanes(a, y, err, margin, keep)
+        self.visit_lanes::<0>(a, y, err, margin, keep)
     }
 
     /// Visits point `y` of cluster `a` whose bounds failed. The first block of `a`'s sorted
@@ -616,33 +630,41 @@ impl Near {
     /// otherwise the search goes on from that block. `margin` exceeds the rounding error of
     /// three computed distances.
     #[inline(always)]
-    fn visit_lanes(&self, a: usize, y: &[f64], err: f64, margin: f64, keep: f64) -> Visit {
-        let (d2, ua) = self.own_block(a, y);
+    fn visit_lanes<const D: usize>(
+        &self,
+        a: usize,
+        y: &[f64],
+        err: f64,
+        margin: f64,
+        keep: f64,
+    ) -> Visit {
+        let (d2, ua) = self.own_block::<D>(a, y);
         if ua + err + margin < keep {
             return Visit::Kept(ua);
         }
-        let (c, best, second) = self.search(a, y, ua, margin, d2);
+        let (c, best, second) = self.search::<D>(a, y, ua, margin, d2);
         Visit::Searched(c, best, second)
     }
 
     /// What [`nearest2`] returns for `y`, searching from centre `a`'s sorted centres (any `a`:
     /// the search is shortest from the nearest).
     #[inline(always)]
-    fn nearest_from(&self, a: usize, y: &[f64], margin: f64) -> (usize, f64, f64) {
-        let (d2, ua) = self.own_block(a, y);
-        self.search(a, y, ua, margin, d2)
+    fn nearest_from<const D: usize>(&self, a: usize, y: &[f64], margin: f64) -> (usize, f64, f64) {
+        let (d2, ua) = self.own_block::<D>(a, y);
+        self.search::<D>(a, y, ua, margin, d2)
     }
 
     /// Squared distances from `y` to the first block of `a`'s sorted centres, and the distance
     /// to `a`.
     #[inline(always)]
-    fn own_block(&self, a: usize, y: &[f64]) -> ([f64; LANES], f64) {
-        let d = self.d;
+    fn own_block<const D: usize>(&self, a: usize, y: &[f64]) -> ([f64; LANES], f64) {
+        debug_assert!(D == 0 || D == self.d);
+        let d = if D > 0 { D } else { self.d };
         let size = d * LANES;
         let base = a * self.blocks;
         let y = &y[..d];
         let mut d2 = [0.0f64; LANES];
-        block_d2(&self.t[base * size..(base + 1) * size], y, &mut d2);
+        block_d2::<D>(&self.t[base * size..(base + 1) * size], y, &mut d2);
         let pos = self.self_pos[a] as usize;
         let ua = if pos < LANES {
             d2[pos]
@@ -664,7 +686,7 @@ impl Near {
     /// distance and the second-smallest, from `d2` (the first block's) on; `ua` is the distance
     /// from `y` to `a`.
     #[inline(always)]
-    fn search(
+    fn search<const D: usize>(
         &self,
         a: usize,
         y: &[f64],
@@ -672,14 +694,15 @@ impl Near {
         margin: f64,
         mut d2: [f64; LANES],
     ) -> (usize, f64, f64) {
-        let size = self.d * LANES;
+        let d = if D > 0 { D } else { self.d };
+        let size = d * LANES;
         let base = a * self.blocks;
-        let y = &y[..self.d];
+        let y = &y[..d];
         let (mut best, mut best_d, mut second) = (usize::MAX, f64::INFINITY, f64::INFINITY);
         for b in 0..self.blocks {
             let at = base + b;
             if b > 0 {
-                block_d2(&self.t[at * size..(at + 1) * size], y, &mut d2);
+                block_d2::<D>(&self.t[at * size..(at + 1) * size], y, &mut d2);
             }
             let idx = &self.order[at * LANES..(at + 1) * LANES];
             for (&v, &j) in d2.iter().zip(idx) {
@@ -1286,7 +1309,24 @@ impl Pass<'_> {
                 return unsafe { avx2::bounded(self, start, labels, upper, lower) };
             }
         }
-        self.bounded(start, labels, upper, lower)
+        self.bounded_any(start, labels, upper, lower)
+    }
+
+    /// [`Pass::bounded`] built for SimPoint's default of 15 dimensions when that is the
+    /// dimension, and for any other.
+    #[inline(always)]
+    fn bounded_any(
+        &self,
+        start: usize,
+        labels: &mut [u32],
+        upper: &mut [f32],
+        lower: &mut [f32],
+    ) -> Outcome {
+        if self.points.cols == 15 {
+            self.bounded::<15>(start, labels, upper, lower)
+        } else {
+            self.bounded::<0>(start, labels, upper, lower)
+        }
     }
 
     /// Row of point `start + i`.
@@ -1305,7 +1345,7 @@ impl Pass<'_> {
     /// search starts from the previous point's centre (consecutive intervals tend to share a
     /// phase, so the search mostly stops after a block); later, Hamerly's bounds come first.
     #[inline(always)]
-    fn bounded(
+    fn bounded<const D: usize>(
         &self,
         start: usize,
         labels: &mut [u32],
@@ -1321,7 +1361,7 @@ impl Pass<'_> {
                 if i + 8 < labels.len() {
                     prefetch_row(self.row(start, i + 8));
                 }
-                let (c, best, second) = near.nearest_from(a, self.row(start, i), margin);
+                let (c, best, second) = near.nearest_from::<D>(a, self.row(start, i), margin);
                 labels[i] = c as u32;
                 (upper[i], lower[i]) = bounds_from(best, second, err);
                 a = c;
@@ -1347,7 +1387,7 @@ impl Pass<'_> {
                 let m = self.half_gap[a].max(f64::from(lower[i]));
                 let y = self.row(start, i);
                 let (c, best, second) = match self.near {
-                    Some(near) => match near.visit_lanes(a, y, err, margin, m) {
+                    Some(near) => match near.visit_lanes::<D>(a, y, err, margin, m) {
                         Visit::Kept(ua) => {
                             upper[i] = f32_up(ua + err);
                             continue;
@@ -1522,8 +1562,9 @@ mod tests {
 
     #[test]
     fn pruned_equals_naive_bitwise() {
-        for seed in [5, 77, 1234] {
-            let data = grid(2000, 5, seed);
+        // 15 dimensions take the build of the bounded pass for SimPoint's default dimension.
+        for (seed, d) in [(5, 5), (77, 5), (1234, 5), (31, 15)] {
+            let data = grid(2000, d, seed);
             for k in [1, 3, 7, 12] {
                 for iters in [1, 2, 5, 100] {
                     let mut rng = Random::new(seed + k as i64);
@@ -1655,12 +1696,19 @@ mod structure_tests {
                     let ua = dist2(&y, centres.row(a)).sqrt();
                     let ninf = f64::NEG_INFINITY;
                     assert_eq!(near.visit(a, &y, err, m, ninf), want, "k {k} d {d} a {a}");
-                    let (c, best, second) = near.nearest_from(a, &y, m);
+                    let (c, best, second) = near.nearest_from::<0>(a, &y, m);
                     assert_eq!(Visit::Searched(c, best, second), want);
-                    assert_eq!(near.visit_lanes(a, &y, err, m, ninf), want);
+                    assert_eq!(near.visit_lanes::<0>(a, &y, err, m, ninf), want);
                     let keep = f64::INFINITY;
                     assert_eq!(near.visit(a, &y, err, m, keep), Visit::Kept(ua));
-                    assert_eq!(near.visit_lanes(a, &y, err, m, keep), Visit::Kept(ua));
+                    assert_eq!(near.visit_lanes::<0>(a, &y, err, m, keep), Visit::Kept(ua));
+                    if d == 15 {
+                        // The build for a dimension known when compiling adds the same way.
+                        let (c, best, second) = near.nearest_from::<15>(a, &y, m);
+                        assert_eq!(Visit::Searched(c, best, second), want);
+                        assert_eq!(near.visit_lanes::<15>(a, &y, err, m, ninf), want);
+                        assert_eq!(near.visit_lanes::<15>(a, &y, err, m, keep), Visit::Kept(ua));
+                    }
                 }
             }
         }
