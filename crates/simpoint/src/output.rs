@@ -4,7 +4,8 @@ use std::io::Write;
 
 use crate::cfmt::push_g;
 use crate::dataset::Dataset;
-use crate::kmeans::nearest2;
+use crate::kmeans::Blocked;
+use rayon::prelude::*;
 
 /// Clusters that cover a fraction `p` of the weight, largest first (SimPoint's
 /// getLargestClusters): weight descending, equal weights by descending index; stops once the
@@ -43,15 +44,22 @@ impl PostResult {
     pub fn new(data: &Dataset, centres: &Dataset) -> PostResult {
         let n = data.rows();
         let k = centres.rows();
-        let mut labels = Vec::with_capacity(n);
-        let mut dists = Vec::with_capacity(n);
+        let mut blocked = Blocked::new(k, data.cols);
+        blocked.load(centres);
+        // The nearest centre as `nearest2` finds it (same sums, ties to the lowest index), for
+        // every vector at once; the simulation points are then picked in vector order.
+        let (labels, dists): (Vec<u32>, Vec<f64>) = (0..n)
+            .into_par_iter()
+            .with_min_len(4096)
+            .map(|i| {
+                let (c, d2, _) = blocked.nearest(data.row(i));
+                (c as u32, d2.sqrt())
+            })
+            .unzip();
         let mut simpoints = vec![-1i64; k];
         let mut closest = vec![f64::INFINITY; k];
-        for i in 0..n {
-            let (c, d2, _) = nearest2(data.row(i), centres);
-            let d = d2.sqrt();
-            labels.push(c as u32);
-            dists.push(d);
+        for (i, (&c, &d)) in labels.iter().zip(&dists).enumerate() {
+            let c = c as usize;
             if d < closest[c] {
                 closest[c] = d;
                 simpoints[c] = i as i64;
