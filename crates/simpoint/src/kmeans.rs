@@ -1332,10 +1332,16 @@ impl Pass<'_> {
     /// Row of point `start + i`.
     #[inline(always)]
     fn row(&self, start: usize, i: usize) -> &[f64] {
-        let d = self.points.cols;
+        self.row_d::<0>(start, i)
+    }
+
+    /// [`Pass::row`] for rows of `D` values (any number when `D` is 0).
+    #[inline(always)]
+    fn row_d<const D: usize>(&self, start: usize, i: usize) -> &[f64] {
+        let d = if D > 0 { D } else { self.points.cols };
         // A deduplicated set stores distinct row i as row i.
         if self.direct {
-            &self.points.data[(start + i) * d..(start + i + 1) * d]
+            &self.points.data[(start + i) * d..][..d]
         } else {
             self.points.row(self.first[start + i] as usize)
         }
@@ -1359,9 +1365,10 @@ impl Pass<'_> {
             let mut a = 0;
             for i in 0..labels.len() {
                 if i + 8 < labels.len() {
-                    prefetch_row(self.row(start, i + 8));
+                    prefetch_row(self.row_d::<D>(start, i + 8));
                 }
-                let (c, best, second) = near.nearest_from::<D>(a, self.row(start, i), margin);
+                let (c, best, second) =
+                    near.nearest_from::<D>(a, self.row_d::<D>(start, i), margin);
                 labels[i] = c as u32;
                 (upper[i], lower[i]) = bounds_from(best, second, err);
                 a = c;
@@ -1380,12 +1387,14 @@ impl Pass<'_> {
             let todo = &todo[..failed];
             for (j, &i) in todo.iter().enumerate() {
                 if let Some(&ahead) = todo.get(j + AHEAD) {
-                    prefetch_row(self.row(start, ahead as usize));
+                    prefetch_row(self.row_d::<D>(start, ahead as usize));
                 }
                 let i = i as usize;
                 let a = labels[i] as usize;
-                let m = self.half_gap[a].max(f64::from(lower[i]));
-                let y = self.row(start, i);
+                // Neither is NaN: a plain comparison, not `f64::max`.
+                let (h, l) = (self.half_gap[a], f64::from(lower[i]));
+                let m = if h > l { h } else { l };
+                let y = self.row_d::<D>(start, i);
                 let (c, best, second) = match self.near {
                     Some(near) => match near.visit_lanes::<D>(a, y, err, margin, m) {
                         Visit::Kept(ua) => {
