@@ -478,12 +478,22 @@ fn nearest_lanes(t: &[f64], y: &[f64], blocks: usize) -> (usize, f64, f64) {
     (bi[best_l] as usize * LANES + best_l, bv[best_l], second)
 }
 
+/// The dimension of a build for `D` dimensions: `D`, or `d` (known when running) when `D` is 0.
+#[inline(always)]
+const fn dim<const D: usize>(d: usize) -> usize {
+    if D > 0 {
+        D
+    } else {
+        d
+    }
+}
+
 /// Squared distances from `y` to a block of [`LANES`] centres, each summed in dimension order.
 /// `D`, when not 0, is the dimension (`y.len()`) known when compiling: the loop then unrolls and
 /// loses its index checks, which otherwise cost as many instructions as the arithmetic.
 #[inline(always)]
 fn block_d2<const D: usize>(block: &[f64], y: &[f64], out: &mut [f64; LANES]) {
-    let d = if D > 0 { D } else { y.len() };
+    let d = dim::<D>(y.len());
     let (rows, y) = (block[..d * LANES].as_chunks::<LANES>().0, &y[..d]);
     let mut a = [0.0f64; LANES];
     let mut step = |yd: f64, row: &[f64; LANES]| {
@@ -659,7 +669,7 @@ impl Near {
     #[inline(always)]
     fn own_block<const D: usize>(&self, a: usize, y: &[f64]) -> ([f64; LANES], f64) {
         debug_assert!(D == 0 || D == self.d);
-        let d = if D > 0 { D } else { self.d };
+        let d = dim::<D>(self.d);
         let size = d * LANES;
         let base = a * self.blocks;
         let y = &y[..d];
@@ -694,7 +704,7 @@ impl Near {
         margin: f64,
         mut d2: [f64; LANES],
     ) -> (usize, f64, f64) {
-        let d = if D > 0 { D } else { self.d };
+        let d = dim::<D>(self.d);
         let size = d * LANES;
         let base = a * self.blocks;
         let y = &y[..d];
@@ -1322,8 +1332,8 @@ impl Pass<'_> {
         upper: &mut [f32],
         lower: &mut [f32],
     ) -> Outcome {
-        if self.points.cols == 15 {
-            self.bounded::<15>(start, labels, upper, lower)
+        if self.points.cols == crate::DEFAULT_DIM {
+            self.bounded::<{ crate::DEFAULT_DIM }>(start, labels, upper, lower)
         } else {
             self.bounded::<0>(start, labels, upper, lower)
         }
@@ -1338,7 +1348,7 @@ impl Pass<'_> {
     /// [`Pass::row`] for rows of `D` values (any number when `D` is 0).
     #[inline(always)]
     fn row_d<const D: usize>(&self, start: usize, i: usize) -> &[f64] {
-        let d = if D > 0 { D } else { self.points.cols };
+        let d = dim::<D>(self.points.cols);
         // A deduplicated set stores distinct row i as row i.
         if self.direct {
             &self.points.data[(start + i) * d..][..d]
