@@ -6,11 +6,18 @@
 //! move, within a computed distance of SimPoint's; margins include that distance, and SimPoint's
 //! own sums (in point order, as SimPoint adds them) are taken whenever a decision needs them and
 //! for every centre returned.
+//!
+//! With AVX-512, the points whose bounds fail are searched sixteen at a time in single precision
+//! ([`narrow`]); a result is taken only when its proven error bound cannot change it, and the
+//! rest are searched again with SimPoint's double-precision sums.
 
 use std::borrow::Cow;
 
 use crate::dataset::{Dataset, RowTable};
 use crate::rng::Random;
+
+#[cfg(target_arch = "x86_64")]
+mod narrow;
 
 /// Which vector builds can run here (detected at run time).
 #[cfg(target_arch = "x86_64")]
@@ -212,6 +219,9 @@ pub struct LloydResult {
     /// Times SimPoint's own sums were taken because the running centres could not settle a
     /// decision (a nearest centre, a division, convergence) within their error bounds.
     pub refreshes: usize,
+    /// Searches the single-precision search left to the double-precision one (too close to
+    /// call within its error bound).
+    pub close_calls: usize,
 }
 
 /// Bound on the absolute error of a computed Euclidean distance between points whose
@@ -746,7 +756,7 @@ enum Visit {
 }
 
 /// A distinct row that changed cluster in a pass.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Move {
     row: u32,
     from: u32,
@@ -759,6 +769,8 @@ struct Move {
 struct Outcome {
     moves: Vec<Move>,
     uncertain: Vec<u32>,
+    /// Searches left by the single-precision search to the double-precision one.
+    close: usize,
 }
 
 impl Outcome {
@@ -950,10 +962,12 @@ pub fn lloyd(
     max_abs: f64,
     split: &(dyn Fn() -> bool + Sync),
 ) -> LloydResult {
-    lloyd_inflated(points, distinct, init, max_iter, max_abs, split, 1.0)
+    lloyd_inflated(points, distinct, init, max_iter, max_abs, split, 1.0, true)
 }
 
-/// [`lloyd`] with the running centres' error bounds multiplied by `inflate` (at least 1).
+/// [`lloyd`] with the running centres' error bounds multiplied by `inflate` (at least 1), and
+/// the single-precision search only if `narrow` (tests compare both searches).
+#[allow(clippy::too_many_arguments)]
 fn lloyd_inflated(
     points: &Dataset,
     distinct: &Distinct,
@@ -962,6 +976,7 @@ fn lloyd_inflated(
     max_abs: f64,
     split: &(dyn Fn() -> bool + Sync),
     inflate: f64,
+    narrow: bool,
 ) -> LloydResult {
     // Assignment state lives on distinct rows; sums run over every row in order.
     let n = distinct.first.len();
@@ -987,6 +1002,12 @@ fn lloyd_inflated(
     let mut changed = vec![true; k];
     let mut blocked = Blocked::new(k, d);
     let mut near = (k <= NEAR_MAX_K).then(|| Near::new(k, d));
+    #[cfg(target_arch = "x86_64")]
+    let mut narrow = narrow
+        .then(|| narrow::Narrow::new(k, points, max_abs))
+        .flatten();
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = narrow;
     let (mut max_drift, mut second_drift, mut max_drift_c) = (0.0f64, 0.0f64, usize::MAX);
     let large = n >= 16_384 && rayon::current_num_threads() > 1;
     let avx2 = cpu::avx2();
@@ -1000,6 +1021,7 @@ fn lloyd_inflated(
         e
     };
     let mut refreshes = 0;
+    let mut close_calls = 0;
     for iter in 0..max_iter {
         let parallel = large && split();
         // The first pass searches every point from scratch.
@@ -1014,12 +1036,18 @@ fn lloyd_inflated(
             None if !full => centre_half_gaps(&cur, err_pass, &mut half_gap),
             None => {}
         }
+        #[cfg(target_arch = "x86_64")]
+        if let (false, Some(narrow)) = (full, &mut narrow) {
+            narrow.load(&cur);
+        }
         let pass = Pass {
             points,
             first: &distinct.first,
             cur: &cur,
             blocked: &blocked,
             near: near.as_ref(),
+            #[cfg(target_arch = "x86_64")]
+            narrow: narrow.as_ref(),
             direct: matches!((&distinct.slot, &points.index),
                 (Cow::Borrowed(s), Some(ix)) if std::ptr::eq(*s, ix.as_slice())),
             half_gap: &half_gap,
@@ -1045,10 +1073,12 @@ fn lloyd_inflated(
             );
             oa.moves.extend_from_slice(&ob.moves);
             oa.uncertain.extend_from_slice(&ob.uncertain);
+            oa.close += ob.close;
             oa
         } else {
             pass.assign(0, &mut labels, &mut upper, &mut lower)
         };
+        close_calls += outcome.close;
         if !outcome.uncertain.is_empty() {
             // The running centres left some nearest centres open. SimPoint's centres for the
             // labels before this pass settle them; every other decision and bound of the pass
@@ -1130,6 +1160,7 @@ fn lloyd_inflated(
                 iterations: iter,
                 labels: Some(labels),
                 refreshes,
+                close_calls,
             };
         }
         if iter + 1 == max_iter {
@@ -1144,6 +1175,7 @@ fn lloyd_inflated(
                 iterations: max_iter,
                 labels: Some(labels),
                 refreshes,
+                close_calls,
             };
         }
         max_drift = 0.0;
@@ -1173,6 +1205,7 @@ fn lloyd_inflated(
         iterations: max_iter,
         labels: None,
         refreshes,
+        close_calls,
     }
 }
 
@@ -1214,6 +1247,12 @@ fn prefetch_row(row: &[f64]) {
     let _ = row;
 }
 
+/// Points whose bounds are checked together before the failing ones are searched.
+const BLOCK: usize = 4096;
+
+/// How many failing points ahead a row is prefetched.
+const AHEAD: usize = 8;
+
 /// What one assignment pass reads.
 struct Pass<'a> {
     points: &'a Dataset,
@@ -1221,6 +1260,9 @@ struct Pass<'a> {
     cur: &'a Dataset,
     blocked: &'a Blocked,
     near: Option<&'a Near>,
+    /// The single-precision search, when it serves this k and machine.
+    #[cfg(target_arch = "x86_64")]
+    narrow: Option<&'a narrow::Narrow>,
     direct: bool,
     half_gap: &'a [f64],
     drift: &'a [f64],
@@ -1309,6 +1351,10 @@ impl Pass<'_> {
             return Outcome::default();
         }
         #[cfg(target_arch = "x86_64")]
+        if let (false, Some(narrow)) = (self.full, self.narrow) {
+            return narrow::assign(self, narrow, start, labels, upper, lower);
+        }
+        #[cfg(target_arch = "x86_64")]
         if let Some(near) = self.near {
             if near.avx512 {
                 // SAFETY: AVX-512F was detected when `near` was made.
@@ -1343,6 +1389,17 @@ impl Pass<'_> {
     #[inline(always)]
     fn row(&self, start: usize, i: usize) -> &[f64] {
         self.row_d::<0>(start, i)
+    }
+
+    /// Row (in `points`) of point `start + i`.
+    #[inline(always)]
+    fn row_index(&self, start: usize, i: usize) -> usize {
+        // A deduplicated set stores distinct row i as row i.
+        if self.direct {
+            start + i
+        } else {
+            self.first[start + i] as usize
+        }
     }
 
     /// [`Pass::row`] for rows of `D` values (any number when `D` is 0).
@@ -1388,8 +1445,6 @@ impl Pass<'_> {
         // In blocks: first the bound checks, which touch no coordinates (branch-free: which
         // points fail is unpredictable); then, with the rows prefetched a few points ahead, the
         // points whose bounds failed.
-        const BLOCK: usize = 4096;
-        const AHEAD: usize = 8;
         let mut todo = [0u32; BLOCK];
         for base in (0..labels.len()).step_by(BLOCK) {
             let end = (base + BLOCK).min(labels.len());
@@ -1589,17 +1644,73 @@ mod tests {
                     let mut rng = Random::new(seed + k as i64);
                     let mut init = init_sample(&data, k, &mut rng);
                     initial_weights(&data, &mut init);
-                    let fast = lloyd(
-                        &data,
-                        &Distinct::new(&data),
-                        init.clone(),
-                        iters,
-                        1.3,
-                        &|| true,
-                    );
-                    let (slow, it) = naive(&data, init, iters);
-                    assert_eq!(fast.centres, slow, "seed {seed} k {k} iters {iters}");
-                    assert_eq!(fast.iterations, it);
+                    let (slow, it) = naive(&data, init.clone(), iters);
+                    for narrow in [false, true] {
+                        let fast = lloyd_inflated(
+                            &data,
+                            &Distinct::new(&data),
+                            init.clone(),
+                            iters,
+                            1.3,
+                            &|| true,
+                            1.0,
+                            narrow,
+                        );
+                        let case = format!("seed {seed} k {k} iters {iters} narrow {narrow}");
+                        assert_eq!(fast.centres, slow, "{case}");
+                        assert_eq!(fast.iterations, it, "{case}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn close_calls_go_to_the_double_precision_search() {
+        // Mirrored pairs keep the two clusters' border at x0 = 0.5; points within 1e-9 of it
+        // are beyond single precision's resolution but not double precision's.
+        let (n, d) = (1200, 15);
+        let mut r = Random::new(9);
+        let mut data = Dataset::zeros(n, d);
+        for i in (0..n).step_by(2) {
+            let x0 = if i % 6 == 0 {
+                0.5 + (f64::from(r.rand_float()) - 0.5) * 2e-9
+            } else {
+                f64::from(r.rand_float()) * 0.4
+            };
+            let rest: Vec<f64> = (1..d).map(|_| f64::from(r.rand_float()) * 0.2).collect();
+            for (row, x) in [(i, x0), (i + 1, 1.0 - x0)] {
+                data.row_mut(row)[0] = x;
+                data.row_mut(row)[1..].copy_from_slice(&rest);
+                data.weights[row] = 1.0 / n as f64;
+            }
+        }
+        // Mirrored starting centres keep the clusters mirrored.
+        for xs in [&[0.2, 0.8][..], &[0.1, 0.9, 0.3, 0.7]] {
+            let k = xs.len();
+            let mut init = Dataset::zeros(k, d);
+            for (c, &x) in xs.iter().enumerate() {
+                init.row_mut(c).fill(0.1);
+                init.row_mut(c)[0] = x;
+            }
+            let (slow, it) = naive(&data, init.clone(), 100);
+            for narrow in [false, true] {
+                let fast = lloyd_inflated(
+                    &data,
+                    &Distinct::new(&data),
+                    init.clone(),
+                    100,
+                    1.0,
+                    &|| true,
+                    1.0,
+                    narrow,
+                );
+                assert_eq!(fast.centres, slow, "k {k} narrow {narrow}");
+                assert_eq!(fast.iterations, it, "k {k} narrow {narrow}");
+                if !narrow {
+                    assert_eq!(fast.close_calls, 0);
+                } else if cpu::avx512() {
+                    assert!(fast.close_calls > 0, "k {k}: no close call");
                 }
             }
         }
@@ -1643,6 +1754,7 @@ mod tests {
                             1.3,
                             &|| split(()),
                             inflate,
+                            true,
                         );
                         let (slow, it) = naive(&data, init, iters);
                         assert_eq!(
@@ -1664,6 +1776,7 @@ mod tests {
                 3.0,
                 &|| false,
                 1e9,
+                true,
             );
             assert_eq!(r.centres, naive(&tie, init, 50).0);
         }
@@ -1776,6 +1889,8 @@ mod structure_tests {
                 cur: &centres,
                 blocked: &blocked,
                 near: None,
+                #[cfg(target_arch = "x86_64")]
+                narrow: None,
                 direct: false,
                 half_gap: &half_gap,
                 drift: &drift,

@@ -1,0 +1,281 @@
+//! The bounded pass's search in single precision (AVX-512), sixteen points at a time: the points
+//! whose bounds failed are gathered into registers, one register per dimension with a point in
+//! each lane, and every centre's distance to all sixteen is computed side by side. Nearest and
+//! second-nearest are then kept lane by lane, with no horizontal reduction and no branch, so
+//! the work of consecutive points overlaps instead of waiting on one point's chain of additions.
+//!
+//! Single-precision distances are not SimPoint's, so they only ever decide with a margin: each
+//! carries a proven error bound ([`Narrow::new`]), and a nearest centre is taken from them only
+//! when its interval lies strictly below every other centre's, widened by the running centres'
+//! distance from SimPoint's and by the rounding of SimPoint's own distances. Anything closer
+//! falls back to the double-precision search, which keeps SimPoint's sums.
+
+use std::arch::x86_64::*;
+
+use super::{bounds_from, dim, prefetch_row, Move, Outcome, Pass, F32_DOWN, F32_UP};
+use crate::dataset::Dataset;
+
+/// Points per register.
+const LANES: usize = 16;
+
+/// Most dimensions: one register per dimension.
+const MAX_DIM: usize = 16;
+
+/// Largest coordinate magnitude served: squared distances then stay far below `f32::MAX`.
+const MAX_ABS: f64 = (1u64 << 50) as f64;
+
+/// The current centres in single precision (row by row), and the error bound of a distance
+/// computed from them.
+pub(super) struct Narrow {
+    k: usize,
+    d: usize,
+    t: Vec<f32>,
+    /// A computed distance `x` is within `x * rel + abs` of the exact distance between the
+    /// double-precision point and centre.
+    rel: f64,
+    abs: f64,
+}
+
+impl Narrow {
+    /// The search for `k` centres over `points`, whose coordinates (and the centres') are at
+    /// most `max_abs` in magnitude, when AVX-512 is present and the sizes are served.
+    pub(super) fn new(k: usize, points: &Dataset, max_abs: f64) -> Option<Narrow> {
+        let d = points.cols;
+        let served = (2..=super::NEAR_MAX_K).contains(&k)
+            && (1..=MAX_DIM).contains(&d)
+            && max_abs <= MAX_ABS
+            // Rows are gathered with 32-bit offsets.
+            && points.data.len() < i32::MAX as usize;
+        if !served || !super::cpu::avx512() {
+            return None;
+        }
+        let u = f64::from(f32::EPSILON) / 2.0;
+        // Rounding to single precision moves each coordinate of the point and of the centre by
+        // at most u |x| (or half the smallest subnormal), so the distance between the rounded
+        // pair is within sqrt(d) (2 u max + 2^-149) of the exact one. Its computed square
+        // (difference, square, d additions in any order: d + 2 roundings) is within gamma of
+        // it, plus each product's underflow; a square root in double precision rounds once more.
+        let tiny = 2f64.powi(-149);
+        let n = (d + 3) as f64;
+        let gamma = n * u / (1.0 - n * u);
+        let rounding = (d as f64).sqrt() * (2.0 * u * max_abs * 1.01 + tiny);
+        let underflow = (d as f64 * tiny).sqrt();
+        Some(Narrow {
+            k,
+            d,
+            t: vec![0.0; k * d],
+            rel: 1.01 * gamma + 4.0 * f64::EPSILON,
+            abs: 1.01 * (rounding + underflow),
+        })
+    }
+
+    /// Copies `centres` in, rounded to nearest.
+    pub(super) fn load(&mut self, centres: &Dataset) {
+        for (o, &v) in self.t.iter_mut().zip(&centres.data[..self.k * self.d]) {
+            *o = v as f32;
+        }
+    }
+}
+
+/// The rows of up to [`LANES`] points (`rows`, offsets of their first coordinate in `data`),
+/// rounded to single precision: one register per dimension, a point per lane.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn gather<const D: usize>(data: &[f64], rows: &[i32; LANES], d: usize) -> [__m512; MAX_DIM] {
+    let d = dim::<D>(d);
+    // SAFETY: `rows` holds sixteen offsets: eight at 0 and eight at 8.
+    let (lo, hi) = unsafe {
+        (
+            _mm256_loadu_si256(rows.as_ptr() as *const __m256i),
+            _mm256_loadu_si256(rows[8..].as_ptr() as *const __m256i),
+        )
+    };
+    let mut y = [_mm512_setzero_ps(); MAX_DIM];
+    for (dd, v) in y[..d].iter_mut().enumerate() {
+        let step = _mm256_set1_epi32(dd as i32);
+        // SAFETY: every offset plus `dd < d` indexes a coordinate of `data` (the caller's
+        // rows are rows of `data`).
+        let (a, b) = unsafe {
+            (
+                _mm512_i32gather_pd::<8>(_mm256_add_epi32(lo, step), data.as_ptr()),
+                _mm512_i32gather_pd::<8>(_mm256_add_epi32(hi, step), data.as_ptr()),
+            )
+        };
+        let a = _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(a)));
+        let b = _mm256_castps_pd(_mm512_cvtpd_ps(b));
+        *v = _mm512_castpd_ps(_mm512_insertf64x4::<1>(a, b));
+    }
+    y
+}
+
+/// For the points of `y` (lanes), the nearest centre of `t` (`k` rows of `d`; ties to the
+/// lowest index), the smallest squared distance and the second-smallest (equal to the smallest
+/// when two centres tie).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn nearest_two<const D: usize>(
+    t: &[f32],
+    k: usize,
+    d: usize,
+    y: &[__m512; MAX_DIM],
+) -> (__m512i, __m512, __m512) {
+    let d = dim::<D>(d);
+    let inf = _mm512_set1_ps(f32::INFINITY);
+    let (mut best, mut second, mut index) = (inf, inf, _mm512_setzero_si512());
+    for (c, row) in t[..k * d].chunks_exact(d).enumerate() {
+        // Three partial sums shorten each centre's chain of dependent additions (the error
+        // bound holds for any order).
+        let mut acc = [_mm512_setzero_ps(); 3];
+        for (dd, &cv) in row.iter().enumerate() {
+            let diff = _mm512_sub_ps(y[dd], _mm512_set1_ps(cv));
+            acc[dd % 3] = _mm512_fmadd_ps(diff, diff, acc[dd % 3]);
+        }
+        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), acc[2]);
+        let nearer = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(s, best);
+        second = _mm512_min_ps(second, _mm512_max_ps(best, s));
+        best = _mm512_min_ps(best, s);
+        index = _mm512_mask_mov_epi32(index, nearer, _mm512_set1_epi32(c as i32));
+    }
+    (index, best, second)
+}
+
+/// Bounds from single-precision squared distances `x` (eight lanes): the distance rounded up
+/// (`up`) or down, each widened by the computation's error bound.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn widen(narrow: &Narrow, x: __m256, up: bool) -> __m512d {
+    let root = _mm512_sqrt_pd(_mm512_cvtps_pd(x));
+    let e = _mm512_add_pd(
+        _mm512_mul_pd(root, _mm512_set1_pd(narrow.rel)),
+        _mm512_set1_pd(narrow.abs),
+    );
+    if up {
+        _mm512_add_pd(root, e)
+    } else {
+        _mm512_max_pd(_mm512_sub_pd(root, e), _mm512_setzero_pd())
+    }
+}
+
+/// [`Pass::bounded`] with the single-precision search, for (unless 0) `D` dimensions.
+#[target_feature(enable = "avx512f")]
+fn bounded<const D: usize>(
+    pass: &Pass<'_>,
+    narrow: &Narrow,
+    start: usize,
+    labels: &mut [u32],
+    upper: &mut [f32],
+    lower: &mut [f32],
+) -> Outcome {
+    let near = pass
+        .near
+        .expect("the narrow search serves only k <= NEAR_MAX_K");
+    let d = narrow.d;
+    let (err, margin) = (pass.err, pass.margin);
+    // Each computed distance may differ from SimPoint's by the running centre's distance from
+    // SimPoint's (`spread`) and by the rounding of SimPoint's own sums (`err`).
+    let apart = _mm512_set1_pd(2.0 * (pass.spread + err));
+    let data = &pass.points.data;
+    let mut out = Outcome::default();
+    let mut todo = [0u32; super::BLOCK];
+    let mut moves = [Move::default(); super::BLOCK];
+    for base in (0..labels.len()).step_by(super::BLOCK) {
+        let end = (base + super::BLOCK).min(labels.len());
+        let failed = pass.check_bounds(base, end, labels, upper, lower, &mut todo);
+        let todo = &todo[..failed];
+        let mut moved = 0;
+        for (g, group) in todo.chunks(LANES).enumerate() {
+            if let Some(next) = todo.get((g + 1) * LANES..) {
+                for &i in next.iter().take(LANES) {
+                    prefetch_row(pass.row_d::<D>(start, i as usize));
+                }
+            }
+            // Missing lanes repeat the first point; their results are not read.
+            let mut rows = [0i32; LANES];
+            for (lane, r) in rows.iter_mut().enumerate() {
+                let i = group.get(lane).unwrap_or(&group[0]);
+                *r = (pass.row_index(start, *i as usize) * d) as i32;
+            }
+            let y = gather::<D>(data, &rows, d);
+            let (index, first, second) = nearest_two::<D>(&narrow.t, narrow.k, d, &y);
+            let mut lanes = [0u32; LANES];
+            // SAFETY: `lanes` holds sixteen 32-bit values.
+            unsafe { _mm512_storeu_si512(lanes.as_mut_ptr() as *mut __m512i, index) };
+            let mut up = [0.0f32; LANES];
+            let mut down = [0.0f32; LANES];
+            let mut sure = 0u32;
+            for half in 0..2 {
+                let pick = |v: __m512| {
+                    let v = _mm512_castps_pd(v);
+                    _mm256_castpd_ps(if half == 0 {
+                        _mm512_castpd512_pd256(v)
+                    } else {
+                        _mm512_extractf64x4_pd::<1>(v)
+                    })
+                };
+                let u1 = widen(narrow, pick(first), true);
+                let l2 = widen(narrow, pick(second), false);
+                let ok = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(_mm512_add_pd(u1, apart), l2);
+                sure |= u32::from(ok) << (8 * half);
+                let u = _mm512_cvtpd_ps(_mm512_mul_pd(u1, _mm512_set1_pd(F32_UP)));
+                let l = _mm512_cvtpd_ps(_mm512_mul_pd(l2, _mm512_set1_pd(F32_DOWN)));
+                // SAFETY: each half's eight values fit at `8 * half` in the arrays of 16.
+                unsafe {
+                    _mm256_storeu_ps(up.as_mut_ptr().add(8 * half), u);
+                    _mm256_storeu_ps(down.as_mut_ptr().add(8 * half), l);
+                }
+            }
+            for (lane, &i) in group.iter().enumerate() {
+                let i = i as usize;
+                let from = labels[i];
+                let (c, sure) = (lanes[lane], sure >> lane & 1 == 1);
+                let to = if sure {
+                    (upper[i], lower[i]) = (up[lane], down[lane]);
+                    c
+                } else {
+                    // Too close to call in single precision: SimPoint's sums in double
+                    // precision.
+                    out.close += 1;
+                    let y = pass.row_d::<D>(start, i);
+                    let (c, best, second) = near.nearest_from::<D>(from as usize, y, margin);
+                    if !pass.certain(best, second) {
+                        out.uncertain.push((start + i) as u32);
+                        continue;
+                    }
+                    (upper[i], lower[i]) = bounds_from(best, second, err);
+                    c as u32
+                };
+                labels[i] = to;
+                moves[moved] = Move {
+                    row: (start + i) as u32,
+                    from,
+                    to,
+                };
+                moved += usize::from(from != to);
+            }
+        }
+        // The moves in point order, as the other searches record them.
+        out.moves.extend_from_slice(&moves[..moved]);
+    }
+    out
+}
+
+/// [`Pass::assign`] for a pass after the first with the single-precision search (AVX-512 was
+/// detected when `narrow` was made).
+pub(super) fn assign(
+    pass: &Pass<'_>,
+    narrow: &Narrow,
+    start: usize,
+    labels: &mut [u32],
+    upper: &mut [f32],
+    lower: &mut [f32],
+) -> Outcome {
+    assert!(narrow.d == pass.points.cols && pass.points.data.len() < i32::MAX as usize);
+    // SAFETY: `Narrow::new` returned `narrow` only after detecting AVX-512F.
+    unsafe {
+        if narrow.d == crate::DEFAULT_DIM {
+            bounded::<{ crate::DEFAULT_DIM }>(pass, narrow, start, labels, upper, lower)
+        } else {
+            bounded::<0>(pass, narrow, start, labels, upper, lower)
+        }
+    }
+}
