@@ -1001,13 +1001,16 @@ fn lloyd_inflated(
     let mut drift = vec![0.0f64; k];
     let mut changed = vec![true; k];
     let mut blocked = Blocked::new(k, d);
-    let mut near = (k <= NEAR_MAX_K).then(|| Near::new(k, d));
     #[cfg(target_arch = "x86_64")]
     let mut narrow = narrow
         .then(|| narrow::Narrow::new(k, points, max_abs))
         .flatten();
+    #[cfg(target_arch = "x86_64")]
+    let sorted = narrow.is_none();
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = narrow;
+    let sorted = !narrow;
+    // The single-precision search scans every centre; otherwise they are sorted around each.
+    let mut near = (sorted && k <= NEAR_MAX_K).then(|| Near::new(k, d));
     let (mut max_drift, mut second_drift, mut max_drift_c) = (0.0f64, 0.0f64, usize::MAX);
     let large = n >= 16_384 && rayon::current_num_threads() > 1;
     let avx2 = cpu::avx2();
@@ -1037,7 +1040,7 @@ fn lloyd_inflated(
             None => {}
         }
         #[cfg(target_arch = "x86_64")]
-        if let (false, Some(narrow)) = (full, &mut narrow) {
+        if let Some(narrow) = &mut narrow {
             narrow.load(&cur);
         }
         let pass = Pass {
@@ -1340,6 +1343,10 @@ impl Pass<'_> {
         upper: &mut [f32],
         lower: &mut [f32],
     ) -> Outcome {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(narrow) = self.narrow {
+            return narrow::assign(self, narrow, start, labels, upper, lower);
+        }
         if self.full && self.near.is_none() {
             // Only SimPoint's own centres are searched this way (`spread` is 0): the distances
             // are SimPoint's, and so is the nearest centre.
@@ -1349,10 +1356,6 @@ impl Pass<'_> {
                 (upper[i], lower[i]) = bounds_from(best, second, self.err);
             }
             return Outcome::default();
-        }
-        #[cfg(target_arch = "x86_64")]
-        if let (false, Some(narrow)) = (self.full, self.narrow) {
-            return narrow::assign(self, narrow, start, labels, upper, lower);
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(near) = self.near {

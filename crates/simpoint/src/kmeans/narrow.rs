@@ -41,7 +41,7 @@ impl Narrow {
     /// most `max_abs` in magnitude, when AVX-512 is present and the sizes are served.
     pub(super) fn new(k: usize, points: &Dataset, max_abs: f64) -> Option<Narrow> {
         let d = points.cols;
-        let served = (2..=super::NEAR_MAX_K).contains(&k)
+        let served = k >= 1
             && (1..=MAX_DIM).contains(&d)
             && max_abs <= MAX_ABS
             // Rows are gathered with 32-bit offsets.
@@ -166,11 +166,8 @@ fn bounded<const D: usize>(
     upper: &mut [f32],
     lower: &mut [f32],
 ) -> Outcome {
-    let near = pass
-        .near
-        .expect("the narrow search serves only k <= NEAR_MAX_K");
     let d = narrow.d;
-    let (err, margin) = (pass.err, pass.margin);
+    let err = pass.err;
     // Each computed distance may differ from SimPoint's by the running centre's distance from
     // SimPoint's (`spread`) and by the rounding of SimPoint's own sums (`err`).
     let apart = _mm512_set1_pd(2.0 * (pass.spread + err));
@@ -180,7 +177,15 @@ fn bounded<const D: usize>(
     let mut moves = [Move::default(); super::BLOCK];
     for base in (0..labels.len()).step_by(super::BLOCK) {
         let end = (base + super::BLOCK).min(labels.len());
-        let failed = pass.check_bounds(base, end, labels, upper, lower, &mut todo);
+        // The first pass searches every point.
+        let failed = if pass.full {
+            for (t, i) in todo.iter_mut().zip(base..end) {
+                *t = i as u32;
+            }
+            end - base
+        } else {
+            pass.check_bounds(base, end, labels, upper, lower, &mut todo)
+        };
         let todo = &todo[..failed];
         let mut moved = 0;
         for (g, group) in todo.chunks(LANES).enumerate() {
@@ -235,8 +240,7 @@ fn bounded<const D: usize>(
                     // Too close to call in single precision: SimPoint's sums in double
                     // precision.
                     out.close += 1;
-                    let y = pass.row_d::<D>(start, i);
-                    let (c, best, second) = near.nearest_from::<D>(from as usize, y, margin);
+                    let (c, best, second) = pass.blocked.nearest(pass.row_d::<D>(start, i));
                     if !pass.certain(best, second) {
                         out.uncertain.push((start + i) as u32);
                         continue;
@@ -250,7 +254,8 @@ fn bounded<const D: usize>(
                     from,
                     to,
                 };
-                moved += usize::from(from != to);
+                // The first pass labels from scratch: nothing moves.
+                moved += usize::from(from != to && !pass.full);
             }
         }
         // The moves in point order, as the other searches record them.
