@@ -1014,6 +1014,7 @@ fn lloyd_inflated(
     let (mut max_drift, mut second_drift, mut max_drift_c) = (0.0f64, 0.0f64, usize::MAX);
     let large = n >= 16_384 && rayon::current_num_threads() > 1;
     let avx2 = cpu::avx2();
+    let avx512 = cpu::avx512();
     let root_d = (d as f64).sqrt() * 1.01;
     // SimPoint's sums for the labels as they are, and as they were before a pass's moves.
     let exact = |labels: &[u32]| Exact::new(points, distinct, labels, k);
@@ -1064,6 +1065,7 @@ fn lloyd_inflated(
             round2: err * err,
             full,
             avx2,
+            avx512,
         };
         let mut outcome = if parallel {
             let mid = n / 2;
@@ -1281,6 +1283,7 @@ struct Pass<'a> {
     /// Search every point from scratch (no bounds, no moves: the first pass).
     full: bool,
     avx2: bool,
+    avx512: bool,
 }
 
 impl Pass<'_> {
@@ -1297,6 +1300,10 @@ impl Pass<'_> {
     ) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
+            if self.avx512 {
+                // SAFETY: AVX-512F was detected by the caller; indices are checked inside.
+                return unsafe { narrow::check_bounds(self, from, to, labels, upper, lower, todo) };
+            }
             if self.avx2 {
                 // SAFETY: AVX2 was detected by the caller; indices are checked inside.
                 return unsafe { avx2::check_bounds(self, from, to, labels, upper, lower, todo) };
@@ -1885,7 +1892,11 @@ mod structure_tests {
         let points = random_set(&mut r, 1, 3);
         let drift: Vec<f64> = (0..k).map(|_| f64::from(r.rand_float()) * 0.1).collect();
         let half_gap: Vec<f64> = (0..k).map(|_| f64::from(r.rand_float())).collect();
-        for max_drift_c in [usize::MAX, 0, 5] {
+        let builds = [(false, false), (true, false), (true, true)];
+        let here = builds
+            .into_iter()
+            .filter(|&(a, b)| (!a || cpu::avx2()) && (!b || cpu::avx512()));
+        for ((avx2, avx512), max_drift_c) in here.flat_map(|b| [(b, usize::MAX), (b, 0), (b, 5)]) {
             let pass = Pass {
                 points: &points,
                 first: &[],
@@ -1905,7 +1916,8 @@ mod structure_tests {
                 spread: 0.0,
                 round2: 0.0,
                 full: false,
-                avx2: cpu::avx2(),
+                avx2,
+                avx512,
             };
             let labels: Vec<u32> = (0..n).map(|_| (r.rand_int() % k as i64) as u32).collect();
             let upper: Vec<f32> = (0..n).map(|_| r.rand_float()).collect();

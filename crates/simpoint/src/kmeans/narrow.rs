@@ -139,6 +139,84 @@ fn nearest_two<const D: usize>(
     (index, best, second)
 }
 
+/// Hamerly's bound update and test for points `from..to` (what [`Pass::check_bounds`] does
+/// point by point), sixteen points per step; writes the failing points to `todo` and returns
+/// how many failed.
+#[target_feature(enable = "avx512f")]
+pub(super) fn check_bounds(
+    pass: &Pass<'_>,
+    from: usize,
+    to: usize,
+    labels: &[u32],
+    upper: &mut [f32],
+    lower: &mut [f32],
+    todo: &mut [u32],
+) -> usize {
+    assert!(to <= labels.len() && to <= upper.len() && to <= lower.len());
+    assert!(from <= to && todo.len() >= to - from);
+    let k = pass.drift.len();
+    assert!(pass.half_gap.len() == k && k <= i32::MAX as usize);
+    // Labels index `drift` and `half_gap` (both k long) in the gathers below: every label is
+    // below k, as `lloyd` keeps them.
+    debug_assert!(labels[from..to].iter().all(|&l| (l as usize) < k));
+    let mdc = _mm512_set1_epi32(pass.max_drift_c.min(u32::MAX as usize) as u32 as i32);
+    let (md, sd) = (
+        _mm512_set1_pd(pass.max_drift),
+        _mm512_set1_pd(pass.second_drift),
+    );
+    let margin = _mm512_set1_pd(pass.margin);
+    let up = _mm512_set1_pd(F32_UP);
+    let down = _mm512_set1_pd(F32_DOWN);
+    let zero = _mm512_setzero_pd();
+    let iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    let mut failed = 0;
+    let mut i = from;
+    while i + LANES <= to {
+        // SAFETY: `i + 16 <= to`, within `labels`, `upper` and `lower` (asserted above); the
+        // gathers read `drift` and `half_gap` at labels below k; `todo` has room for the
+        // `to - from` indices, and the compressing store writes only the failing ones.
+        unsafe {
+            let lab = _mm512_loadu_si512(labels.as_ptr().add(i) as *const __m512i);
+            let is_max = _mm512_cmpeq_epi32_mask(lab, mdc);
+            let mut fail = 0u16;
+            for half in 0..2 {
+                let l8 = if half == 0 {
+                    _mm512_castsi512_si256(lab)
+                } else {
+                    _mm512_extracti64x4_epi64::<1>(lab)
+                };
+                let at = i + 8 * half;
+                let dr = _mm512_i32gather_pd::<8>(l8, pass.drift.as_ptr());
+                let hg = _mm512_i32gather_pd::<8>(l8, pass.half_gap.as_ptr());
+                let dec = _mm512_mask_blend_pd((is_max >> (8 * half)) as u8, md, sd);
+                let u = _mm512_add_pd(_mm512_cvtps_pd(_mm256_loadu_ps(upper.as_ptr().add(at))), dr);
+                let l = _mm512_sub_pd(
+                    _mm512_cvtps_pd(_mm256_loadu_ps(lower.as_ptr().add(at))),
+                    dec,
+                );
+                _mm256_storeu_ps(
+                    lower.as_mut_ptr().add(at),
+                    _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_max_pd(l, zero), down)),
+                );
+                _mm256_storeu_ps(
+                    upper.as_mut_ptr().add(at),
+                    _mm512_cvtpd_ps(_mm512_mul_pd(u, up)),
+                );
+                let f = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(
+                    _mm512_add_pd(u, margin),
+                    _mm512_max_pd(hg, l),
+                );
+                fail |= u16::from(f) << (8 * half);
+            }
+            let idx = _mm512_add_epi32(_mm512_set1_epi32(i as i32), iota);
+            _mm512_mask_compressstoreu_epi32(todo.as_mut_ptr().add(failed) as *mut _, fail, idx);
+            failed += fail.count_ones() as usize;
+        }
+        i += LANES;
+    }
+    failed + pass.check_bounds_scalar(i, to, labels, upper, lower, &mut todo[failed..])
+}
+
 /// Bounds from single-precision squared distances `x` (eight lanes): the distance rounded up
 /// (`up`) or down, each widened by the computation's error bound.
 #[inline]
