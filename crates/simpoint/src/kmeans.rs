@@ -800,6 +800,16 @@ struct Exact {
 impl Exact {
     /// Sums `y * w` and `w` of every row into its cluster, in row order: SimPoint's additions.
     fn new(points: &Dataset, distinct: &Distinct, labels: &[u32], k: usize) -> Exact {
+        #[cfg(target_arch = "x86_64")]
+        if points.cols <= narrow::SUM_DIM && cpu::avx512() {
+            // SAFETY: AVX-512F is present (checked just above).
+            return unsafe { narrow::exact_sums(points, &distinct.slot, labels, k) };
+        }
+        Exact::new_scalar(points, distinct, labels, k)
+    }
+
+    /// [`Exact::new`], one coordinate at a time.
+    fn new_scalar(points: &Dataset, distinct: &Distinct, labels: &[u32], k: usize) -> Exact {
         let d = points.cols;
         let mut e = Exact {
             sums: vec![0.0; k * d],
@@ -1104,7 +1114,10 @@ fn lloyd_inflated(
             changed.fill(true);
         } else {
             changed.fill(false);
-            for m in &moves {
+            for (j, m) in moves.iter().enumerate() {
+                if let Some(ahead) = moves.get(j + AHEAD) {
+                    prefetch_row(points.row(distinct.first[ahead.row as usize] as usize));
+                }
                 let i = m.row as usize;
                 let y = points.row(distinct.first[i] as usize);
                 let (from, to) = (m.from as usize, m.to as usize);
@@ -1881,6 +1894,43 @@ mod structure_tests {
             near.visit(10, &y, err, 4.0 * err, f64::NEG_INFINITY),
             Visit::Searched(c, best, second)
         );
+    }
+
+    #[test]
+    fn vector_exact_sums_equal_scalar_ones() {
+        let mut r = Random::new(5);
+        for d in [1, 3, 8, 9, 15, 16] {
+            let mut set = random_set(&mut r, 3000, d);
+            for i in 0..set.rows() {
+                set.weights[i] = f64::from(r.rand_float());
+                if i % 3 == 0 {
+                    // Repeated rows, so that a deduplicated set reads rows out of order.
+                    let prev = set.row(i / 2).to_vec();
+                    set.row_mut(i).copy_from_slice(&prev);
+                }
+            }
+            let mut dedup = set.clone();
+            dedup.dedup();
+            for (points, k) in [(&set, 7), (&dedup, 7), (&set, 1)] {
+                let distinct = Distinct::new(points);
+                let n = distinct.first.len();
+                // Runs of one label, as phases give, and scattered ones.
+                let labels: Vec<u32> = (0..n)
+                    .map(|i| {
+                        if i % 5 == 0 {
+                            (r.rand_int() % k as i64) as u32
+                        } else {
+                            (i / 40 % k) as u32
+                        }
+                    })
+                    .collect();
+                let fast = Exact::new(points, &distinct, &labels, k);
+                let slow = Exact::new_scalar(points, &distinct, &labels, k);
+                assert_eq!(fast.sums, slow.sums, "d {d} k {k}");
+                assert_eq!(fast.weights, slow.weights);
+                assert_eq!(fast.rows, slow.rows);
+            }
+        }
     }
 
     #[test]

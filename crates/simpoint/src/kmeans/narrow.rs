@@ -139,6 +139,72 @@ fn nearest_two<const D: usize>(
     (index, best, second)
 }
 
+/// Most dimensions [`exact_sums`] serves: two registers of eight.
+pub(super) const SUM_DIM: usize = 16;
+
+/// [`super::Exact::new`] with each row's products and sums eight coordinates at a time: the
+/// same roundings in the same order (no fused multiply-add), so the same sums. A run of rows in
+/// one cluster keeps that cluster's sums in registers.
+#[target_feature(enable = "avx512f")]
+pub(super) fn exact_sums(points: &Dataset, slot: &[u32], labels: &[u32], k: usize) -> super::Exact {
+    let d = points.cols;
+    assert!(d <= SUM_DIM);
+    let mut sums = vec![0.0f64; k * d + SUM_DIM];
+    let mut weights = vec![0.0f64; k];
+    let mut rows = vec![0u64; k];
+    let lo: __mmask8 = ((1u16 << d.min(8)) - 1) as u8;
+    let hi: __mmask8 = ((1u16 << (d.max(8) - 8)) - 1) as u8;
+    let (mut cur, mut a, mut b) = (usize::MAX, _mm512_setzero_pd(), _mm512_setzero_pd());
+    let (mut cw, mut cn) = (0.0f64, 0u64);
+    for (p, &s) in slot.iter().enumerate() {
+        let c = labels[s as usize] as usize;
+        assert!(c < k);
+        let row = points.row(p);
+        assert!(row.len() == d);
+        // SAFETY: the masks cover the `d` values of `row` and of a cluster's sums (`sums` has
+        // SUM_DIM spare values past the last cluster's).
+        unsafe {
+            if c != cur {
+                if cur != usize::MAX {
+                    let at = sums.as_mut_ptr().add(cur * d);
+                    _mm512_mask_storeu_pd(at, lo, a);
+                    _mm512_mask_storeu_pd(at.add(8), hi, b);
+                    weights[cur] = cw;
+                    rows[cur] = cn;
+                }
+                let at = sums.as_ptr().add(c * d);
+                a = _mm512_maskz_loadu_pd(lo, at);
+                b = _mm512_maskz_loadu_pd(hi, at.add(8));
+                (cur, cw, cn) = (c, weights[c], rows[c]);
+            }
+            let w = points.weights[p];
+            let wv = _mm512_set1_pd(w);
+            let x = _mm512_maskz_loadu_pd(lo, row.as_ptr());
+            let y = _mm512_maskz_loadu_pd(hi, row.as_ptr().add(8.min(d)));
+            a = _mm512_add_pd(a, _mm512_mul_pd(x, wv));
+            b = _mm512_add_pd(b, _mm512_mul_pd(y, wv));
+            cw += w;
+            cn += 1;
+        }
+    }
+    if cur != usize::MAX {
+        // SAFETY: as above.
+        unsafe {
+            let at = sums.as_mut_ptr().add(cur * d);
+            _mm512_mask_storeu_pd(at, lo, a);
+            _mm512_mask_storeu_pd(at.add(8), hi, b);
+        }
+        weights[cur] = cw;
+        rows[cur] = cn;
+    }
+    sums.truncate(k * d);
+    super::Exact {
+        sums,
+        weights,
+        rows,
+    }
+}
+
 /// Hamerly's bound update and test for points `from..to` (what [`Pass::check_bounds`] does
 /// point by point), sixteen points per step; writes the failing points to `todo` and returns
 /// how many failed.
