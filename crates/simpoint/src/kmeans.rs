@@ -1561,10 +1561,12 @@ pub fn bic(data: &Dataset, centres: &Dataset, label: impl Fn(usize) -> usize) ->
     let dist = distortion / (tw / nf);
     let sigma2 = dist / (dim * nf);
     let mut l = -dim * ((2.0 * PI * sigma2).ln() + 1.0) / 2.0 - tw.ln();
+    // One logarithm per cluster: the same value every member's term would compute.
+    let ln_w: Vec<f64> = centres.weights.iter().map(|&cw| cw.ln()).collect();
     for i in 0..n {
-        let cw = centres.weights[label(i)];
-        if cw > 0.0 {
-            l += cw.ln() * data.weights[i] / tw;
+        let c = label(i);
+        if centres.weights[c] > 0.0 {
+            l += ln_w[c] * data.weights[i] / tw;
         }
     }
     let l = l * nf;
