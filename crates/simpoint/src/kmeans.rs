@@ -1684,6 +1684,10 @@ mod tests {
                         let case = format!("seed {seed} k {k} iters {iters} narrow {narrow}");
                         assert_eq!(fast.centres, slow, "{case}");
                         assert_eq!(fast.iterations, it, "{case}");
+                        // With one centre there is no second one: nothing is close.
+                        if k == 1 {
+                            assert_eq!(fast.close_calls, 0, "{case}");
+                        }
                     }
                 }
             }

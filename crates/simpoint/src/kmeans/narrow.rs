@@ -289,14 +289,14 @@ pub(super) fn check_bounds(
 #[target_feature(enable = "avx512f")]
 fn widen(narrow: &Narrow, x: __m256, up: bool) -> __m512d {
     let root = _mm512_sqrt_pd(_mm512_cvtps_pd(x));
-    let e = _mm512_add_pd(
-        _mm512_mul_pd(root, _mm512_set1_pd(narrow.rel)),
-        _mm512_set1_pd(narrow.abs),
-    );
+    let abs = _mm512_set1_pd(narrow.abs);
+    // As products, an infinite distance (no second centre) stays infinite. The roundings of
+    // these few operations are within the 4 epsilon of slack in `rel`.
     if up {
-        _mm512_add_pd(root, e)
+        _mm512_add_pd(_mm512_mul_pd(root, _mm512_set1_pd(1.0 + narrow.rel)), abs)
     } else {
-        _mm512_max_pd(_mm512_sub_pd(root, e), _mm512_setzero_pd())
+        let shrunk = _mm512_mul_pd(root, _mm512_set1_pd(1.0 - narrow.rel));
+        _mm512_max_pd(_mm512_sub_pd(shrunk, abs), _mm512_setzero_pd())
     }
 }
 
