@@ -1,5 +1,5 @@
 //! The bounded pass's search in single precision (AVX-512), sixteen points at a time: the points
-//! whose bounds failed are gathered into registers, one register per dimension with a point in
+//! whose bounds failed (on a trial's first pass, every point) are gathered into registers, one register per dimension with a point in
 //! each lane, and every centre's distance to all sixteen is computed side by side. Nearest and
 //! second-nearest are then kept lane by lane, with no horizontal reduction and no branch, so
 //! the work of consecutive points overlaps instead of waiting on one point's chain of additions.
@@ -408,8 +408,8 @@ fn bounded<const D: usize>(
     out
 }
 
-/// [`Pass::assign`] for a pass after the first with the single-precision search (AVX-512 was
-/// detected when `narrow` was made).
+/// [`Pass::assign`] with the single-precision search (AVX-512 was detected when `narrow` was
+/// made).
 pub(super) fn assign(
     pass: &Pass<'_>,
     narrow: &Narrow,
