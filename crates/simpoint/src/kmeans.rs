@@ -1414,14 +1414,14 @@ impl Pass<'_> {
         self.row_d::<0>(start, i)
     }
 
-    /// Row (in `points`) of point `start + i`.
+    /// Where point `start + i`'s values are stored in `points.data` (in rows of `points.cols`).
     #[inline(always)]
-    fn row_index(&self, start: usize, i: usize) -> usize {
+    fn stored_row(&self, start: usize, i: usize) -> usize {
         // A deduplicated set stores distinct row i as row i.
         if self.direct {
             start + i
         } else {
-            self.first[start + i] as usize
+            self.points.stored(self.first[start + i] as usize)
         }
     }
 
@@ -1429,12 +1429,7 @@ impl Pass<'_> {
     #[inline(always)]
     fn row_d<const D: usize>(&self, start: usize, i: usize) -> &[f64] {
         let d = dim::<D>(self.points.cols);
-        // A deduplicated set stores distinct row i as row i.
-        if self.direct {
-            &self.points.data[(start + i) * d..][..d]
-        } else {
-            self.points.row(self.first[start + i] as usize)
-        }
+        &self.points.data[self.stored_row(start, i) * d..][..d]
     }
 
     /// [`Pass::assign`] with centres sorted around each centre: on the first pass, each point's
@@ -2014,10 +2009,17 @@ mod structure_tests {
             let mut rng = Random::new(k as i64);
             let init = init_sample(&plain, k, &mut rng);
             let a = lloyd(&plain, &dp, init.clone(), 100, 1.0, &|| true);
-            let b = lloyd(&dedup, &dd, init, 100, 1.0, &|| false);
+            let b = lloyd(&dedup, &dd, init.clone(), 100, 1.0, &|| false);
             assert_eq!(a.centres, b.centres);
             assert_eq!(a.iterations, b.iterations);
             assert_eq!(a.labels, b.labels);
+            // Rows grouped by hashing a deduplicated set: distinct rows are found through its
+            // index, not read in place.
+            let h = Distinct::hashed(&dedup);
+            let c = lloyd(&dedup, &h, init, 100, 1.0, &|| true);
+            assert_eq!(a.centres, c.centres);
+            assert_eq!(a.iterations, c.iterations);
+            assert_eq!(a.labels, c.labels);
         }
         // Distinct rows only: nothing to deduplicate, no index.
         let mut distinct_rows = Dataset::zeros(3, 1);

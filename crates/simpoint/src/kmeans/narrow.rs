@@ -342,7 +342,7 @@ fn bounded<const D: usize>(
             let mut rows = [0i32; LANES];
             for (lane, r) in rows.iter_mut().enumerate() {
                 let i = group.get(lane).unwrap_or(&group[0]);
-                *r = (pass.row_index(start, *i as usize) * d) as i32;
+                *r = (pass.stored_row(start, *i as usize) * d) as i32;
             }
             let y = gather::<D>(data, &rows, d);
             let (index, first, second) = nearest_two::<D>(&narrow.t, narrow.k, d, &y);
