@@ -7,9 +7,9 @@
 //! own sums (in point order, as SimPoint adds them) are taken whenever a decision needs them and
 //! for every centre returned.
 //!
-//! With AVX-512, the points whose bounds fail are searched sixteen at a time in single precision
-//! ([`narrow`]); a result is taken only when its proven error bound cannot change it, and the
-//! rest are searched again with SimPoint's double-precision sums.
+//! With AVX-512 ([`avx512`]), the points whose bounds fail are searched sixteen at a time in
+//! single precision; a result is taken only when its proven error bound cannot change it, and
+//! the rest are searched again with SimPoint's double-precision sums.
 
 use std::borrow::Cow;
 
@@ -17,7 +17,7 @@ use crate::dataset::{Dataset, RowTable};
 use crate::rng::Random;
 
 #[cfg(target_arch = "x86_64")]
-mod narrow;
+mod avx512;
 
 /// Which vector builds can run here (detected at run time).
 #[cfg(target_arch = "x86_64")]
@@ -341,10 +341,7 @@ mod avx2 {
         lower: &mut [f32],
         todo: &mut [u32],
     ) -> usize {
-        assert!(to <= labels.len() && to <= upper.len() && to <= lower.len());
-        assert!(todo.len() >= to - from);
-        let k = pass.drift.len();
-        assert!(pass.half_gap.len() == k && k <= i32::MAX as usize);
+        pass.assert_check_ranges(from, to, labels, upper, lower, todo);
         let mdc = _mm_set1_epi32(pass.max_drift_c.min(u32::MAX as usize) as u32 as i32);
         let (md, sd) = (
             _mm256_set1_pd(pass.max_drift),
@@ -577,8 +574,6 @@ pub(crate) struct Near {
     sorted: Vec<(f64, u32)>,
     /// Position of each centre in its own sorted list (0 unless centres coincide).
     self_pos: Vec<u32>,
-    avx2: bool,
-    avx512: bool,
 }
 
 impl Near {
@@ -595,8 +590,6 @@ impl Near {
             cc: vec![0.0; k * k],
             sorted: Vec::with_capacity(k),
             self_pos: vec![0; k],
-            avx2: cpu::avx2(),
-            avx512: cpu::avx512(),
         }
     }
 
@@ -801,9 +794,9 @@ impl Exact {
     /// Sums `y * w` and `w` of every row into its cluster, in row order: SimPoint's additions.
     fn new(points: &Dataset, distinct: &Distinct, labels: &[u32], k: usize) -> Exact {
         #[cfg(target_arch = "x86_64")]
-        if points.cols <= narrow::SUM_DIM && cpu::avx512() {
+        if points.cols <= avx512::SUM_DIM && cpu::avx512() {
             // SAFETY: AVX-512F is present (checked just above).
-            return unsafe { narrow::exact_sums(points, &distinct.slot, labels, k) };
+            return unsafe { avx512::exact_sums(points, &distinct.slot, labels, k) };
         }
         Exact::new_scalar(points, distinct, labels, k)
     }
@@ -1013,7 +1006,7 @@ fn lloyd_inflated(
     let mut blocked = Blocked::new(k, d);
     #[cfg(target_arch = "x86_64")]
     let mut narrow = narrow
-        .then(|| narrow::Narrow::new(k, points, max_abs))
+        .then(|| avx512::Narrow::new(k, points, max_abs))
         .flatten();
     #[cfg(target_arch = "x86_64")]
     let sorted = narrow.is_none();
@@ -1280,7 +1273,7 @@ struct Pass<'a> {
     near: Option<&'a Near>,
     /// The single-precision search, when it serves this k and machine.
     #[cfg(target_arch = "x86_64")]
-    narrow: Option<&'a narrow::Narrow>,
+    narrow: Option<&'a avx512::Narrow>,
     direct: bool,
     half_gap: &'a [f64],
     drift: &'a [f64],
@@ -1315,7 +1308,7 @@ impl Pass<'_> {
         {
             if self.avx512 {
                 // SAFETY: AVX-512F was detected by the caller; indices are checked inside.
-                return unsafe { narrow::check_bounds(self, from, to, labels, upper, lower, todo) };
+                return unsafe { avx512::check_bounds(self, from, to, labels, upper, lower, todo) };
             }
             if self.avx2 {
                 // SAFETY: AVX2 was detected by the caller; indices are checked inside.
@@ -1323,6 +1316,25 @@ impl Pass<'_> {
             }
         }
         self.check_bounds_scalar(from, to, labels, upper, lower, todo)
+    }
+
+    /// What the vector bound checks' unchecked loads and stores rely on: `from..to` lies in
+    /// every slice, `todo` has room for all of it, and `half_gap` is as long as `drift` (whose
+    /// entries the labels index, labels being below k) with 32-bit indices.
+    fn assert_check_ranges(
+        &self,
+        from: usize,
+        to: usize,
+        labels: &[u32],
+        upper: &[f32],
+        lower: &[f32],
+        todo: &[u32],
+    ) {
+        assert!(to <= labels.len() && to <= upper.len() && to <= lower.len());
+        assert!(from <= to && todo.len() >= to - from);
+        let k = self.drift.len();
+        assert!(self.half_gap.len() == k && k <= i32::MAX as usize);
+        debug_assert!(labels[from..to].iter().all(|&l| (l as usize) < k));
     }
 
     fn check_bounds_scalar(
@@ -1365,7 +1377,7 @@ impl Pass<'_> {
     ) -> Outcome {
         #[cfg(target_arch = "x86_64")]
         if let Some(narrow) = self.narrow {
-            return narrow::assign(self, narrow, start, labels, upper, lower);
+            return avx512::assign(self, narrow, start, labels, upper, lower);
         }
         if self.full && self.near.is_none() {
             // Only SimPoint's own centres are searched this way (`spread` is 0): the distances
@@ -1378,13 +1390,13 @@ impl Pass<'_> {
             return Outcome::default();
         }
         #[cfg(target_arch = "x86_64")]
-        if let Some(near) = self.near {
-            if near.avx512 {
-                // SAFETY: AVX-512F was detected when `near` was made.
+        if self.near.is_some() {
+            if self.avx512 {
+                // SAFETY: AVX-512F was detected by the caller.
                 return unsafe { avx2::bounded512(self, start, labels, upper, lower) };
             }
-            if near.avx2 {
-                // SAFETY: AVX2 was detected when `near` was made.
+            if self.avx2 {
+                // SAFETY: AVX2 was detected by the caller.
                 return unsafe { avx2::bounded(self, start, labels, upper, lower) };
             }
         }

@@ -1,8 +1,12 @@
-//! The bounded pass's search in single precision (AVX-512), sixteen points at a time: the points
-//! whose bounds failed (on a trial's first pass, every point) are gathered into registers, one register per dimension with a point in
-//! each lane, and every centre's distance to all sixteen is computed side by side. Nearest and
-//! second-nearest are then kept lane by lane, with no horizontal reduction and no branch, so
-//! the work of consecutive points overlaps instead of waiting on one point's chain of additions.
+//! The AVX-512 builds: Hamerly's bound checks and SimPoint's own sums (the same arithmetic as
+//! the scalar code, more values a step), and the bounded pass's search in single precision.
+//!
+//! The search takes sixteen points at a time: the points whose bounds failed (on a trial's
+//! first pass, every point) are gathered into registers, one register per dimension with a
+//! point in each lane, and every centre's distance to all sixteen is computed side by side.
+//! Nearest and second-nearest are then kept lane by lane, with no horizontal reduction and no
+//! branch, so the work of consecutive points overlaps instead of waiting on one point's chain
+//! of additions.
 //!
 //! Single-precision distances are not SimPoint's, so they only ever decide with a margin: each
 //! carries a proven error bound ([`Narrow::new`]), and a nearest centre is taken from them only
@@ -218,13 +222,7 @@ pub(super) fn check_bounds(
     lower: &mut [f32],
     todo: &mut [u32],
 ) -> usize {
-    assert!(to <= labels.len() && to <= upper.len() && to <= lower.len());
-    assert!(from <= to && todo.len() >= to - from);
-    let k = pass.drift.len();
-    assert!(pass.half_gap.len() == k && k <= i32::MAX as usize);
-    // Labels index `drift` and `half_gap` (both k long) in the gathers below: every label is
-    // below k, as `lloyd` keeps them.
-    debug_assert!(labels[from..to].iter().all(|&l| (l as usize) < k));
+    pass.assert_check_ranges(from, to, labels, upper, lower, todo);
     let mdc = _mm512_set1_epi32(pass.max_drift_c.min(u32::MAX as usize) as u32 as i32);
     let (md, sd) = (
         _mm512_set1_pd(pass.max_drift),
