@@ -1,14 +1,12 @@
 //! `bbv collect` (valgrind exp-bbv's job under QEMU) and `bbv run` (collect, cluster, report).
 
-use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use bbv_collect::{Block, Collected, GuestStatus, Outcome, Request};
+use bbv_collect::{Collected, GuestStatus, Outcome, Request};
 
-use crate::atomic::AtomicFiles;
+use bbv_pipeline::AtomicFiles;
 
 fn yes_no(v: &str) -> Result<bool, String> {
     match v {
@@ -43,6 +41,11 @@ pub struct GuestArgs {
     /// The plugin library (default: $BBV_PLUGIN, else libbbv_qemu.so next to bbv).
     #[arg(long, value_name = "PATH")]
     pub plugin: Option<PathBuf>,
+    /// Count a rep string instruction once per instance (exp-bbv's rule) or once per
+    /// iteration (gem5's and Pin's, so that instruction counts handed to them match better).
+    #[arg(long = "count-rep", value_name = "instance|iteration", default_value = "instance",
+          value_parser = ["instance", "iteration"])]
+    pub count_rep: String,
     /// Print the totals and the files written after the guest ends.
     #[arg(short, long)]
     pub verbose: bool,
@@ -65,6 +68,9 @@ pub struct CollectArgs {
     /// PC file (F:id:hexaddr:function per block).
     #[arg(long = "pc-out-file", value_name = "FILE", default_value = "pc.out.%p")]
     pub pc_out_file: String,
+    /// Block table (id, image, offset, instructions, function, source, bytes, kind).
+    #[arg(long = "blocks-out-file", value_name = "FILE")]
+    pub blocks_out_file: Option<String>,
     /// Instructions per interval.
     #[arg(long = "interval-size", value_name = "N", default_value = "100000000", value_parser = positive)]
     pub interval_size: u64,
@@ -91,6 +97,10 @@ pub struct RunArgs {
     /// Cluster the main thread's intervals (main) or every thread's together (all).
     #[arg(long, value_name = "main|all", default_value = "main", value_parser = ["main", "all"])]
     pub threads: String,
+    /// Warmup before each region, in instructions (rounded to whole intervals; 0 = none;
+    /// default: one interval).
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u64>,
     #[command(flatten)]
     pub guest: GuestArgs,
 }
@@ -115,6 +125,9 @@ fn request(
         exact: g.exact,
         count_only,
         tail,
+        rep_iterations: g.count_rep == "iteration",
+        watch: 0,
+        markers: None,
         work_dir: work_dir.to_path_buf(),
     })
 }
@@ -151,6 +164,12 @@ pub struct GuestExit {
 pub fn collect(a: CollectArgs) -> Result<GuestExit> {
     bbv_collect::expand(&a.bb_out_file, None)?;
     bbv_collect::expand(&a.pc_out_file, None)?;
+    if let Some(b) = &a.blocks_out_file {
+        bbv_collect::expand(b, None)?;
+        if !a.instr_count_only {
+            check_writable(&dir_of(Path::new(b)))?;
+        }
+    }
     let bb_dir = dir_of(Path::new(&a.bb_out_file));
     if !a.instr_count_only {
         check_writable(&bb_dir)?;
@@ -180,7 +199,12 @@ pub fn collect(a: CollectArgs) -> Result<GuestExit> {
         }
         let bb = PathBuf::from(bbv_collect::expand(&a.bb_out_file, Some(outcome.pid))?);
         let pc = PathBuf::from(bbv_collect::expand(&a.pc_out_file, Some(outcome.pid))?);
-        let written = place(&collected, &bb, &pc)?;
+        let blocks = a
+            .blocks_out_file
+            .as_deref()
+            .map(|f| bbv_collect::expand(f, Some(outcome.pid)).map(PathBuf::from))
+            .transpose()?;
+        let written = place(&collected, &bb, &pc, blocks.as_deref())?;
         if a.guest.verbose {
             for t in &collected.threads {
                 eprint!("{}", t.summary);
@@ -208,10 +232,15 @@ fn thread_file(bb: &Path, number: u32) -> PathBuf {
     }
 }
 
-/// Moves the vector files to their names and writes the PC file.
-fn place(c: &Collected, bb: &Path, pc: &Path) -> Result<Vec<PathBuf>> {
+/// Moves the vector files to their names and writes the PC file (and the block table).
+fn place(c: &Collected, bb: &Path, pc: &Path, blocks: Option<&Path>) -> Result<Vec<PathBuf>> {
     let mut files = AtomicFiles::default();
     files.write(pc, |w| bbv_collect::write_pc(w, &c.blocks))?;
+    if let Some(b) = blocks {
+        files.write(b, |w| {
+            bbv_collect::write_blocks_tsv(w, &c.blocks, &c.images)
+        })?;
+    }
     let mut written = files.commit()?;
     for t in &c.threads {
         if let Some(src) = &t.bb {
@@ -223,7 +252,7 @@ fn place(c: &Collected, bb: &Path, pc: &Path) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// `bbv run`.
+/// `bbv run`: the pipeline's main job, with a spinner while clustering.
 pub fn run(a: RunArgs) -> Result<GuestExit> {
     if a.max_k == 0 {
         bail!("--max-k must be at least 1");
@@ -231,199 +260,28 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
     std::fs::create_dir_all(&a.output)
         .with_context(|| format!("cannot create the output directory {}", a.output.display()))?;
     check_writable(&a.output)?;
-    let req = request(&a.guest, a.interval, false, a.guest.tail, &a.output)?;
-    let outcome = launch(req)?;
-    let status = outcome.status;
-    let failure = (|| -> Result<()> {
-        let collected = outcome.collected?;
-        let bb = a.output.join("bb.out");
-        let pc = a.output.join("pc.out");
-        place(&collected, &bb, &pc)?;
-        summarize(&a, &collected, &bb)
-    })();
-    Ok(GuestExit {
-        status,
-        failure: failure.err(),
-    })
-}
-
-/// One interval's vector: (block id, instructions).
-type Sparse = Vec<(u32, f64)>;
-
-fn summarize(a: &RunArgs, c: &Collected, bb: &Path) -> Result<()> {
-    let dir = &a.output;
-    let threads: Vec<_> = c
-        .threads
-        .iter()
-        .filter(|t| a.threads == "all" || t.number == 1)
-        .collect();
-    // Vectors per thread (the tail, when asked for, is in the file as its last line).
-    let mut vectors: Vec<(u32, Vec<Sparse>)> = Vec::new();
-    for t in &threads {
-        let path = thread_file(bb, t.number);
-        let mut r = bbv_profile::BbvReader::open(&path)?;
-        let mut v = Vec::new();
-        let mut all = Vec::new();
-        while r.next_vector(&mut v)? {
-            all.push(v.iter().map(|t| (t.id, t.value)).collect());
-        }
-        vectors.push((t.number, all));
-    }
-    let total_rows: usize = vectors.iter().map(|v| v.1.len()).sum();
-    let mut report = String::new();
-    let total: u64 = c.threads.iter().map(|t| t.instructions).sum();
-    report.push_str(&format!(
-        "instructions: {total} in {} thread{}\n",
-        c.threads.len(),
-        if c.threads.len() == 1 { "" } else { "s" }
-    ));
-    if c.threads.len() > 1 {
-        for t in &c.threads {
-            report.push_str(&format!("  thread {}: {}\n", t.number, t.instructions));
-        }
-    }
-    report.push_str(&format!(
-        "intervals: {total_rows} of {} instructions ({})\n",
-        a.interval,
-        if a.threads == "all" {
-            "all threads; shown as thread:interval"
-        } else {
-            "main thread"
-        }
-    ));
-    if total_rows == 0 {
-        report.push_str(&format!(
-            "no complete interval to cluster: the run is shorter than --interval {} (try a smaller one, or --tail)\n",
-            a.interval
-        ));
-        return finish_report(dir, &report);
-    }
-    // The file SimPoint clusters: the chosen threads' vectors, in thread order.
-    let input = if a.threads == "all" {
-        let p = dir.join("bb.all");
-        let mut files = AtomicFiles::default();
-        files.write(&p, |w| {
-            let mut bw = bbv_profile::BbvWriter::new(w);
-            for (_, vs) in &vectors {
-                for v in vs {
-                    let pairs: Vec<(u32, u64)> = v.iter().map(|&(id, x)| (id, x as u64)).collect();
-                    bw.write_vector(&pairs)?;
-                }
-            }
-            bw.finish().map(drop)
-        })?;
-        files.commit()?;
-        p
-    } else {
-        bb.to_path_buf()
+    let mut collect = request(&a.guest, a.interval, false, a.guest.tail, &a.output)?;
+    // Markers must fall within 0.5% of an interval of each cut.
+    collect.watch = (a.interval as f64 * bbv_pipeline::markers::TOLERANCE) as u64;
+    let req = bbv_pipeline::RunRequest {
+        collect,
+        out: a.output.clone(),
+        max_k: a.max_k,
+        threads_all: a.threads == "all",
+        warmup: a.warmup,
     };
-    let prefix = dir.join("simpoint");
-    let mut args: Vec<OsString> = vec![input.into(), "--max-k".into(), a.max_k.to_string().into()];
-    args.push("-o".into());
-    args.push(prefix.clone().into());
-    let mut cfg = crate::simpoint_cmd::parse_modern(&args)?;
-    cfg.summary = false;
-    crate::simpoint_cmd::run(cfg)?;
-
-    let points = read_pairs::<usize>(&prefix.with_extension("simpoints"))?;
-    let weights = read_pairs::<f64>(&prefix.with_extension("weights"))?;
-    let weight_of: HashMap<u64, f64> = weights.iter().map(|&(w, c)| (c as u64, w)).collect();
-    // Which thread and interval each clustered row is.
-    let index: Vec<(u32, u64)> = vectors
-        .iter()
-        .flat_map(|(n, vs)| (0..vs.len() as u64).map(move |i| (*n, i)))
-        .collect();
-    let flat: Vec<&Sparse> = vectors.iter().flat_map(|(_, v)| v.iter()).collect();
-    report.push_str(&format!(
-        "simpoints: {} (k chosen by BIC, --max-k {})\n",
-        points.len(),
-        a.max_k
-    ));
-    report.push_str("  weight  interval  start instruction  hottest functions\n");
-    let mut pts: Vec<(f64, u64, u64)> = points
-        .iter()
-        .map(|&(row, cl)| {
-            (
-                weight_of.get(&(cl as u64)).copied().unwrap_or(0.0),
-                row as u64,
-                cl as u64,
-            )
-        })
-        .collect();
-    pts.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
-    for (w, row, _) in pts {
-        let (thread, interval) = index.get(row as usize).copied().unwrap_or((1, row));
-        let start = interval * a.interval;
-        let hot = flat
-            .get(row as usize)
-            .map(|v| hottest(v, &c.blocks))
-            .unwrap_or_default();
-        let at = if a.threads == "all" {
-            format!("{thread}:{interval}")
-        } else {
-            interval.to_string()
-        };
-        report.push_str(&format!("  {w:6.4}  {at:>8}  {start:>17}  {hot}\n"));
-    }
-    report.push_str(&format!(
-        "files: {}/ (bb.out{}, pc.out, {}simpoint.simpoints, simpoint.weights, simpoint.labels, summary.txt)\n",
-        dir.display(),
-        if c.threads.len() > 1 { ", bb.out.N" } else { "" },
-        if a.threads == "all" { "bb.all, " } else { "" }
-    ));
-    finish_report(dir, &report)
-}
-
-fn finish_report(dir: &Path, report: &str) -> Result<()> {
-    let mut files = AtomicFiles::default();
-    files.write(&dir.join("summary.txt"), |w| w.write_all(report.as_bytes()))?;
-    files.commit()?;
-    eprint!("{report}");
-    Ok(())
-}
-
-/// The three functions holding the most instructions of an interval, with their shares.
-fn hottest(v: &[(u32, f64)], blocks: &[Block]) -> String {
-    let mut by_fn: HashMap<String, f64> = HashMap::new();
-    let mut total = 0.0;
-    for &(id, x) in v {
-        total += x;
-        let name = match blocks.get(id as usize - 1) {
-            Some(b) if !b.function.is_empty() => b.function.clone(),
-            Some(b) => match &b.module {
-                Some(m) => format!(
-                    "{}+{:#x}",
-                    m.file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                    b.address
-                ),
-                None => format!("{:#x}", b.address),
-            },
-            None => format!("block {id}"),
-        };
-        *by_fn.entry(name).or_default() += x;
-    }
-    let mut list: Vec<(String, f64)> = by_fn.into_iter().collect();
-    list.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    list.iter()
-        .take(3)
-        .map(|(n, x)| format!("{n} {:.0}%", 100.0 * x / total.max(1.0)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Reads SimPoint's `VALUE INDEX` lines.
-fn read_pairs<T: std::str::FromStr>(path: &Path) -> Result<Vec<(T, usize)>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    text.lines()
-        .map(|l| {
-            let mut f = l.split_whitespace();
-            let v = f.next().and_then(|s| s.parse().ok());
-            let i = f.next().and_then(|s| s.parse().ok());
-            v.zip(i)
-                .with_context(|| format!("{}: unexpected line {l:?}", path.display()))
-        })
-        .collect()
+    let progress = crate::progress::Clustering::new();
+    let outcome = bbv_pipeline::run(&req, &progress)?;
+    progress.done();
+    let failure = match outcome.finished {
+        Ok(f) => {
+            eprint!("{}", f.text);
+            None
+        }
+        Err(e) => Some(e.into()),
+    };
+    Ok(GuestExit {
+        status: outcome.status,
+        failure,
+    })
 }

@@ -214,7 +214,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 .with_context(|| format!("cannot create {}", output.display()))?;
             let chosen: std::collections::BTreeSet<usize> =
                 picks.iter().map(|p| p.launch).collect();
-            let mut files = crate::atomic::AtomicFiles::default();
+            let mut files = bbv_pipeline::AtomicFiles::default();
             files.write(&output.join("kernelslist.g"), |w| {
                 let mut launch = 0;
                 for c in &kl.commands {
@@ -283,7 +283,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 s.push(ext);
                 PathBuf::from(s)
             };
-            let mut files = crate::atomic::AtomicFiles::default();
+            let mut files = bbv_pipeline::AtomicFiles::default();
             files.write(&with(".bb"), |w| {
                 let mut bb = bbv_profile::BbvWriter::new(w);
                 bb.write_comment(&format!(

@@ -1,12 +1,13 @@
 //! The `bbv` command.
 
-mod atomic;
 mod bench;
 mod bench_cc;
 mod bench_collect;
 mod cc_cmd;
 mod collect_cmd;
 mod gpu_cmd;
+mod progress;
+mod regions_cmd;
 mod simpoint_cmd;
 
 use std::ffi::OsString;
@@ -33,6 +34,12 @@ enum Command {
     Collect(collect_cmd::CollectArgs),
     /// Collect, cluster and summarize: simulation points of a program in one command.
     Run(collect_cmd::RunArgs),
+    /// Place (PC, count) markers on a run's points and write the hand-off files (regions.csv,
+    /// regions.json, gem5/, nemu/, regions.sniper.txt) from a `bbv run` directory.
+    Regions(regions_cmd::RegionsArgs),
+    /// Run the program again watching only a run's markers: every region must start and end
+    /// where the profile says. Exits 0 if so, 1 if not, 2 on bad input.
+    Replay(regions_cmd::ReplayArgs),
     /// Compile C with deterministic instruction counting: `bbv cc -- clang-14 ARGS` (usable as CC).
     Cc(cc_cmd::CcArgs),
     /// Compile C++ with deterministic instruction counting: `bbv c++ -- clang++-14 ARGS`.
@@ -141,6 +148,13 @@ fn main() -> ExitCode {
     report(match cli.command {
         Command::Collect(a) => return guest_exit(collect_cmd::collect(a)),
         Command::Run(a) => return guest_exit(collect_cmd::run(a)),
+        Command::Regions(a) => regions_cmd::regions(a),
+        Command::Replay(a) => {
+            return match regions_cmd::replay(a) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => report(Err(e)),
+            }
+        }
         Command::Cc(a) | Command::Cxx(a) => cc_cmd::run_cc(a),
         Command::Simpoint { args } => simpoint(&args),
         Command::Gpu { what } => gpu_cmd::run(what),

@@ -5,4 +5,5 @@ mod collect_cli;
 mod common;
 mod golden;
 mod gpu_cli;
+mod regions_cli;
 mod simpoint_cli;

@@ -86,6 +86,10 @@ impl Isa {
 pub struct ModuleSymbols {
     /// The file.
     pub path: PathBuf,
+    /// An executable linked at a fixed address (ELF type EXEC), not position-independent.
+    pub fixed: bool,
+    /// The GNU build id, in hex, if the file has one.
+    pub build_id: Option<String>,
     /// (file offset, size, virtual address) of each loadable segment.
     segments: Vec<(u64, u64, u64)>,
     /// (address, size, name), sorted by address.
@@ -98,6 +102,8 @@ impl ModuleSymbols {
     pub fn load(path: &Path) -> ModuleSymbols {
         let mut m = ModuleSymbols {
             path: path.into(),
+            fixed: false,
+            build_id: None,
             segments: Vec::new(),
             functions: Vec::new(),
         };
@@ -107,28 +113,19 @@ impl ModuleSymbols {
         let Ok(file) = object::File::parse(&*data) else {
             return m;
         };
+        m.fixed = file.kind() == object::ObjectKind::Executable;
+        m.build_id = file
+            .build_id()
+            .ok()
+            .flatten()
+            .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
         for seg in file.segments() {
             let (off, size) = seg.file_range();
             if size > 0 {
                 m.segments.push((off, size, seg.address()));
             }
         }
-        // Distributions strip binaries and ship their symbol tables apart, found by build id
-        // (Debian's *-dbgsym / libc6-dbg under /usr/lib/debug/.build-id); same addresses.
-        let debug = file
-            .build_id()
-            .ok()
-            .flatten()
-            .filter(|id| id.len() > 1)
-            .and_then(|id| {
-                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-                std::fs::read(format!(
-                    "/usr/lib/debug/.build-id/{}/{}.debug",
-                    &hex[..2],
-                    &hex[2..]
-                ))
-                .ok()
-            });
+        let debug = m.build_id.as_deref().and_then(detached_debug);
         let debug_file = debug.as_deref().and_then(|d| object::File::parse(d).ok());
         let extra = debug_file.iter().flat_map(|f| f.symbols());
         for sym in file.symbols().chain(file.dynamic_symbols()).chain(extra) {
@@ -174,6 +171,81 @@ impl ModuleSymbols {
     }
 }
 
+/// Distributions strip binaries and ship their symbol tables and DWARF apart, found by build
+/// id (Debian's *-dbgsym / libc6-dbg under /usr/lib/debug/.build-id); same addresses.
+fn detached_debug(build_id: &str) -> Option<Vec<u8>> {
+    if build_id.len() < 4 {
+        return None;
+    }
+    std::fs::read(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &build_id[..2],
+        &build_id[2..]
+    ))
+    .ok()
+}
+
+/// `file:line` of each link-time address of `path`, from its DWARF line tables (or its
+/// detached debug file's); None where there is no line information.
+pub fn source_lines(path: &Path, addrs: &[u64]) -> Vec<Option<String>> {
+    let none = || vec![None; addrs.len()];
+    let Ok(data) = std::fs::read(path) else {
+        return none();
+    };
+    let Ok(file) = object::File::parse(&*data) else {
+        return none();
+    };
+    let id: Option<String> = file
+        .build_id()
+        .ok()
+        .flatten()
+        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    let has_lines = |f: &object::File| f.section_by_name(".debug_line").is_some();
+    if has_lines(&file) {
+        return lines_from(&file, addrs).unwrap_or_else(none);
+    }
+    let Some(debug) = id.as_deref().and_then(detached_debug) else {
+        return none();
+    };
+    match object::File::parse(&*debug) {
+        Ok(f) if has_lines(&f) => lines_from(&f, addrs).unwrap_or_else(none),
+        _ => none(),
+    }
+}
+
+fn lines_from(file: &object::File, addrs: &[u64]) -> Option<Vec<Option<String>>> {
+    use object::ObjectSection;
+    use std::borrow::Cow;
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<Cow<[u8]>, gimli::Error> {
+        Ok(file
+            .section_by_name(id.name())
+            .and_then(|s| s.uncompressed_data().ok())
+            .unwrap_or(Cow::Borrowed(&[])))
+    };
+    let owned = gimli::DwarfSections::load(load).ok()?;
+    let dwarf = owned.borrow(|s| gimli::EndianSlice::new(s, endian));
+    let ctx = addr2line::Context::from_dwarf(dwarf).ok()?;
+    Some(
+        addrs
+            .iter()
+            .map(|&a| {
+                let loc = ctx.find_location(a).ok()??;
+                let file = loc.file?;
+                let short = file.rsplit('/').next().unwrap_or(file);
+                Some(match loc.line {
+                    Some(l) => format!("{short}:{l}"),
+                    None => short.to_string(),
+                })
+            })
+            .collect(),
+    )
+}
+
 fn demangle(name: &str) -> String {
     if name.starts_with("_Z") {
         if let Ok(sym) = cpp_demangle::Symbol::new(name) {
@@ -209,4 +281,41 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
             p.metadata()
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
+}
+
+/// The link-time entry address of an ELF file.
+pub fn entry_point(path: &Path) -> Option<u64> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    Some(file.entry())
+}
+
+/// The GNU build id (hex) of an ELF file.
+pub fn build_id(path: &Path) -> Option<String> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let id = file.build_id().ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The file offset of link-time address `addr` (inverse of [`ModuleSymbols::address`]).
+pub fn file_offset(path: &Path, addr: u64) -> Option<u64> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    file.segments().find_map(|seg| {
+        let (off, size) = seg.file_range();
+        let a = seg.address();
+        (addr >= a && addr < a + size).then(|| addr - a + off)
+    })
+}
+
+/// QEMU's version, from `QEMU --version` (`qemu-x86_64 version 7.2.22 (...)`).
+pub fn qemu_version(qemu: &Path) -> Option<String> {
+    let out = std::process::Command::new(qemu)
+        .arg("--version")
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rest = text.split(" version ").nth(1)?;
+    Some(rest.split_whitespace().next()?.to_string())
 }

@@ -17,10 +17,13 @@ mod pattern;
 mod state;
 mod table;
 
-pub use elf::{find_on_path, resolve_program, Isa, ModuleSymbols};
+pub use elf::{
+    build_id, entry_point, file_offset, find_on_path, qemu_version, resolve_program, Isa,
+    ModuleSymbols,
+};
 pub use error::CollectError;
 pub use pattern::expand;
-pub use table::{write_pc, Block};
+pub use table::{write_blocks_tsv, write_pc, Block, Image};
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -45,6 +48,14 @@ pub struct Request {
     pub count_only: bool,
     /// Also write the last, partial interval.
     pub tail: bool,
+    /// Count every execution of a rep string instruction (gem5's and Pin's rule) instead of
+    /// once per instance (exp-bbv's).
+    pub rep_iterations: bool,
+    /// Record the blocks run in this many instructions after each cut (marker candidates for
+    /// `bbv-pipeline`; 0 = none).
+    pub watch: u64,
+    /// Replay: the marker file for the plugin (see the bbv-qemu crate's `replay`).
+    pub markers: Option<PathBuf>,
     /// Directory to hold the plugin's files while the guest runs (best on the same file
     /// system as the final outputs, so they can be renamed into place).
     pub work_dir: PathBuf,
@@ -149,6 +160,8 @@ pub struct ThreadResult {
     pub instructions: u64,
     /// Intervals written.
     pub intervals: u64,
+    /// The blocks run after each cut (`thread.N.marks`), when watched.
+    pub marks: Option<PathBuf>,
 }
 
 /// What a finished collection produced.
@@ -160,6 +173,8 @@ pub struct Collected {
     pub threads: Vec<ThreadResult>,
     /// Every block, by id.
     pub blocks: Vec<Block>,
+    /// The files blocks came from ([`Block::image`] indexes this).
+    pub images: Vec<Image>,
 }
 
 /// The guest's end and, if the plugin completed its files, what it collected.
@@ -187,6 +202,16 @@ impl Prepared {
             if on {
                 plugin.push(format!(",{key}=on"));
             }
+        }
+        if r.rep_iterations {
+            plugin.push(",count_rep=iteration");
+        }
+        if r.watch > 0 {
+            plugin.push(format!(",watch={}", r.watch));
+        }
+        if let Some(m) = &r.markers {
+            plugin.push(",markers=");
+            plugin.push(m);
         }
         plugin.push(",dir=");
         plugin.push(dir);
@@ -266,7 +291,7 @@ fn read_results(
             status.code()
         )));
     }
-    let blocks = table::read_blocks(&table)?;
+    let (blocks, images) = table::read_blocks(&table)?;
     if blocks.is_empty() {
         // QEMU exits through its own exit path when it cannot load the program.
         return Err(CollectError::Incomplete(format!(
@@ -296,6 +321,7 @@ fn read_results(
         dir,
         threads,
         blocks,
+        images,
     })
 }
 

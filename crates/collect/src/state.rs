@@ -153,11 +153,13 @@ pub(crate) fn finish_thread(
         }
         None => None,
     };
+    let marks = Some(dir.join(format!("thread.{number}.marks"))).filter(|p| p.exists());
     Ok(ThreadResult {
         number,
         bb,
         summary,
         instructions: total,
         intervals,
+        marks,
     })
 }

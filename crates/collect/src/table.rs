@@ -20,12 +20,45 @@ pub struct Block {
     pub runtime_address: u64,
     /// Instructions in the block when first translated.
     pub instructions: u64,
+    /// Bytes those instructions span (a block covering another block's first instruction
+    /// runs that instruction too).
+    pub bytes: u64,
+    /// The block starts with a rep string instruction (never a marker).
+    pub rep: bool,
+    /// QEMU translated the block with different lengths: its executions cannot be read off
+    /// its instruction counts.
+    pub varies: bool,
+    /// Index of its image in [`crate::Collected::images`] (None: anonymous memory).
+    pub image: Option<usize>,
     /// The containing function, or empty if unknown (stripped code).
     pub function: String,
 }
 
+/// A file the guest ran code from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Image {
+    /// Its path when the guest mapped it.
+    pub path: PathBuf,
+    /// An executable linked at a fixed address (not position-independent).
+    pub fixed: bool,
+    /// GNU build id (hex).
+    pub build_id: Option<String>,
+    /// Run-time address minus link-time address.
+    pub bias: u64,
+}
+
+impl Image {
+    /// The file name markers use.
+    pub fn name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
 /// Reads `DIR/blocks` and symbolizes each block.
-pub(crate) fn read_blocks(path: &Path) -> Result<Vec<Block>, CollectError> {
+pub(crate) fn read_blocks(path: &Path) -> Result<(Vec<Block>, Vec<Image>), CollectError> {
     let mut text = std::fs::read_to_string(path).map_err(|e| CollectError::io(path, e))?;
     // A process killed while the plugin appended a line leaves it unfinished: drop it.
     let whole = text.rfind('\n').map_or(0, |i| i + 1);
@@ -33,8 +66,9 @@ pub(crate) fn read_blocks(path: &Path) -> Result<Vec<Block>, CollectError> {
     // QEMU's maps list every mapped file (QEMU's own libraries, the plugin, its state files):
     // only the ones blocks come from are read.
     let mut paths: HashMap<u32, PathBuf> = HashMap::new();
-    let mut modules: HashMap<u32, ModuleSymbols> = HashMap::new();
-    let mut blocks = Vec::new();
+    let mut modules: HashMap<u32, (ModuleSymbols, usize)> = HashMap::new();
+    let mut images: Vec<Image> = Vec::new();
+    let mut blocks: Vec<Block> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let bad = |what| CollectError::BlockTable {
             path: path.into(),
@@ -65,18 +99,35 @@ pub(crate) fn read_blocks(path: &Path) -> Result<Vec<Block>, CollectError> {
                     .next()
                     .and_then(|s| s.parse().ok())
                     .ok_or_else(|| bad("instructions"))?;
+                let bytes = f
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| bad("bytes"))?;
+                let rep = match f.next() {
+                    Some("r") => true,
+                    Some("-") => false,
+                    _ => return Err(bad("a rep flag")),
+                };
                 if id as usize != blocks.len() + 1 {
                     return Err(bad("ids in order"));
                 }
-                let (module, address, function) = if module == "-" {
-                    (None, vaddr, String::new())
+                let (module, address, function, image) = if module == "-" {
+                    (None, vaddr, String::new(), None)
                 } else {
                     let idx: u32 = module.parse().map_err(|_| bad("module index"))?;
-                    let m = match modules.entry(idx) {
+                    let (m, image) = match modules.entry(idx) {
                         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                         std::collections::hash_map::Entry::Vacant(e) => {
                             let p = paths.get(&idx).ok_or_else(|| bad("a known module"))?;
-                            e.insert(ModuleSymbols::load(p))
+                            let m = ModuleSymbols::load(p);
+                            let a = m.address(offset);
+                            images.push(Image {
+                                path: m.path.clone(),
+                                fixed: m.fixed,
+                                build_id: m.build_id.clone(),
+                                bias: vaddr.wrapping_sub(a),
+                            });
+                            e.insert((m, images.len() - 1))
                         }
                     };
                     let a = m.address(offset);
@@ -84,6 +135,7 @@ pub(crate) fn read_blocks(path: &Path) -> Result<Vec<Block>, CollectError> {
                         Some(m.path.clone()),
                         a,
                         m.function(a).unwrap_or("").to_string(),
+                        Some(*image),
                     )
                 };
                 blocks.push(Block {
@@ -92,13 +144,93 @@ pub(crate) fn read_blocks(path: &Path) -> Result<Vec<Block>, CollectError> {
                     address,
                     runtime_address: vaddr,
                     instructions: insns,
+                    bytes,
+                    rep,
+                    varies: false,
+                    image,
                     function,
                 });
             }
-            _ => return Err(bad("`module` or `block`")),
+            Some("size") => {
+                let id: usize = f
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| bad("block id"))?;
+                let b = id
+                    .checked_sub(1)
+                    .and_then(|i| blocks.get_mut(i))
+                    .ok_or_else(|| bad("a known block"))?;
+                b.varies = true;
+            }
+            _ => return Err(bad("`module`, `block` or `size`")),
         }
     }
-    Ok(blocks)
+    Ok((blocks, images))
+}
+
+/// Writes `blocks.tsv`: a header, then per block id its image (file name; `-` for anonymous
+/// code), link-time offset in it, static instructions, function, `file:line` (or `-`), byte
+/// span and kind (`-`, `rep`: starts with a rep string instruction, `varies`: translated with
+/// several lengths).
+pub fn write_blocks_tsv(
+    out: &mut impl Write,
+    blocks: &[Block],
+    images: &[Image],
+) -> io::Result<()> {
+    // Line tables are read once per image, for that image's blocks.
+    let mut sources: Vec<Option<String>> = vec![None; blocks.len()];
+    for (i, image) in images.iter().enumerate() {
+        let mine: Vec<usize> = (0..blocks.len())
+            .filter(|&b| blocks[b].image == Some(i))
+            .collect();
+        let addrs: Vec<u64> = mine.iter().map(|&b| blocks[b].address).collect();
+        for (b, src) in mine
+            .into_iter()
+            .zip(crate::elf::source_lines(&image.path, &addrs))
+        {
+            sources[b] = src;
+        }
+    }
+    writeln!(
+        out,
+        "id\timage\toffset\tinstructions\tfunction\tsource\tbytes\tkind"
+    )?;
+    for (b, src) in blocks.iter().zip(sources) {
+        let image = match b.image {
+            Some(i) => images[i].name(),
+            None => "-".into(),
+        };
+        let function = if b.function.is_empty() {
+            "-"
+        } else {
+            &b.function
+        };
+        let kind = if b.rep {
+            "rep"
+        } else if b.varies {
+            "varies"
+        } else {
+            "-"
+        };
+        writeln!(
+            out,
+            "{}\t{}\t{:#x}\t{}\t{}\t{}\t{}\t{}",
+            b.id,
+            clean(&image),
+            b.address,
+            b.instructions,
+            clean(function),
+            src.as_deref().map_or("-".into(), clean),
+            b.bytes,
+            kind
+        )?;
+    }
+    Ok(())
+}
+
+/// Tabs and line breaks would break the table's columns.
+fn clean(s: &str) -> String {
+    s.replace(['\t', '\n', '\r'], " ")
 }
 
 /// Writes exp-bbv's PC file: `F:id:hexaddr:function` per block, in id order. The address is the

@@ -44,6 +44,7 @@ pub struct IntervalCounter<S: CountStore = Vec<u64>> {
     total: u64,
     next_cut: u64,
     intervals: u64,
+    last_cut: u64,
     pairs: Vec<(u32, u64)>,
 }
 
@@ -67,6 +68,7 @@ impl<S: CountStore> IntervalCounter<S> {
             total: 0,
             next_cut: interval,
             intervals: 0,
+            last_cut: 0,
             pairs: Vec::new(),
         }
     }
@@ -84,6 +86,12 @@ impl<S: CountStore> IntervalCounter<S> {
     /// Intervals handed to the sink so far.
     pub fn intervals(&self) -> u64 {
         self.intervals
+    }
+
+    /// Instructions before the current interval: where the last cut fell (0 before any).
+    /// Markers of interval boundaries are placed relative to it.
+    pub fn last_cut(&self) -> u64 {
+        self.last_cut
     }
 
     /// Whether the current, unfinished interval holds any instructions.
@@ -234,6 +242,10 @@ impl<S: CountStore> IntervalCounter<S> {
         }
         self.touched.clear();
         self.intervals += 1;
+        self.last_cut = match self.mode {
+            CutMode::Exact => self.intervals * self.interval,
+            CutMode::BlockEnd => self.total,
+        };
         r
     }
 }
@@ -318,6 +330,29 @@ mod tests {
             }
             c.flush_partial(&mut sink).unwrap();
             assert_eq!(got, want, "{mode:?}");
+        }
+    }
+
+    /// The last cut is the sum of every vector handed out so far, in both modes.
+    #[test]
+    fn last_cut_is_the_sum_of_the_closed_intervals() {
+        for mode in [CutMode::Exact, CutMode::BlockEnd] {
+            let mut c = IntervalCounter::new(50, mode);
+            let mut closed = 0u64;
+            for i in 0..400u32 {
+                let mut sum = 0;
+                c.add(1 + i % 4, u64::from(1 + i % 11), &mut |p: &[(
+                    u32,
+                    u64,
+                )]| {
+                    sum += p.iter().map(|x| x.1).sum::<u64>();
+                    Ok(())
+                })
+                .unwrap();
+                closed += sum;
+                assert_eq!(c.last_cut(), closed, "{mode:?} after block {i}");
+            }
+            assert!(c.intervals() > 10);
         }
     }
 

@@ -49,6 +49,12 @@ impl Register for BbvPlugin {
             );
             return Ok(());
         }
+        if let Some(markers) = &cfg.markers {
+            if let Err(msg) = crate::replay::init(&cfg.dir, markers) {
+                let _ = std::fs::write(cfg.dir.join("error"), msg);
+                return Ok(());
+            }
+        }
         INLINE.store(!cfg.exact, Ordering::Relaxed);
         let _ = CONFIG.set(cfg);
         PLUGIN_ID.store(id, Ordering::Relaxed);
@@ -69,7 +75,16 @@ fn register_all(id: qemu_plugin_id_t) {
         sys::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init));
         sys::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit));
         sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
+        sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
     }
+}
+
+extern "C" fn on_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
+    thread::finish_all();
+}
+
+extern "C" fn on_marker(vcpu: c_uint, udata: *mut c_void) {
+    crate::replay::hit(vcpu, udata);
 }
 
 /// Asks QEMU to flush every translation and call us back with all vCPUs stopped (must be
@@ -159,36 +174,41 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         };
         let first = insn(0);
         let haddr = sys::qemu_plugin_insn_haddr(first.ptr) as u64;
-        let info = blocks::analyze(cfg, n, haddr, insn);
-        if let Some(info) = info {
-            let rep = info.rep_first || info.rep_last != 0;
-            if INLINE.load(Ordering::Relaxed) && !rep {
-                let add = sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64;
-                sys::qemu_plugin_register_vcpu_tb_exec_inline(
-                    tb,
-                    add,
-                    info.execs as *mut c_void,
-                    1,
-                );
-                let total = crate::fast::TOTAL.as_ptr() as *mut c_void;
-                sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, total, info.insns);
-                if info.may_loop {
-                    sys::qemu_plugin_register_vcpu_tb_exec_cb(
-                        tb,
-                        Some(on_candidate),
-                        qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
-                        info as *const TbInfo as *mut c_void,
-                    );
-                }
-                return;
+        let Some(info) = blocks::analyze(cfg, n, haddr, insn) else {
+            return;
+        };
+        let rep = info.rep_first || info.rep_last != 0;
+        let udata = info as *const TbInfo as *mut c_void;
+        if INLINE.load(Ordering::Relaxed) && !rep {
+            let add = sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64;
+            sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, info.execs as *mut c_void, 1);
+            let total = crate::fast::TOTAL.as_ptr() as *mut c_void;
+            sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, total, info.insns);
+            if info.may_loop {
+                let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+                sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_candidate), flags, udata);
             }
+        } else {
             let cb: extern "C" fn(c_uint, *mut c_void) = if rep { on_rep_exec } else { on_tb_exec };
-            sys::qemu_plugin_register_vcpu_tb_exec_cb(
-                tb,
-                Some(cb),
-                qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
-                info as *const TbInfo as *mut c_void,
-            );
+            let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+            sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(cb), flags, udata);
+        }
+        if crate::replay::active() {
+            // Registered after the block's own counting, so the block's instructions are
+            // already added when a marker instruction in it runs.
+            let located = |i: usize| {
+                let p = sys::qemu_plugin_tb_get_insn(tb, i);
+                (
+                    sys::qemu_plugin_insn_haddr(p) as u64,
+                    sys::qemu_plugin_insn_vaddr(p),
+                )
+            };
+            for (i, hit) in crate::replay::hits(info.insns as usize, located) {
+                let p = sys::qemu_plugin_tb_get_insn(tb, i);
+                let data = hit as *const crate::replay::Hit as *mut c_void;
+                let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+                sys::qemu_plugin_register_vcpu_insn_exec_cb(p, Some(on_marker), flags, data);
+            }
         }
     }
 }

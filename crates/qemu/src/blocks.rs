@@ -43,6 +43,9 @@ type Variant = (u32, u64, bool, u64, u64, bool);
 
 struct Table {
     ids: HashMap<(u32, u64), u32>,
+    /// Every (id, instructions) translated so far: a block retranslated with another length
+    /// gets a `size` line, so the host knows its executions cannot be read off its counts.
+    sizes: std::collections::HashSet<(u32, u64)>,
     /// One TbInfo (and fast-path slot) per variant, shared by retranslations.
     infos: HashMap<Variant, &'static TbInfo>,
     next: u32,
@@ -68,6 +71,7 @@ pub fn init(cfg: &Config) -> std::io::Result<()> {
     let file = File::create(cfg.dir.join("blocks"))?;
     *TABLE.lock().unwrap_or_else(|e| e.into_inner()) = Some(Table {
         ids: HashMap::new(),
+        sizes: std::collections::HashSet::new(),
         infos: HashMap::new(),
         next: 1,
         modules: 0,
@@ -108,6 +112,13 @@ pub fn analyze<'a>(
     } else if cfg.riscv64 {
         may_loop = crate::decode::riscv64_may_loop(last.bytes) || insns != n;
     }
+    // The counted instructions' byte span: blocks whose span covers another block's first
+    // instruction run that instruction too (a marker's count must include such executions).
+    let end = {
+        let l = insn(insns - 1);
+        l.vaddr + l.bytes.len() as u64
+    };
+    let bytes = end.saturating_sub(first.vaddr);
     let key = maps::locate(haddr).unwrap_or((ANON, first.vaddr));
     let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     let table = guard.as_mut()?;
@@ -132,13 +143,19 @@ pub fn analyze<'a>(
             };
             let _ = writeln!(
                 line,
-                "block {id} {module} {:x} {:x} {insns}",
-                key.1, first.vaddr
+                "block {id} {module} {:x} {:x} {insns} {bytes} {}",
+                key.1,
+                first.vaddr,
+                if rep_first { 'r' } else { '-' }
             );
+            table.sizes.insert((id, insns as u64));
             append(table, &line);
             id
         }
     };
+    if table.sizes.insert((id, insns as u64)) {
+        append(table, &format!("size {id} {insns} {bytes}\n"));
+    }
     let variant = (id, insns as u64, rep_first, rep_last, fldcw, may_loop);
     if let Some(info) = table.infos.get(&variant) {
         return Some(info);

@@ -118,3 +118,20 @@ pub fn harvest(mut absorb: impl FnMut(u32, u64)) -> u64 {
     }
     fldcw
 }
+
+/// Every slot's instructions since the start, `each(id, instructions)` (an id may come more
+/// than once, once per variant): the single thread's cumulative counts.
+pub fn cumulative(mut each: impl FnMut(u32, u64)) {
+    let base = BASE.load(Ordering::Acquire);
+    if base.is_null() {
+        return;
+    }
+    let meta = META.lock().unwrap_or_else(|e| e.into_inner());
+    for (slot, &(id, insns, _)) in meta.slots.iter().enumerate() {
+        // SAFETY: every listed slot is inside the mapping.
+        let execs = unsafe { *base.add(HEADER_WORDS + 2 * slot) };
+        if execs != 0 {
+            each(id, execs * insns);
+        }
+    }
+}

@@ -8,6 +8,11 @@
 //! * `blocks`: the block table (modules, then id, module, file offset, address, instructions),
 //!   one line per write as blocks are first translated.
 //!
+//! * `thread.N.marks`: with `watch=W`, one line per interval cut of thread N: the cut's index
+//!   and instruction count, then `id:delta` for the first execution of each block in the W
+//!   instructions after it (the candidates for the (PC, count) markers of `bbv regions`),
+//! * with `markers=FILE` (`bbv replay`), `events`: one line per marker reached ([`replay`]).
+//!
 //! Everything is on disk or in the page cache at every moment, so the host can complete the
 //! files (closing comment, `--tail`) even when QEMU dies by a signal without telling plugins.
 //!
@@ -43,6 +48,7 @@ mod blocks;
 mod decode;
 mod fast;
 mod maps;
+mod replay;
 mod state;
 mod thread;
 mod x86;
@@ -61,6 +67,14 @@ pub(crate) struct Config {
     pub x86: bool,
     pub aarch64: bool,
     pub riscv64: bool,
+    /// Count every QEMU execution of a rep string instruction (gem5's and Pin's rule) instead
+    /// of once per instance (exp-bbv's).
+    pub rep_iterations: bool,
+    /// Instructions after each cut during which the blocks run are recorded as marker
+    /// candidates (0 = none).
+    pub watch: u64,
+    /// Replay: the marker file to watch (see [`replay`]).
+    pub markers: Option<PathBuf>,
 }
 
 pub(crate) static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -76,6 +90,9 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
         x86: target.starts_with("x86_64") || target.starts_with("i386"),
         aarch64: target.starts_with("aarch64"),
         riscv64: target.starts_with("riscv64"),
+        rep_iterations: false,
+        watch: 0,
+        markers: None,
     };
     let flag = |k: &str, v: &str| match v {
         "on" | "yes" | "true" => Ok(true),
@@ -94,6 +111,23 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
             "exact" => cfg.exact = flag(k, v)?,
             "count_only" => cfg.count_only = flag(k, v)?,
             "tail" => cfg.tail = flag(k, v)?,
+            "count_rep" => {
+                cfg.rep_iterations = match v {
+                    "iteration" => true,
+                    "instance" => false,
+                    _ => {
+                        return Err(format!(
+                            "plugin argument count_rep={v}: expected instance or iteration"
+                        ))
+                    }
+                }
+            }
+            "watch" => {
+                cfg.watch = v
+                    .parse()
+                    .map_err(|_| format!("plugin argument watch={v}: expected a whole number"))?
+            }
+            "markers" => cfg.markers = Some(PathBuf::from(v)),
             _ => return Err(format!("unknown plugin argument {arg}")),
         }
     }
@@ -129,14 +163,29 @@ mod tests {
     fn plugin_arguments() {
         let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let c = parse_args(
-            &args(&["dir=/tmp/x", "interval=5", "exact=on", "tail"]),
+            &args(&[
+                "dir=/tmp/x",
+                "interval=5",
+                "exact=on",
+                "tail",
+                "count_rep=iteration",
+            ]),
             "x86_64-linux-user",
         )
         .unwrap();
         assert_eq!(
-            (c.interval, c.exact, c.tail, c.count_only, c.x86),
-            (5, true, true, false, true)
+            (
+                c.interval,
+                c.exact,
+                c.tail,
+                c.count_only,
+                c.x86,
+                c.rep_iterations
+            ),
+            (5, true, true, false, true, true)
         );
+        assert!(parse_args(&args(&["dir=a", "count_rep=some"]), "x86_64").is_err());
+        assert!(parse_args(&args(&["dir=a", "watch=-1"]), "x86_64").is_err());
         assert!(
             parse_args(&args(&["interval=5"]), "x86_64").is_err(),
             "dir is required"

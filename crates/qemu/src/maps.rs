@@ -91,3 +91,10 @@ pub fn locate(haddr: u64) -> Option<(u32, u64)> {
 pub fn paths() -> Vec<String> {
     MAPS.lock().unwrap_or_else(|e| e.into_inner()).paths.clone()
 }
+
+/// The file name (last path component) of mapped file `idx`, as markers name images.
+pub fn file_name(idx: u32) -> Option<String> {
+    let maps = MAPS.lock().unwrap_or_else(|e| e.into_inner());
+    let p = maps.paths.get(idx as usize)?;
+    Some(p.rsplit('/').next().unwrap_or(p).to_string())
+}

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use bbv_profile::{BbvWriter, CutMode, IntervalCounter};
+use bbv_profile::{BbvWriter, CountStore, CutMode, IntervalCounter};
 
 use crate::blocks::TbInfo;
 use crate::fast::{self, NEXT_CUT, TOTAL};
@@ -40,6 +40,85 @@ struct Thread {
     out: Option<File>,
     line: Vec<u8>,
     last_rep: u64,
+    watch: Watch,
+}
+
+/// Most blocks recorded after one cut: enough choice for a marker in the program's own code
+/// even when the cut falls in library code.
+const WATCH_BLOCKS: usize = 128;
+
+/// The blocks first run in the `cfg.watch` instructions after the thread's latest cut; the
+/// host places (PC, count) markers of interval boundaries on them (see `bbv-pipeline`).
+struct Watch {
+    /// Instructions watched after each cut (0 = no watching).
+    span: u64,
+    open: bool,
+    /// The cut's instruction count, and the count at which the window closes.
+    cut_at: u64,
+    end: u64,
+    seen: Vec<u32>,
+    line: String,
+    file: Option<File>,
+}
+
+impl Watch {
+    fn new(span: u64, file: Option<File>) -> Watch {
+        let mut w = Watch {
+            span,
+            open: false,
+            cut_at: 0,
+            end: 0,
+            seen: Vec::new(),
+            line: String::new(),
+            file,
+        };
+        w.start(0, 0);
+        w
+    }
+
+    /// Opens the window after cut `index`, which fell after `cut_at` instructions.
+    fn start(&mut self, index: u64, cut_at: u64) {
+        self.close();
+        if self.span == 0 || self.file.is_none() {
+            return;
+        }
+        self.open = true;
+        self.cut_at = cut_at;
+        self.end = cut_at + self.span;
+        self.seen.clear();
+        self.line.clear();
+        use std::fmt::Write as _;
+        let _ = write!(self.line, "{index} {cut_at}");
+    }
+
+    /// A block starts after `before` instructions of the thread.
+    #[inline]
+    fn see(&mut self, tb: &TbInfo, before: u64) {
+        if before >= self.end || self.seen.len() >= WATCH_BLOCKS {
+            return self.close();
+        }
+        if tb.rep_first || self.seen.contains(&tb.id) {
+            return;
+        }
+        self.seen.push(tb.id);
+        use std::fmt::Write as _;
+        let _ = write!(self.line, " {}:{}", tb.id, before - self.cut_at);
+    }
+
+    /// Writes the window's line (one write, so a killed process leaves whole lines).
+    fn close(&mut self) {
+        if !self.open {
+            return;
+        }
+        self.open = false;
+        self.line.push('\n');
+        if let Some(f) = &mut self.file {
+            if let Err(e) = f.write_all(self.line.as_bytes()) {
+                report_error(&format!("writing a marks file: {e}"));
+                self.file = None;
+            }
+        }
+    }
 }
 
 /// A new guest thread (called on its parent's thread, so numbers follow creation order).
@@ -64,6 +143,14 @@ pub fn start(vcpu: u32) {
             Err(e) => return report_error(&format!("creating thread {number}'s vector file: {e}")),
         }
     };
+    let marks = if cfg.watch > 0 && !cfg.count_only {
+        match File::create(cfg.dir.join(format!("thread.{number}.marks"))) {
+            Ok(f) => Some(f),
+            Err(e) => return report_error(&format!("creating thread {number}'s marks file: {e}")),
+        }
+    } else {
+        None
+    };
     let mode = if cfg.exact {
         CutMode::Exact
     } else {
@@ -74,11 +161,12 @@ pub fn start(vcpu: u32) {
         out,
         line: Vec::new(),
         last_rep: 0,
+        watch: Watch::new(cfg.watch, marks),
     });
     let t = Box::into_raw(t);
     if number == 1 {
         // SAFETY: just created, not yet shared.
-        NEXT_CUT.store(unsafe { (*t).counter.next_boundary() }, Ordering::Relaxed);
+        NEXT_CUT.store(unsafe { next_stop(&*t) }, Ordering::Relaxed);
         FIRST.store(t, Ordering::Release);
     } else if !MULTI.load(Ordering::Relaxed) {
         if crate::api::INLINE.load(Ordering::Relaxed) {
@@ -126,13 +214,13 @@ pub fn after_reset() {
     MULTI.store(true, Ordering::SeqCst);
 }
 
-/// Inline counting: a block that may close a loop checks whether a cut is due.
+/// Inline counting: a block that may close a loop checks whether a cut is due. QEMU runs a
+/// block's callbacks before its inline adds, so the total does not hold the block yet.
 #[inline]
 pub fn check_cut(_vcpu: u32, tb: &TbInfo) {
-    if TOTAL.load(Ordering::Relaxed) >= NEXT_CUT.load(Ordering::Relaxed)
-        && !MULTI.load(Ordering::Relaxed)
-    {
-        single_cut(tb);
+    let total = TOTAL.load(Ordering::Relaxed);
+    if total >= NEXT_CUT.load(Ordering::Relaxed) && !MULTI.load(Ordering::Relaxed) {
+        single_cut(tb, total);
     }
 }
 
@@ -145,9 +233,20 @@ fn harvest(t: &mut Thread) {
     t.counter.store_mut().header().fldcw += fldcw;
 }
 
-/// The fast path's slow part: the total reached the next boundary.
+/// Where the fast path must next call [`single_cut`]: at every watched block while a window
+/// is open, else at the next boundary.
+fn next_stop(t: &Thread) -> u64 {
+    if t.watch.open {
+        0
+    } else {
+        t.counter.next_boundary()
+    }
+}
+
+/// The fast path's slow part: the total reached the next boundary, or a window is open.
+/// `before`: the instructions counted before `tb` started.
 #[cold]
-fn single_cut(tb: &TbInfo) {
+fn single_cut(tb: &TbInfo, before: u64) {
     let p = FIRST.load(Ordering::Acquire);
     if SWITCHING.load(Ordering::Relaxed) {
         return;
@@ -158,14 +257,22 @@ fn single_cut(tb: &TbInfo) {
     }
     // SAFETY: only thread 1 exists, and this is its host thread.
     let t = unsafe { &mut *p };
-    harvest(t);
-    let Thread {
-        counter, out, line, ..
-    } = t;
-    let _ = counter.cut_pending(tb.id, &mut |pairs| write_vector(out, line, pairs));
-    let (intervals, next) = (counter.intervals(), counter.next_boundary());
-    counter.store_mut().header().intervals = intervals;
-    NEXT_CUT.store(next, Ordering::Relaxed);
+    let total = TOTAL.load(Ordering::Relaxed);
+    if t.watch.open {
+        t.watch.see(tb, before);
+    }
+    if total >= t.counter.next_boundary() {
+        harvest(t);
+        let Thread {
+            counter, out, line, ..
+        } = t;
+        let _ = counter.cut_pending(tb.id, &mut |pairs| write_vector(out, line, pairs));
+        let intervals = counter.intervals();
+        counter.store_mut().header().intervals = intervals;
+        let cut_at = t.counter.last_cut();
+        t.watch.start(intervals, cut_at);
+    }
+    NEXT_CUT.store(next_stop(t), Ordering::Relaxed);
 }
 
 #[inline(always)]
@@ -175,7 +282,7 @@ fn count_fast(tb: &TbInfo) -> u64 {
     let total = TOTAL.load(Ordering::Relaxed) + tb.insns;
     TOTAL.store(total, Ordering::Relaxed);
     if total >= NEXT_CUT.load(Ordering::Relaxed) {
-        single_cut(tb);
+        single_cut(tb, total - tb.insns);
     }
     total
 }
@@ -200,20 +307,28 @@ pub fn exec_rep(vcpu: u32, tb: &TbInfo) {
     }
     // SAFETY: only thread 1 exists, and this is its host thread.
     let h = unsafe { (*p).counter.store_mut().header() };
-    if tb.rep_first
+    let again = tb.rep_first
         && LAST_REP_PC.load(Ordering::Relaxed) == tb.pc
-        && LAST_REP_TOTAL.load(Ordering::Relaxed) == TOTAL.load(Ordering::Relaxed)
-    {
+        && LAST_REP_TOTAL.load(Ordering::Relaxed) == TOTAL.load(Ordering::Relaxed);
+    if again {
+        // Another iteration of the rep instance the previous block started.
         h.rep_iterations += 1;
-        return;
-    }
-    if tb.rep_last != 0 {
+        if !rep_iterations_count() {
+            return;
+        }
+    } else if tb.rep_last != 0 {
         h.rep_iterations += 1;
         h.rep_instances += 1;
     }
     let total = count_fast(tb);
     LAST_REP_PC.store(tb.rep_last, Ordering::Relaxed);
     LAST_REP_TOTAL.store(total, Ordering::Relaxed);
+}
+
+/// `count_rep=iteration`: every execution of a rep instruction counts.
+#[inline]
+fn rep_iterations_count() -> bool {
+    CONFIG.get().is_some_and(|c| c.rep_iterations)
 }
 
 /// Counts one execution of a translated block on `vcpu`, in the thread's own state.
@@ -228,19 +343,26 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     }
     // SAFETY: only the vCPU's own host thread executes its blocks, and states are never freed.
     let t = unsafe { &mut *p };
-    if tb.rep_first && t.last_rep == tb.pc {
-        // Another iteration of the rep instance the previous block started: counted already.
+    let again = tb.rep_first && t.last_rep == tb.pc;
+    if again {
+        // Another iteration of the rep instance the previous block started.
         t.counter.store_mut().header().rep_iterations += 1;
-        return;
+        if !rep_iterations_count() {
+            return;
+        }
     }
     t.last_rep = tb.rep_last;
-    if tb.rep_last != 0 || tb.fldcw != 0 {
+    if (tb.rep_last != 0 && !again) || tb.fldcw != 0 {
         let h = t.counter.store_mut().header();
-        if tb.rep_last != 0 {
+        if tb.rep_last != 0 && !again {
             h.rep_iterations += 1;
             h.rep_instances += 1;
         }
         h.fldcw += tb.fldcw;
+    }
+    if t.watch.open {
+        let before = t.counter.total();
+        t.watch.see(tb, before);
     }
     let Thread {
         counter, out, line, ..
@@ -252,6 +374,57 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     h.total = total;
     if intervals != before {
         h.intervals = intervals;
+        let cut_at = t.counter.last_cut();
+        t.watch.start(intervals, cut_at);
+    }
+}
+
+/// Instructions the thread on `vcpu` has counted, including the whole block now starting (for
+/// replay: where a marker instruction falls).
+pub fn position(vcpu: u32) -> u64 {
+    if !MULTI.load(Ordering::Relaxed) {
+        return TOTAL.load(Ordering::Relaxed);
+    }
+    match THREADS
+        .get(vcpu as usize)
+        .map(|s| s.load(Ordering::Relaxed))
+    {
+        // SAFETY: called on the vCPU's own host thread; states are never freed.
+        Some(p) if !p.is_null() => unsafe { (*p).counter.total() },
+        _ => 0,
+    }
+}
+
+/// The instructions each block has run on `vcpu`'s thread so far, by block id (for replay,
+/// whose single interval never closes).
+pub fn snapshot(vcpu: u32, mut each: impl FnMut(u32, u64)) {
+    if !MULTI.load(Ordering::Relaxed) {
+        return fast::cumulative(each);
+    }
+    if let Some(p) = THREADS
+        .get(vcpu as usize)
+        .map(|s| s.load(Ordering::Relaxed))
+    {
+        if !p.is_null() {
+            // SAFETY: as in position.
+            let t = unsafe { &mut *p };
+            for (id, &c) in t.counter.store_mut().counts().iter().enumerate() {
+                if c != 0 {
+                    each(id as u32, c);
+                }
+            }
+        }
+    }
+}
+
+/// The guest is exiting: write out the windows still open.
+pub fn finish_all() {
+    for slot in THREADS.iter() {
+        let p = slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: at exit no other guest thread runs blocks any more.
+            unsafe { (*p).watch.close() };
+        }
     }
 }
 
@@ -276,6 +449,11 @@ fn write_vector(
 /// The thread running on `vcpu` is exiting; its files are already complete.
 pub fn finish_vcpu(vcpu: u32) {
     if let Some(slot) = THREADS.get(vcpu as usize) {
+        let p = slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: called on the exiting thread, the state's only user.
+            unsafe { (*p).watch.close() };
+        }
         slot.store(std::ptr::null_mut(), Ordering::Release);
     }
 }

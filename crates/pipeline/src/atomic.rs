@@ -5,7 +5,7 @@ use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::PipelineError;
 
 /// A set of output files committed together.
 #[derive(Default)]
@@ -19,29 +19,30 @@ impl AtomicFiles {
         &mut self,
         path: &Path,
         write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
-    ) -> Result<()> {
+    ) -> Result<(), PipelineError> {
         if self.pending.iter().any(|(_, p)| p == path) {
-            anyhow::bail!("{} is named for two different outputs", path.display());
+            return Err(PipelineError::Invalid(format!(
+                "{} is named for two different outputs",
+                path.display()
+            )));
         }
-        let name = path
-            .file_name()
-            .with_context(|| format!("{}: not a file name", path.display()))?;
+        let name = path.file_name().ok_or_else(|| {
+            PipelineError::Invalid(format!("{}: not a file name", path.display()))
+        })?;
         let mut tmp_name = std::ffi::OsString::from(".");
         tmp_name.push(name);
         tmp_name.push(format!(".bbv-tmp-{}", std::process::id()));
         let tmp = path.with_file_name(tmp_name);
-        let file =
-            File::create(&tmp).with_context(|| format!("cannot create {}", path.display()))?;
+        let file = File::create(&tmp).map_err(|e| PipelineError::io(path, e))?;
         self.pending.push((tmp.clone(), path.to_path_buf()));
         let mut out = BufWriter::new(file);
         write(&mut out)
             .and_then(|_| out.flush())
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(())
+            .map_err(|e| PipelineError::io(path, e))
     }
 
     /// Renames every temporary file to its destination.
-    pub fn commit(mut self) -> Result<Vec<PathBuf>> {
+    pub fn commit(mut self) -> Result<Vec<PathBuf>, PipelineError> {
         let pending = std::mem::take(&mut self.pending);
         let mut done = Vec::new();
         for (i, (tmp, dest)) in pending.iter().enumerate() {
@@ -49,7 +50,7 @@ impl AtomicFiles {
                 for (t, _) in &pending[i..] {
                     let _ = fs::remove_file(t);
                 }
-                return Err(e).with_context(|| format!("cannot create {}", dest.display()));
+                return Err(PipelineError::io(dest, e));
             }
             done.push(dest.clone());
         }

@@ -1,0 +1,91 @@
+//! `bbv regions DIR` and `bbv replay DIR -- PROG ARGS`: thin wrappers over bbv-pipeline.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+/// `bbv regions`.
+#[derive(clap::Args, Debug)]
+pub struct RegionsArgs {
+    /// A `bbv run` output directory.
+    pub dir: PathBuf,
+    /// Warmup before each region, in instructions (rounded to whole intervals; 0 = none;
+    /// default: what the run used).
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u64>,
+}
+
+/// `bbv replay`.
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    /// A `bbv run` output directory.
+    pub dir: PathBuf,
+    /// Print the report as JSON on stdout (after the program's own output).
+    #[arg(long)]
+    pub json: bool,
+    /// Largest |deviation| of a region's length accepted, in percent.
+    #[arg(long, value_name = "PCT", default_value_t = 1.0)]
+    pub tolerance: f64,
+    /// QEMU user-mode executable (default: qemu-<isa> from PATH).
+    #[arg(long, value_name = "PATH")]
+    pub qemu: Option<PathBuf>,
+    /// The plugin library (default: $BBV_PLUGIN, else libbbv_qemu.so next to bbv).
+    #[arg(long, value_name = "PATH")]
+    pub plugin: Option<PathBuf>,
+    /// The program and its arguments (the one profiled).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROG ARGS"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `bbv regions DIR`.
+pub fn regions(a: RegionsArgs) -> Result<()> {
+    let f = bbv_pipeline::finish(&a.dir, a.warmup)?;
+    eprint!("{}", f.text);
+    Ok(())
+}
+
+/// `bbv replay`: exit 0 when every marker is reached within the tolerance, 1 otherwise.
+pub fn replay(a: ReplayArgs) -> Result<u8> {
+    if !(a.tolerance.is_finite() && a.tolerance >= 0.0) {
+        bail!(
+            "--tolerance {}: expected a percentage of 0 or more",
+            a.tolerance
+        );
+    }
+    let (program, args) = a.command.split_first().context("no program given")?;
+    let program = program
+        .to_str()
+        .with_context(|| format!("{}: program name is not UTF-8", program.to_string_lossy()))?;
+    let req = bbv_pipeline::ReplayRequest {
+        dir: a.dir.clone(),
+        program: program.to_string(),
+        args: args.to_vec(),
+        qemu: a.qemu,
+        plugin: a.plugin,
+        tolerance_pct: a.tolerance,
+    };
+    let outcome = bbv_pipeline::replay(&req)?;
+    let report = outcome.report?;
+    if a.json {
+        let doc = serde_json::json!({
+            "tolerance_pct": report.tolerance_pct,
+            "regions": report.regions,
+        });
+        println!("{}", serde_json::to_string(&doc)?);
+    } else {
+        eprint!("{}", report.table());
+    }
+    if outcome.status.code() != 0 {
+        eprintln!(
+            "bbv: note: the program exited with status {} in the replay",
+            outcome.status.code()
+        );
+    }
+    Ok(if report.passed() { 0 } else { 1 })
+}

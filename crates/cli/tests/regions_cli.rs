@@ -1,0 +1,370 @@
+//! `bbv run`'s markers and hand-off files, `bbv regions` and `bbv replay`, on real programs
+//! under the real QEMU.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use crate::common::bbv;
+
+/// A compressible input of about 2.4 MB (phases: text runs, then counters).
+fn input(dir: &Path) -> PathBuf {
+    let p = dir.join("input");
+    let mut s = String::new();
+    for i in 0..150_000u32 {
+        if i % 3000 < 1500 {
+            s.push_str(&format!("line {} of the first kind\n", i % 97));
+        } else {
+            s.push_str(&format!(
+                "{:08x} {:08x}\n",
+                i.wrapping_mul(2_654_435_761),
+                i
+            ));
+        }
+    }
+    std::fs::write(&p, s).unwrap();
+    p
+}
+
+fn gzip_run(dir: &Path, extra: &[&str]) -> (Output, PathBuf) {
+    let inp = input(dir);
+    let out = bbv()
+        .current_dir(dir)
+        .args(["run", "--interval", "4000000", "--max-k", "6", "-o", "out"])
+        .args(extra)
+        .args(["--", "gzip", "-9", "-c"])
+        .arg(&inp)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    (out, dir.join("out"))
+}
+
+fn replay(dir: &Path, run: &Path, args: &[&str], prog: &[&str]) -> Output {
+    bbv()
+        .current_dir(dir)
+        .arg("replay")
+        .arg(run)
+        .args(args)
+        .arg("--")
+        .args(prog)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn markers_are_reached_on_replay_in_another_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, run) = gzip_run(dir.path(), &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    for f in [
+        "blocks.tsv",
+        "images.tsv",
+        "marks.out",
+        "summary.json",
+        "regions.csv",
+        "regions.json",
+        "regions.sniper.txt",
+        "gem5/simpoints",
+        "gem5/weights",
+        "gem5/README",
+        "nemu/simpoints0",
+        "nemu/weights0",
+    ] {
+        assert!(run.join(f).is_file(), "{f} missing");
+    }
+    let summary = json(&run.join("summary.json"));
+    let points = summary["points"].as_array().unwrap();
+    assert!(!points.is_empty());
+    assert_eq!(summary["k"].as_u64().unwrap() as usize, points.len());
+    assert!(summary["program"]["build_id"].as_str().is_some());
+    for p in points {
+        for m in ["start", "end", "warmup"] {
+            assert_eq!(p[m]["image"], "gzip", "{p}: the program's own code");
+            assert!(p[m]["count"].as_u64().unwrap() >= 1);
+        }
+        // Within 0.5% of an interval of the cuts.
+        let start = p["start_position"].as_u64().unwrap();
+        let cut = p["start_instruction"].as_u64().unwrap();
+        assert!(start >= cut && start - cut <= 20_000, "{p}");
+        let len = p["length"].as_u64().unwrap() as f64;
+        assert!((len - 4e6).abs() < 4e6 * 0.011, "{p}");
+    }
+    let shown = format!(
+        "start gzip+{} #{}",
+        points[0]["start"]["offset"].as_str().unwrap(),
+        points[0]["start"]["count"]
+    );
+    assert!(err.contains(&shown), "{shown} not in {err}");
+
+    // The PinPoints CSV: exact header, one simulation and one warmup row per point, no
+    // spaces inside fields after the comment.
+    let csv = std::fs::read_to_string(run.join("regions.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next().unwrap(), "# comment,thread-id,region-id,start-pc, start-image-name, start-image-offset, start-pc-count,end-pc, end-image-name, end-image-offset, end-pc-count,end-pc-relative-count, region-length, region-weight, region-multiplier, region-type");
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 2 * points.len());
+    for r in &rows {
+        let f: Vec<&str> = r.split(',').collect();
+        assert_eq!(f.len(), 16, "{r}");
+        assert!(f[1..].iter().all(|x| !x.contains(' ')), "{r}");
+        assert_eq!(f[1], "global");
+    }
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.starts_with("cluster ") && r.ends_with(",simulation"))
+            .count(),
+        points.len()
+    );
+    // gem5's JSON layout: decimal PCs, global counts, multiplier, warmup.
+    let regions = json(&run.join("regions.json"));
+    let r = regions.as_object().unwrap();
+    assert_eq!(r.len(), points.len());
+    for v in r.values() {
+        assert!(v["simulation"]["start"]["pc"].as_u64().is_some());
+        assert!(v["simulation"]["end"]["global"].as_u64().is_some());
+        assert!(v["multiplier"].as_f64().unwrap() >= 1.0);
+        assert!(v["warmup"]["start"]["count"].as_u64().is_some());
+    }
+    let sniper = std::fs::read_to_string(run.join("regions.sniper.txt")).unwrap();
+    assert!(
+        sniper.contains("-control start:address:gzip+0x"),
+        "{sniper}"
+    );
+
+    // Replay from another directory with a few kB more environment.
+    let other = dir.path().join("elsewhere");
+    std::fs::create_dir(&other).unwrap();
+    let inp = dir.path().join("input");
+    let out = bbv()
+        .current_dir(&other)
+        .env("BBV_TEST_PADDING", "x".repeat(4000))
+        .arg("replay")
+        .arg(&run)
+        .args(["--json", "--", "gzip", "-9", "-c"])
+        .arg(&inp)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The guest's own output (compressed bytes, no final newline) comes first on stdout.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let at = stdout
+        .rfind("{\"regions\":")
+        .expect("a JSON report at the end");
+    let report: serde_json::Value = serde_json::from_str(stdout[at..].trim_end()).unwrap();
+    assert_eq!(report["tolerance_pct"], 1.0);
+    let checks = report["regions"].as_array().unwrap();
+    assert_eq!(checks.len(), points.len());
+    let total = summary["instructions"].as_f64().unwrap();
+    let mut extrapolated = 0.0;
+    let mut l1 = 0.0;
+    for c in checks {
+        assert_eq!(c["start_found"], true, "{c}");
+        assert_eq!(c["end_found"], true, "{c}");
+        assert!(c["deviation_pct"].as_f64().unwrap().abs() <= 1.0, "{c}");
+        l1 += c["bbv_l1"].as_f64().unwrap();
+        let id = c["id"].as_u64().unwrap().to_string();
+        extrapolated +=
+            regions[&id]["multiplier"].as_f64().unwrap() * c["replay_length"].as_f64().unwrap();
+    }
+    assert!(l1 / (checks.len() as f64) < 0.05, "mean L1 {l1}");
+    assert!(
+        (extrapolated - total).abs() / total < 0.02,
+        "sum of multiplier x length {extrapolated} vs {total}"
+    );
+    assert!(run.join("validation.json").is_file());
+
+    // bbv regions rebuilds from the directory: without warmup, then as before.
+    let before = std::fs::read_to_string(run.join("regions.csv")).unwrap();
+    let out = bbv()
+        .args(["regions", "--warmup", "0"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let csv = std::fs::read_to_string(run.join("regions.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + points.len(), "no warmup rows");
+    let out = bbv()
+        .args(["regions", "--warmup", "4000000"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(run.join("regions.csv")).unwrap(),
+        before
+    );
+
+    bad_input(dir.path(), &run, &inp);
+}
+
+/// Bad input: exit 2, a message naming what does not match, nothing written.
+fn bad_input(dir: &Path, run: &Path, inp: &Path) {
+    let regions = |d: &Path| bbv().arg("regions").arg(d).output().unwrap();
+    let out = regions(&dir.join("nothing-here"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no summary.json"));
+    // An older bbv's directory.
+    let old = dir.join("old");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(old.join("summary.txt"), "instructions: 1\n").unwrap();
+    let out = regions(&old);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("older bbv"));
+
+    // A copy whose files are hand-edited into nonsense.
+    let copy = dir.join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for e in std::fs::read_dir(run).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), copy.join(e.file_name())).unwrap();
+        }
+    }
+    let csv_before = std::fs::read(copy.join("regions.csv")).unwrap();
+    std::fs::write(copy.join("marks.out"), "0 0 12:x\n").unwrap();
+    let out = regions(&copy);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("marks.out:1"), "{err}");
+    std::fs::copy(run.join("marks.out"), copy.join("marks.out")).unwrap();
+    let summary = std::fs::read_to_string(copy.join("summary.json")).unwrap();
+    std::fs::write(
+        copy.join("summary.json"),
+        summary.replace("\"interval\": 4000000", "\"interval\": \"many\""),
+    )
+    .unwrap();
+    let out = regions(&copy);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("summary.json:"), "{err}");
+    assert_eq!(std::fs::read(copy.join("regions.csv")).unwrap(), csv_before);
+    std::fs::write(copy.join("summary.json"), &summary).unwrap();
+    std::fs::remove_file(copy.join("blocks.tsv")).unwrap();
+    let out = regions(&copy);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("blocks.tsv: missing"));
+
+    // Another program than the one profiled.
+    let out = replay(dir, run, &[], &["xz", "-9", "-c", inp.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("build id") && err.contains("not the program of this run"),
+        "{err}"
+    );
+    // A marker count no run reaches: the check fails (1), it is not bad input.
+    let s = std::fs::read_to_string(run.join("summary.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&s).unwrap();
+    v["points"][0]["end"]["count"] = 1_000_000_000_000u64.into();
+    std::fs::write(copy.join("summary.json"), v.to_string()).unwrap();
+    std::fs::copy(run.join("blocks.tsv"), copy.join("blocks.tsv")).unwrap();
+    let out = replay(
+        dir,
+        &copy,
+        &[],
+        &["gzip", "-9", "-c", inp.to_str().unwrap()],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("FAILED"), "{err}");
+    let out = replay(dir, run, &["--tolerance", "-1"], &["gzip"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn rep_iterations_count_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("rep");
+    let st = std::process::Command::new("gcc")
+        .args(["-nostdlib", "-static", "-o"])
+        .arg(&prog)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/x86_64_rep.S"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let count = |mode: &str| -> String {
+        let out = bbv()
+            .current_dir(dir.path())
+            .args(["collect", "--instr-count-only", "--count-rep", mode, "--"])
+            .arg(&prog)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let instance = count("instance");
+    assert!(instance.contains("Total instructions: 2013"), "{instance}");
+    // 110 rep executions over 3 instances: 107 more instructions.
+    let iteration = count("iteration");
+    assert!(
+        iteration.contains("Total instructions: 2120"),
+        "{iteration}"
+    );
+    assert!(iteration.contains("Total reps: 110"), "{iteration}");
+}
+
+#[test]
+fn collect_writes_the_block_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("loop.c");
+    std::fs::write(
+        &src,
+        "int main(void) { volatile long s = 0; for (long i = 0; i < 100000; i++) s += i; return (int)(s & 1); }\n",
+    )
+    .unwrap();
+    let prog = dir.path().join("loop");
+    let st = std::process::Command::new("gcc")
+        .args(["-g", "-O1", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = bbv()
+        .current_dir(dir.path())
+        .args([
+            "collect",
+            "--bb-out-file",
+            "bb",
+            "--pc-out-file",
+            "pc",
+            "--blocks-out-file",
+            "blocks.tsv",
+            "--interval-size",
+            "100000",
+            "--",
+        ])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let table = std::fs::read_to_string(dir.path().join("blocks.tsv")).unwrap();
+    let pc = std::fs::read_to_string(dir.path().join("pc")).unwrap();
+    let mut lines = table.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "id\timage\toffset\tinstructions\tfunction\tsource\tbytes\tkind"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), pc.lines().count(), "one row per block id");
+    let main: Vec<_> = rows.iter().filter(|r| r[4] == "main").collect();
+    assert!(!main.is_empty());
+    assert!(
+        main.iter()
+            .all(|r| r[1] == "loop" && r[5].starts_with("loop.c:")),
+        "{main:?}"
+    );
+    assert!(rows.iter().any(|r| r[1].starts_with("ld-linux")));
+}

@@ -1,0 +1,118 @@
+//! `summary.txt`: what `bbv run` prints when the guest has ended.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::markers::Profile;
+use crate::rundir::{BlockRow, Marker, Summary};
+
+fn show(m: &Marker) -> String {
+    format!("{}+{} #{}", m.image, m.offset, m.count)
+}
+
+/// The three functions holding the most instructions of an interval, with their shares.
+fn hottest(v: &[(u32, u64)], blocks: &[BlockRow]) -> String {
+    let mut by_fn: HashMap<String, u64> = HashMap::new();
+    let mut total = 0u64;
+    for &(id, x) in v {
+        total += x;
+        let name = match blocks.get((id as usize).wrapping_sub(1)) {
+            Some(b) if b.function != "-" => b.function.clone(),
+            Some(b) => format!("{}+{:#x}", b.image.as_deref().unwrap_or("?"), b.offset),
+            None => format!("block {id}"),
+        };
+        *by_fn.entry(name).or_default() += x;
+    }
+    let mut list: Vec<(String, u64)> = by_fn.into_iter().collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    list.iter()
+        .take(3)
+        .map(|(n, x)| format!("{n} {:.0}%", 100.0 * *x as f64 / total.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The text summary of a finished run directory.
+pub fn summary_text(dir: &Path, s: &Summary, profile: &Profile, blocks: &[BlockRow]) -> String {
+    let mut r = String::new();
+    let n = s.threads.len();
+    let _ = writeln!(
+        r,
+        "instructions: {} in {n} thread{}",
+        s.instructions,
+        if n == 1 { "" } else { "s" }
+    );
+    if n > 1 {
+        for t in &s.threads {
+            let _ = writeln!(r, "  thread {}: {}", t.thread, t.instructions);
+        }
+    }
+    let _ = writeln!(
+        r,
+        "intervals: {} of {} instructions ({})",
+        s.intervals,
+        s.interval,
+        if s.clustered == "all" {
+            "all threads"
+        } else {
+            "main thread"
+        }
+    );
+    if s.intervals == 0 {
+        let _ = writeln!(
+            r,
+            "no complete interval to cluster: the run is shorter than --interval {} (try a smaller one, or --tail)",
+            s.interval
+        );
+        return r;
+    }
+    if s.clustered == "all" {
+        let _ = writeln!(
+            r,
+            "simpoints: in {}/simpoint.simpoints (rows of bb.all: every thread's intervals in thread order); markers are placed for --threads main runs",
+            dir.display()
+        );
+        return r;
+    }
+    let _ = writeln!(
+        r,
+        "simpoints: {} (k chosen by BIC, --max-k {})",
+        s.points.len(),
+        s.max_k
+    );
+    let _ = writeln!(
+        r,
+        "  weight  interval  start instruction  hottest functions"
+    );
+    for p in &s.points {
+        let hot = profile
+            .kept
+            .get(&p.interval)
+            .map(|v| hottest(v, blocks))
+            .unwrap_or_default();
+        let _ = writeln!(
+            r,
+            "  {:6.4}  {:>8}  {:>17}  {hot}",
+            p.weight, p.interval, p.start_instruction
+        );
+        let _ = write!(
+            r,
+            "          start {}  end {}",
+            show(&p.start),
+            show(&p.end)
+        );
+        match &p.warmup {
+            Some(w) => {
+                let _ = writeln!(r, "  warmup {}", show(w));
+            }
+            None => r.push('\n'),
+        }
+    }
+    let _ = writeln!(
+        r,
+        "files: {}/ (summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, bb.out, pc.out, simpoint.*)",
+        dir.display()
+    );
+    r
+}

@@ -1,0 +1,82 @@
+//! bbv-pipeline: bbvkit's main job as a library, so that `bbv run`, `bbv regions` and
+//! `bbv replay` (and later `bbv suite`) share one path.
+//!
+//! * [`run`]: collect a program's BBV under QEMU, cluster it with SimPoint's algorithm, and
+//!   [`finish`] the run directory.
+//! * [`finish`] (`bbv regions DIR`): from a run directory alone, place (PC, count) markers on
+//!   every point's boundaries ([`markers`]) and write the hand-off files ([`regions`]) and
+//!   `summary.json` / `summary.txt`.
+//! * [`replay`]: run the program again watching only the markers, and compare.
+//!
+//! # Design constraints
+//! * A run directory is a contract ([`rundir`]): every file is written through this crate,
+//!   all together or not at all ([`AtomicFiles`]), and everything `bbv regions` needs is in it.
+//! * Errors are [`PipelineError`]; bad input names the file and line.
+
+mod atomic;
+mod job;
+mod job_text;
+pub mod markers;
+pub mod regions;
+mod replay;
+pub mod rundir;
+
+pub use atomic::AtomicFiles;
+pub use job::{cluster_file, finish, run, Finished, RunOutcome, RunRequest};
+pub use replay::{replay, RegionCheck, ReplayOutcome, ReplayReport, ReplayRequest};
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A run-directory file is malformed.
+    #[error("{}:{line}: expected {what}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What was expected.
+        what: String,
+    },
+    /// Input that cannot be used, explained.
+    #[error("{0}")]
+    Invalid(String),
+    /// No block qualified as a marker near a cut.
+    #[error("interval {interval}: no {what} marker: no block of the program's own code (or of a system library other than the loader and the C library's string routines) first ran within 0.5% of an interval after cut {cut}; a longer --interval gives more room")]
+    NoMarker {
+        /// The point's interval.
+        interval: u64,
+        /// start, end, warmup or end-relative.
+        what: String,
+        /// The cut.
+        cut: u64,
+    },
+    /// Collecting failed.
+    #[error(transparent)]
+    Collect(#[from] bbv_collect::CollectError),
+    /// A vector file is malformed.
+    #[error(transparent)]
+    Profile(#[from] bbv_profile::ProfileError),
+    /// Clustering failed.
+    #[error(transparent)]
+    Simpoint(#[from] bbv_simpoint::SimpointError),
+}
+
+impl PipelineError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        PipelineError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

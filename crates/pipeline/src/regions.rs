@@ -1,0 +1,319 @@
+//! Regions a simulator can reach: each simulation point as a start and an end marker (and a
+//! warmup marker), and the files simulators read them from.
+
+use std::io::Write;
+
+use crate::markers::{Placed, Placer, Profile};
+use crate::rundir::{ImageRow, Marker, Point};
+use crate::PipelineError;
+
+/// A simulation point as SimPoint chose it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Chosen {
+    /// Cluster number.
+    pub cluster: usize,
+    /// Interval (0-based).
+    pub interval: u64,
+    /// Weight.
+    pub weight: f64,
+}
+
+/// Where warming starts when it would start before the program's first interval: the main
+/// image's entry point, run once.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// Main image file name.
+    pub image: String,
+    /// Link-time entry address.
+    pub offset: u64,
+}
+
+/// Rounds a warmup in instructions to whole intervals (markers sit on interval cuts); any
+/// warmup asked for is at least one interval.
+pub fn warmup_intervals(warmup: u64, interval: u64) -> u64 {
+    if warmup == 0 {
+        return 0;
+    }
+    (warmup.saturating_add(interval / 2) / interval).max(1)
+}
+
+fn marker(placer: &Placer, p: &Placed) -> Result<Marker, PipelineError> {
+    let row = placer
+        .row(p.block)
+        .ok_or_else(|| PipelineError::Invalid(format!("block {} is not in blocks.tsv", p.block)))?;
+    Ok(Marker {
+        image: row.image.clone().unwrap_or_default(),
+        offset: format!("{:#x}", row.offset),
+        count: p.count,
+    })
+}
+
+/// Builds every point's markers. `labels` = the cluster of each interval.
+pub fn build(
+    placer: &Placer,
+    profile: &Profile,
+    chosen: &[Chosen],
+    labels: &[usize],
+    warmup: u64,
+    interval: u64,
+    entry: Option<&Entry>,
+) -> Result<Vec<Point>, PipelineError> {
+    let n_warm = warmup_intervals(warmup, interval);
+    let mut points = Vec::new();
+    for c in chosen {
+        let i = c.interval;
+        let missing = |j: u64, what: &str| PipelineError::NoMarker {
+            interval: i,
+            what: what.to_string(),
+            cut: j,
+        };
+        let s = placer.place(i).ok_or_else(|| missing(i, "start"))?;
+        let e = placer.place(i + 1).ok_or_else(|| missing(i + 1, "end"))?;
+        let start_position = profile.cut_at(i) + s.delta;
+        let end_position = profile.cut_at(i + 1) + e.delta;
+        let length = end_position.saturating_sub(start_position).max(1);
+        let cluster_instructions: u64 = labels
+            .iter()
+            .zip(&profile.lengths)
+            .filter(|(l, _)| **l == c.cluster)
+            .map(|(_, n)| n)
+            .sum();
+        // The end PC's executions before the start marker: before the cut, plus one if it
+        // already ran between the cut and the start marker (more cannot be told apart).
+        let end_before = placer
+            .executions_before(i, e.block)
+            .ok_or_else(|| missing(i, "end-relative"))?
+            + u64::from(placer.seen_before(i, e.block, s.delta));
+        let (warm, warmup_length) = if n_warm == 0 {
+            (None, 0)
+        } else {
+            // The cut n_warm intervals back, or an earlier one when none of its blocks
+            // qualifies (a little more warming does no harm); the entry point before cut 1.
+            let back = i.checked_sub(n_warm).filter(|&w| w >= 1);
+            let found = back.and_then(|w| {
+                (w.saturating_sub(n_warm).max(1)..=w)
+                    .rev()
+                    .find_map(|w| placer.place(w).map(|p| (w, p)))
+            });
+            match (found, entry) {
+                (Some((w, p)), _) => (
+                    Some(marker(placer, &p)?),
+                    start_position - (profile.cut_at(w) + p.delta),
+                ),
+                (None, Some(entry)) => (
+                    Some(Marker {
+                        image: entry.image.clone(),
+                        offset: format!("{:#x}", entry.offset),
+                        count: 1,
+                    }),
+                    start_position,
+                ),
+                (None, None) => return Err(missing(back.unwrap_or(0), "warmup")),
+            }
+        };
+        points.push(Point {
+            cluster: c.cluster,
+            interval: i,
+            weight: c.weight,
+            start_instruction: profile.cut_at(i),
+            start: marker(placer, &s)?,
+            end: marker(placer, &e)?,
+            warmup: warm,
+            length,
+            start_position,
+            warmup_length,
+            multiplier: cluster_instructions as f64 / length as f64,
+            end_relative: e.count.saturating_sub(end_before),
+        });
+    }
+    Ok(points)
+}
+
+/// The run-time (or, for fixed-address executables, link-time) address of a marker: what
+/// PC-based tools compare against.
+pub fn pc_of(m: &Marker, images: &[ImageRow]) -> Result<u64, PipelineError> {
+    let off = m.offset_value()?;
+    let image = images.iter().find(|i| i.name == m.image);
+    Ok(match image {
+        Some(i) if !i.fixed => i.bias.wrapping_add(off),
+        _ => off,
+    })
+}
+
+/// Region ids as PinPoints numbers them: cluster + 1.
+pub fn region_id(p: &Point) -> usize {
+    p.cluster + 1
+}
+
+/// The PinPoints / LoopPoint `pcregions` CSV (gem5's `LooppointCsvLoader`, Sniper, Pin's
+/// `-pcregions:in`).
+pub fn write_csv(
+    out: &mut impl Write,
+    points: &[Point],
+    images: &[ImageRow],
+) -> Result<(), PipelineError> {
+    let io = |e| PipelineError::io("regions.csv", e);
+    writeln!(out, "# comment,thread-id,region-id,start-pc, start-image-name, start-image-offset, start-pc-count,end-pc, end-image-name, end-image-offset, end-pc-count,end-pc-relative-count, region-length, region-weight, region-multiplier, region-type").map_err(io)?;
+    let k = points.iter().map(region_id).max().unwrap_or(0);
+    for p in points {
+        let r = region_id(p);
+        writeln!(
+            out,
+            "cluster {} from slice {},global,{r},{:#x},{},{},{},{:#x},{},{},{},{},{},{},{},simulation",
+            p.cluster,
+            p.interval,
+            pc_of(&p.start, images)?,
+            p.start.image,
+            p.start.offset,
+            p.start.count,
+            pc_of(&p.end, images)?,
+            p.end.image,
+            p.end.offset,
+            p.end.count,
+            p.end_relative,
+            p.length,
+            p.weight,
+            p.multiplier
+        )
+        .map_err(io)?;
+    }
+    for p in points {
+        let Some(w) = &p.warmup else { continue };
+        let r = region_id(p);
+        writeln!(
+            out,
+            "Warmup for regionid {r},global,{},{:#x},{},{},{},{:#x},{},{},{},0,{},0.0,0.0,warmup:{r}",
+            k + r,
+            pc_of(w, images)?,
+            w.image,
+            w.offset,
+            w.count,
+            pc_of(&p.start, images)?,
+            p.start.image,
+            p.start.offset,
+            p.start.count,
+            p.warmup_length
+        )
+        .map_err(io)?;
+    }
+    Ok(())
+}
+
+fn json_marker(
+    m: &Marker,
+    images: &[ImageRow],
+    count_key: &str,
+) -> Result<serde_json::Value, PipelineError> {
+    let mut v = serde_json::json!({
+        "pc": pc_of(m, images)?,
+        "image": m.image,
+        "offset": m.offset,
+    });
+    v[count_key] = m.count.into();
+    Ok(v)
+}
+
+/// The layout gem5's `LooppointJsonLoader` reads, with bbvkit's own fields beside it.
+pub fn write_json(
+    out: &mut impl Write,
+    points: &[Point],
+    images: &[ImageRow],
+) -> Result<(), PipelineError> {
+    let mut doc = serde_json::Map::new();
+    for p in points {
+        let mut end = json_marker(&p.end, images, "global")?;
+        end["relative"] = p.end_relative.into();
+        let mut region = serde_json::json!({
+            "simulation": {
+                "start": json_marker(&p.start, images, "global")?,
+                "end": end,
+            },
+            "multiplier": p.multiplier,
+            "cluster": p.cluster,
+            "weight": p.weight,
+            "interval": p.interval,
+            "length": p.length,
+        });
+        if let Some(w) = &p.warmup {
+            region["warmup"] = serde_json::json!({
+                "start": json_marker(w, images, "count")?,
+                "end": json_marker(&p.start, images, "count")?,
+                "length": p.warmup_length,
+            });
+        }
+        doc.insert(region_id(p).to_string(), region);
+    }
+    serde_json::to_writer_pretty(&mut *out, &doc)
+        .map_err(|e| PipelineError::io("regions.json", e.into()))?;
+    writeln!(out).map_err(|e| PipelineError::io("regions.json", e))
+}
+
+/// Sniper's region-of-interest controls, one region per line.
+pub fn write_sniper(out: &mut impl Write, points: &[Point]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "# region cluster weight multiplier: Sniper's --trace-args controls (run with -ssimuserroi --roi-script)"
+    )?;
+    for p in points {
+        writeln!(
+            out,
+            "{} {} {} {} -control start:address:{}+{}:count{}:global -control stop:address:{}+{}:count{}:global",
+            region_id(p),
+            p.cluster,
+            p.weight,
+            p.multiplier,
+            p.start.image,
+            p.start.offset,
+            p.start.count,
+            p.end.image,
+            p.end.offset,
+            p.end.count
+        )?;
+    }
+    Ok(())
+}
+
+/// gem5's instructions for the classic SimPoint flow and the marker flow.
+pub fn gem5_readme(
+    program: &str,
+    args: &[String],
+    interval: u64,
+    warmup: u64,
+    count_rep: &str,
+) -> String {
+    let args = args.join(" ");
+    format!(
+        "gem5 hand-off written by bbv (tested against gem5 v24.1's option names)
+
+Program: {program} {args}
+Interval: {interval} instructions; warmup: {warmup} instructions; rep string instructions
+counted per {count_rep}.
+
+1. By markers (recommended: they survive ASLR, environment changes and counting rules).
+   ../regions.json is the layout gem5's LoopPoint loader reads; ../regions.csv the PinPoints
+   CSV. With the gem5 standard library:
+
+     from gem5.resources.looppoint import LooppointJsonLoader
+     looppoint = LooppointJsonLoader(looppoint_file=\"regions.json\")
+     # board.set_se_looppoint_workload(..., looppoint=looppoint) and the
+     # LoopPoint checkpoint / restore example configs of gem5 v24.1
+
+   PCs of position-independent images are the addresses of the profiling run under QEMU;
+   fixed-address (non-PIE, e.g. static) executables give link-time addresses, which is what
+   gem5 SE runs see.
+
+2. By instruction counts (SimPoint checkpoints): simpoints and weights here are SimPoint's
+   files, which gem5 reads line by line:
+
+     build/X86/gem5.opt configs/deprecated/example/se.py --cpu-type=AtomicSimpleCPU \\
+       --take-simpoint-checkpoints=simpoints,weights,{interval},{warmup} \\
+       --cmd={program} --options=\"{args}\"
+     build/X86/gem5.opt configs/deprecated/example/se.py --restore-simpoint-checkpoint \\
+       -r N --checkpoint-dir m5out --cmd={program} --options=\"{args}\"
+
+   gem5 counts instructions its own way (rep string instructions once per iteration, and its
+   own environment), so count-based starts drift; profile with --count-rep iteration to
+   narrow the gap, or use the markers.
+"
+    )
+}

@@ -1,0 +1,425 @@
+//! `bbv replay`: runs the program again under QEMU watching only the markers of a run
+//! directory, and checks that every region starts and ends where the profile says.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use bbv_collect::GuestStatus;
+use serde::Serialize;
+
+use crate::markers::Profile;
+use crate::regions::region_id;
+use crate::rundir::{self, Marker, Summary};
+use crate::{AtomicFiles, PipelineError};
+
+/// What `bbv replay` asks for.
+#[derive(Clone, Debug)]
+pub struct ReplayRequest {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// The program (must be the one profiled).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// QEMU to use instead of the one on PATH.
+    pub qemu: Option<PathBuf>,
+    /// Plugin library to use.
+    pub plugin: Option<PathBuf>,
+    /// Largest |deviation| accepted, in percent.
+    pub tolerance_pct: f64,
+}
+
+/// One region's check.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RegionCheck {
+    /// Region id (cluster + 1).
+    pub id: usize,
+    /// The start marker was reached.
+    pub start_found: bool,
+    /// The end marker was reached.
+    pub end_found: bool,
+    /// Instructions between the markers in the profiling run.
+    pub profile_length: u64,
+    /// Instructions between them in the replay.
+    pub replay_length: Option<u64>,
+    /// 100 x (replay - profile) / profile.
+    pub deviation_pct: Option<f64>,
+    /// L1 distance (0..2) between the replayed region's vector and the chosen interval's,
+    /// both normalised to sum 1, blocks matched by (image, offset).
+    pub bbv_l1: Option<f64>,
+    /// The warmup marker was reached (None: no warmup).
+    pub warmup_found: Option<bool>,
+}
+
+/// The whole check (`validation.json`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ReplayReport {
+    /// Largest |deviation| accepted.
+    pub tolerance_pct: f64,
+    /// Per region.
+    pub regions: Vec<RegionCheck>,
+    /// Instructions of the replay's first thread.
+    pub replay_instructions: u64,
+    /// The profile's first thread.
+    pub profile_instructions: u64,
+}
+
+impl ReplayReport {
+    /// Every marker reached and every deviation within the tolerance.
+    pub fn passed(&self) -> bool {
+        self.regions.iter().all(|r| {
+            r.start_found
+                && r.end_found
+                && r.warmup_found != Some(false)
+                && r.deviation_pct
+                    .is_some_and(|d| d.abs() <= self.tolerance_pct)
+        })
+    }
+
+    /// The table `bbv replay` prints.
+    pub fn table(&self) -> String {
+        let mut s = String::from(
+            "region  start  end  warmup  profile length  replay length  deviation    bbv L1\n",
+        );
+        let yn = |b: bool| if b { "yes" } else { "NO" };
+        for r in &self.regions {
+            let _ = writeln!(
+                s,
+                "{:>6}  {:>5}  {:>3}  {:>6}  {:>14}  {:>13}  {:>9}  {:>8}",
+                r.id,
+                yn(r.start_found),
+                yn(r.end_found),
+                r.warmup_found.map_or("-", yn),
+                r.profile_length,
+                r.replay_length.map_or("-".into(), |n| n.to_string()),
+                r.deviation_pct.map_or("-".into(), |d| format!("{d:+.4}%")),
+                r.bbv_l1.map_or("-".into(), |d| format!("{d:.4}")),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "{} (tolerance {}%)",
+            if self.passed() {
+                "every marker reached, every length within the tolerance"
+            } else {
+                "FAILED: a marker was missed or a length is off"
+            },
+            self.tolerance_pct
+        );
+        s
+    }
+}
+
+/// How the replayed guest ended, and the check.
+pub struct ReplayOutcome {
+    /// The guest's status.
+    pub status: GuestStatus,
+    /// The report, or why none could be made.
+    pub report: Result<ReplayReport, PipelineError>,
+}
+
+/// (image file name, link-time offset): how blocks and markers are matched across runs.
+type Key = (String, u64);
+
+struct Plan {
+    /// Distinct marker instructions: (image, offset, file offset).
+    pcs: Vec<(String, u64, u64)>,
+    /// (pc index, count, event).
+    targets: Vec<(usize, u64, usize)>,
+}
+
+/// Checks the run directory against the program and builds the plugin's marker list.
+/// Events: region r's start = 2r, end = 2r + 1, warmup = 2n + r.
+fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> {
+    let want = s.program.build_id.as_deref();
+    let have = bbv_collect::build_id(program);
+    if have.as_deref() != want {
+        return Err(PipelineError::Invalid(format!(
+            "{}: build id {} differs from the profiled program's {} ({}): not the program of this run",
+            program.display(),
+            have.as_deref().unwrap_or("(none)"),
+            want.unwrap_or("(none)"),
+            dir.join("summary.json").display()
+        )));
+    }
+    let images = rundir::read_images(&dir.join("images.tsv"))?;
+    let mut index: HashMap<Key, usize> = HashMap::new();
+    let mut p = Plan {
+        pcs: Vec::new(),
+        targets: Vec::new(),
+    };
+    let n = s.points.len();
+    let mut add = |m: &Marker, event: usize| -> Result<(), PipelineError> {
+        let off = m.offset_value()?;
+        let key = (m.image.clone(), off);
+        let i = match index.get(&key) {
+            Some(&i) => i,
+            None => {
+                let image = images.iter().find(|i| i.name == m.image).ok_or_else(|| {
+                    PipelineError::Invalid(format!(
+                        "marker image {} is not in {}",
+                        m.image,
+                        dir.join("images.tsv").display()
+                    ))
+                })?;
+                let id = bbv_collect::build_id(&image.path);
+                if id != image.build_id {
+                    return Err(PipelineError::Invalid(format!(
+                        "{}: build id {} differs from the profiled one {}: the library changed since the run",
+                        image.path.display(),
+                        id.as_deref().unwrap_or("(none)"),
+                        image.build_id.as_deref().unwrap_or("(none)")
+                    )));
+                }
+                let file_off = bbv_collect::file_offset(&image.path, off).ok_or_else(|| {
+                    PipelineError::Invalid(format!(
+                        "marker {}+{}: not an address in {}",
+                        m.image,
+                        m.offset,
+                        image.path.display()
+                    ))
+                })?;
+                p.pcs.push((m.image.clone(), off, file_off));
+                index.insert(key, p.pcs.len() - 1);
+                p.pcs.len() - 1
+            }
+        };
+        if m.count == 0 {
+            return Err(PipelineError::Invalid(format!(
+                "marker {}+{}: count 0 (counts start at 1)",
+                m.image, m.offset
+            )));
+        }
+        p.targets.push((i, m.count, event));
+        Ok(())
+    };
+    for (r, pt) in s.points.iter().enumerate() {
+        add(&pt.start, 2 * r)?;
+        add(&pt.end, 2 * r + 1)?;
+        if let Some(w) = &pt.warmup {
+            add(w, 2 * n + r)?;
+        }
+    }
+    Ok(p)
+}
+
+fn write_markers(path: &Path, p: &Plan) -> Result<(), PipelineError> {
+    let mut text = String::new();
+    for (i, (image, _, file_off)) in p.pcs.iter().enumerate() {
+        let _ = writeln!(text, "pc {i} {file_off:x} {image}");
+    }
+    for (i, count, event) in &p.targets {
+        let _ = writeln!(text, "target {i} {count} {event}");
+    }
+    std::fs::write(path, text).map_err(|e| PipelineError::io(path, e))
+}
+
+/// Event -> (position, cumulative instructions per replay block id).
+type Events = HashMap<usize, (u64, Vec<(u32, u64)>)>;
+
+fn read_events(path: &Path) -> Result<Events, PipelineError> {
+    let text = std::fs::read_to_string(path).map_err(|e| PipelineError::io(path, e))?;
+    let mut out = Events::new();
+    // A process killed while appending leaves its last line unfinished.
+    let whole = text.rfind('\n').map_or(0, |i| i + 1);
+    for (n, line) in text[..whole].lines().enumerate() {
+        let bad = || PipelineError::Parse {
+            path: path.into(),
+            line: n + 1,
+            what: "`EVENT POSITION id:count ...`".into(),
+        };
+        let mut f = line.split(' ');
+        let event: usize = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+        let pos: u64 = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+        let mut pairs = Vec::new();
+        for t in f {
+            let (a, b) = t.split_once(':').ok_or_else(bad)?;
+            pairs.push((a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?));
+        }
+        out.entry(event).or_insert((pos, pairs));
+    }
+    Ok(out)
+}
+
+/// L1 distance between two vectors normalised to sum 1.
+fn l1(a: &HashMap<Key, u64>, b: &HashMap<Key, u64>) -> f64 {
+    let (sa, sb) = (
+        a.values().sum::<u64>() as f64,
+        b.values().sum::<u64>() as f64,
+    );
+    if sa == 0.0 || sb == 0.0 {
+        return 2.0;
+    }
+    let mut d = 0.0;
+    for (k, &x) in a {
+        d += (x as f64 / sa - b.get(k).copied().unwrap_or(0) as f64 / sb).abs();
+    }
+    for (k, &y) in b {
+        if !a.contains_key(k) {
+            d += y as f64 / sb;
+        }
+    }
+    d
+}
+
+/// Runs the replay. `Err` = bad input, found before anything ran.
+pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
+    let s = rundir::read_summary(&req.dir)?;
+    if s.points.is_empty() {
+        return Err(PipelineError::Invalid(format!(
+            "{}: the run has no regions to replay (summary.json lists no points)",
+            req.dir.display()
+        )));
+    }
+    let program = bbv_collect::resolve_program(&req.program)?;
+    let plan = plan(&req.dir, &s, &program)?;
+    let blocks = rundir::read_blocks(&req.dir.join("blocks.tsv"))?;
+    let keep: BTreeSet<u64> = s.points.iter().map(|p| p.interval).collect();
+    let profile = Profile::read(
+        &req.dir.join("bb.out"),
+        blocks.len(),
+        &BTreeSet::new(),
+        &keep,
+    )?;
+    let work = tempfile::Builder::new()
+        .prefix(".bbv-replay-")
+        .tempdir()
+        .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
+    let markers = work.path().join("markers");
+    write_markers(&markers, &plan)?;
+    let request = bbv_collect::Request {
+        program: req.program.clone(),
+        args: req.args.clone(),
+        qemu: req.qemu.clone(),
+        plugin: req.plugin.clone(),
+        // One interval that never closes: the counts are cumulative.
+        interval: u64::MAX / 4,
+        exact: false,
+        count_only: true,
+        tail: false,
+        rep_iterations: s.count_rep == "iteration",
+        watch: 0,
+        markers: Some(markers),
+        work_dir: work.path().to_path_buf(),
+    };
+    let outcome = bbv_collect::prepare(request)?.run()?;
+    let report = (|| {
+        let c = outcome.collected?;
+        let events = read_events(&c.dir.path().join("events"))?;
+        let key_of_replay: Vec<Option<Key>> = c
+            .blocks
+            .iter()
+            .map(|b| b.image.map(|i| (c.images[i].name(), b.address)))
+            .collect();
+        let key_of_profile: Vec<Option<Key>> = blocks
+            .iter()
+            .map(|b| b.image.clone().map(|i| (i, b.offset)))
+            .collect();
+        let report = check(
+            &s,
+            req.tolerance_pct,
+            &events,
+            &profile,
+            &key_of_profile,
+            &key_of_replay,
+            c.threads.first().map_or(0, |t| t.instructions),
+        );
+        let mut files = AtomicFiles::default();
+        files.write(&req.dir.join("validation.json"), |w| {
+            serde_json::to_writer_pretty(&mut *w, &report)?;
+            std::io::Write::write_all(w, b"\n")
+        })?;
+        files.commit()?;
+        Ok(report)
+    })();
+    Ok(ReplayOutcome {
+        status: outcome.status,
+        report,
+    })
+}
+
+fn keyed(pairs: &[(u32, u64)], keys: &[Option<Key>]) -> HashMap<Key, u64> {
+    let mut out = HashMap::new();
+    for &(id, n) in pairs {
+        let key = keys
+            .get((id as usize).wrapping_sub(1))
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| (format!("anonymous block {id}"), 0));
+        *out.entry(key).or_default() += n;
+    }
+    out
+}
+
+fn check(
+    s: &Summary,
+    tolerance_pct: f64,
+    events: &Events,
+    profile: &Profile,
+    key_of_profile: &[Option<Key>],
+    key_of_replay: &[Option<Key>],
+    replay_instructions: u64,
+) -> ReplayReport {
+    let n = s.points.len();
+    let regions = s
+        .points
+        .iter()
+        .enumerate()
+        .map(|(r, p)| {
+            let (start, end) = (events.get(&(2 * r)), events.get(&(2 * r + 1)));
+            let replay_length = match (start, end) {
+                (Some(a), Some(b)) if b.0 >= a.0 => Some(b.0 - a.0),
+                _ => None,
+            };
+            let deviation_pct = replay_length
+                .map(|l| 100.0 * (l as f64 - p.length as f64) / p.length.max(1) as f64);
+            let bbv_l1 = match (start, end, profile.kept.get(&p.interval)) {
+                (Some(a), Some(b), Some(v)) => {
+                    let before: HashMap<u32, u64> = a.1.iter().copied().collect();
+                    let diff: Vec<(u32, u64)> =
+                        b.1.iter()
+                            .map(|&(id, c)| (id, c - before.get(&id).copied().unwrap_or(0).min(c)))
+                            .filter(|x| x.1 > 0)
+                            .collect();
+                    Some(l1(&keyed(&diff, key_of_replay), &keyed(v, key_of_profile)))
+                }
+                _ => None,
+            };
+            RegionCheck {
+                id: region_id(p),
+                start_found: start.is_some(),
+                end_found: end.is_some(),
+                profile_length: p.length,
+                replay_length,
+                deviation_pct,
+                bbv_l1,
+                warmup_found: p.warmup.as_ref().map(|_| events.contains_key(&(2 * n + r))),
+            }
+        })
+        .collect();
+    ReplayReport {
+        tolerance_pct,
+        regions,
+        replay_instructions,
+        profile_instructions: s.threads.first().map_or(0, |t| t.instructions),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn l1_of_normalised_vectors() {
+        let k = |s: &str| (s.to_string(), 0u64);
+        let a: HashMap<Key, u64> = [(k("x"), 10), (k("y"), 30)].into();
+        let b: HashMap<Key, u64> = [(k("x"), 1), (k("y"), 3)].into();
+        assert!(l1(&a, &b) < 1e-12, "same shares");
+        let c: HashMap<Key, u64> = [(k("z"), 5)].into();
+        assert!((l1(&a, &c) - 2.0).abs() < 1e-12, "disjoint");
+        let d: HashMap<Key, u64> = [(k("x"), 20), (k("y"), 20)].into();
+        assert!((l1(&a, &d) - 0.5).abs() < 1e-12);
+    }
+}

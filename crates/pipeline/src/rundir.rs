@@ -1,0 +1,410 @@
+//! The run directory: every file `bbv run` leaves, read back by `bbv regions` and `bbv replay`.
+//!
+//! | file | what |
+//! |---|---|
+//! | `bb.out`, `bb.out.N` | thread 1's (thread N's) vectors, exp-bbv's format |
+//! | `pc.out` | exp-bbv's PC file |
+//! | `blocks.tsv` | one row per block id: image, link-time offset, instructions, function, source, bytes, kind |
+//! | `images.tsv` | one row per image: name, path, fixed (non-PIE) or not, build id, load bias |
+//! | `marks.out` | per cut of thread 1: the blocks first run in the 0.5% of an interval after it |
+//! | `simpoint.*` | SimPoint's simpoints, weights and labels |
+//! | `summary.json`, `summary.txt` | the run's facts and points with their markers |
+//! | `regions.*`, `gem5/`, `nemu/` | the hand-off files ([`crate::regions`]) |
+//! | `validation.json` | the last `bbv replay`'s report |
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::PipelineError;
+
+/// Version of the run-directory layout written by this bbv.
+pub const LAYOUT: u32 = 2;
+
+/// `summary.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    /// [`LAYOUT`] of the bbv that wrote it.
+    pub layout: u32,
+    /// Instructions of every thread.
+    pub instructions: u64,
+    /// Per thread, in creation order.
+    pub threads: Vec<ThreadTotal>,
+    /// Instructions per interval.
+    pub interval: u64,
+    /// Intervals clustered.
+    pub intervals: u64,
+    /// Clusters chosen (0 when there was nothing to cluster).
+    pub k: usize,
+    /// Largest k the search tried.
+    pub max_k: usize,
+    /// QEMU's version.
+    pub qemu: String,
+    /// The program profiled.
+    pub program: Program,
+    /// `instance` (exp-bbv) or `iteration` (gem5, Pin).
+    pub count_rep: String,
+    /// Intervals cut at exactly the interval size (`--exact`).
+    pub exact: bool,
+    /// Which threads were clustered: `main` or `all`.
+    pub clustered: String,
+    /// Warmup instructions asked for before each region (0 = none).
+    pub warmup: u64,
+    /// The simulation points, heaviest first.
+    pub points: Vec<Point>,
+}
+
+/// One thread's total.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ThreadTotal {
+    /// 1 = main thread, then creation order.
+    pub thread: u32,
+    /// Instructions it ran.
+    pub instructions: u64,
+}
+
+/// The profiled program.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Program {
+    /// Its path.
+    pub path: String,
+    /// Its GNU build id (hex), which `bbv replay` checks.
+    pub build_id: Option<String>,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+/// A marker: the `count`-th execution (since the program started, over every thread) of the
+/// instruction at `offset` (link-time address) in the image named `image`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Marker {
+    /// File name of the image.
+    pub image: String,
+    /// Link-time address in it, `0x...`.
+    pub offset: String,
+    /// Execution count.
+    pub count: u64,
+}
+
+impl Marker {
+    /// The offset as a number.
+    pub fn offset_value(&self) -> Result<u64, PipelineError> {
+        self.offset
+            .strip_prefix("0x")
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .ok_or_else(|| {
+                PipelineError::Invalid(format!(
+                    "marker offset {:?} is not a 0x-prefixed hex number",
+                    self.offset
+                ))
+            })
+    }
+}
+
+/// A simulation point and the markers that delimit it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Point {
+    /// SimPoint's cluster number.
+    pub cluster: usize,
+    /// The chosen interval (0-based, thread 1's).
+    pub interval: u64,
+    /// SimPoint's weight.
+    pub weight: f64,
+    /// Instructions before the interval in the profiling run.
+    pub start_instruction: u64,
+    /// Where simulation starts.
+    pub start: Marker,
+    /// Where it ends.
+    pub end: Marker,
+    /// Where warming starts (None: no warmup asked for).
+    pub warmup: Option<Marker>,
+    /// Instructions from the start marker to the end marker in the profiling run.
+    pub length: u64,
+    /// Instructions before the start marker in the profiling run.
+    pub start_position: u64,
+    /// Instructions from the warmup marker to the start marker (approximate when the warmup
+    /// starts at the program's entry point).
+    pub warmup_length: u64,
+    /// Instructions of the cluster's intervals over `length`.
+    pub multiplier: f64,
+    /// Executions of the end marker's instruction after the start marker (PinPoints'
+    /// end-pc-relative-count).
+    pub end_relative: u64,
+}
+
+/// Reads `DIR/summary.json`, refusing directories of older bbv versions.
+pub fn read_summary(dir: &Path) -> Result<Summary, PipelineError> {
+    let path = dir.join("summary.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let why = if dir.join("summary.txt").exists() {
+                "it was written by an older bbv (no summary.json); run `bbv run` again"
+            } else {
+                "not a `bbv run` output directory (no summary.json)"
+            };
+            return Err(PipelineError::Invalid(format!("{}: {why}", dir.display())));
+        }
+        Err(e) => return Err(PipelineError::io(&path, e)),
+    };
+    let layout = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("layout").and_then(|l| l.as_u64()));
+    match layout {
+        Some(l) if l == u64::from(LAYOUT) => {}
+        Some(l) => {
+            return Err(PipelineError::Invalid(format!(
+                "{}: layout {l}, but this bbv reads layout {LAYOUT}; run `bbv run` again",
+                path.display()
+            )))
+        }
+        None => {}
+    }
+    serde_json::from_str(&text).map_err(|e| PipelineError::Parse {
+        path: path.clone(),
+        line: e.line(),
+        what: e.to_string(),
+    })
+}
+
+/// Writes `summary.json`.
+pub fn write_summary(out: &mut impl Write, s: &Summary) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, s)?;
+    out.write_all(b"\n")
+}
+
+/// A row of `blocks.tsv`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockRow {
+    /// Block id.
+    pub id: u32,
+    /// Image file name (None: anonymous code).
+    pub image: Option<String>,
+    /// Link-time address in the image.
+    pub offset: u64,
+    /// Instructions.
+    pub instructions: u64,
+    /// Function (`-` when unknown).
+    pub function: String,
+    /// Byte span.
+    pub bytes: u64,
+    /// Starts with a rep string instruction.
+    pub rep: bool,
+    /// Translated with several lengths.
+    pub varies: bool,
+}
+
+/// A row of `images.tsv`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageRow {
+    /// File name.
+    pub name: String,
+    /// Path when profiled.
+    pub path: PathBuf,
+    /// Linked at a fixed address (not PIE).
+    pub fixed: bool,
+    /// GNU build id.
+    pub build_id: Option<String>,
+    /// Run-time minus link-time address in the profiling run.
+    pub bias: u64,
+}
+
+/// Calls `each(line number, line)` for every line of `path`, streaming.
+fn for_lines(
+    path: &Path,
+    mut each: impl FnMut(usize, &str) -> Result<(), PipelineError>,
+) -> Result<(), PipelineError> {
+    let file = std::fs::File::open(path).map_err(|e| PipelineError::io(path, e))?;
+    let mut reader = BufReader::new(file);
+    let mut line = String::new();
+    let mut n = 0;
+    loop {
+        line.clear();
+        if reader
+            .read_line(&mut line)
+            .map_err(|e| PipelineError::io(path, e))?
+            == 0
+        {
+            return Ok(());
+        }
+        n += 1;
+        each(n, line.trim_end_matches(['\n', '\r']))?;
+    }
+}
+
+fn parse_error(path: &Path, line: usize, what: &str) -> PipelineError {
+    PipelineError::Parse {
+        path: path.into(),
+        line,
+        what: what.into(),
+    }
+}
+
+fn hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s.strip_prefix("0x")?, 16).ok()
+}
+
+/// Reads `blocks.tsv`: rows must hold ids 1, 2, ... in order.
+pub fn read_blocks(path: &Path) -> Result<Vec<BlockRow>, PipelineError> {
+    let mut rows = Vec::new();
+    for_lines(path, |n, line| {
+        let bad = |what: &str| parse_error(path, n, what);
+        if n == 1 {
+            if !line.starts_with("id\timage\toffset\tinstructions") {
+                return Err(bad("the header line `id\timage\toffset\tinstructions...`"));
+            }
+            return Ok(());
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() != 8 {
+            return Err(bad("8 tab-separated columns"));
+        }
+        let id: u32 = f[0].parse().map_err(|_| bad("a block id"))?;
+        if id as usize != rows.len() + 1 {
+            return Err(bad("block ids 1, 2, ... in order"));
+        }
+        rows.push(BlockRow {
+            id,
+            image: (f[1] != "-").then(|| f[1].to_string()),
+            offset: hex(f[2]).ok_or_else(|| bad("a 0x-prefixed hex offset"))?,
+            instructions: f[3]
+                .parse()
+                .ok()
+                .filter(|&n: &u64| n > 0)
+                .ok_or_else(|| bad("a positive instruction count"))?,
+            function: f[4].to_string(),
+            bytes: f[6].parse().map_err(|_| bad("a byte count"))?,
+            rep: f[7] == "rep",
+            varies: match f[7] {
+                "varies" => true,
+                "-" | "rep" => false,
+                _ => return Err(bad("kind -, rep or varies")),
+            },
+        });
+        Ok(())
+    })?;
+    Ok(rows)
+}
+
+/// Writes `images.tsv`.
+pub fn write_images(out: &mut impl Write, images: &[ImageRow]) -> std::io::Result<()> {
+    writeln!(out, "image\tpath\tlinked\tbuild_id\tload_bias")?;
+    for i in images {
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{:#x}",
+            i.name,
+            i.path.display(),
+            if i.fixed { "fixed" } else { "pie" },
+            i.build_id.as_deref().unwrap_or("-"),
+            i.bias
+        )?;
+    }
+    Ok(())
+}
+
+/// Reads `images.tsv`.
+pub fn read_images(path: &Path) -> Result<Vec<ImageRow>, PipelineError> {
+    let mut rows = Vec::new();
+    for_lines(path, |n, line| {
+        let bad = |what: &str| parse_error(path, n, what);
+        if n == 1 {
+            if !line.starts_with("image\tpath") {
+                return Err(bad(
+                    "the header line `image\tpath\tlinked\tbuild_id\tload_bias`",
+                ));
+            }
+            return Ok(());
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() != 5 || f[0].is_empty() {
+            return Err(bad("5 tab-separated columns"));
+        }
+        rows.push(ImageRow {
+            name: f[0].to_string(),
+            path: PathBuf::from(f[1]),
+            fixed: match f[2] {
+                "fixed" => true,
+                "pie" => false,
+                _ => return Err(bad("`fixed` or `pie`")),
+            },
+            build_id: (f[3] != "-").then(|| f[3].to_string()),
+            bias: hex(f[4]).ok_or_else(|| bad("a 0x-prefixed hex load bias"))?,
+        });
+        Ok(())
+    })?;
+    Ok(rows)
+}
+
+/// The blocks first run after one cut of thread 1 (a line of `marks.out`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Intervals before the cut.
+    pub index: u64,
+    /// Instructions before the cut.
+    pub cut_at: u64,
+    /// (block id, instructions between the cut and the block's first execution after it).
+    pub events: Vec<(u32, u64)>,
+}
+
+/// Reads `marks.out`.
+pub fn read_windows(path: &Path) -> Result<Vec<Window>, PipelineError> {
+    let mut out: Vec<Window> = Vec::new();
+    for_lines(path, |n, line| {
+        let bad = |what: &str| parse_error(path, n, what);
+        let mut f = line.split(' ');
+        let mut num = || f.next().and_then(|s| s.parse::<u64>().ok());
+        let (Some(index), Some(cut_at)) = (num(), num()) else {
+            return Err(bad("`INDEX CUT id:delta ...`"));
+        };
+        if out.last().is_some_and(|w| w.index >= index) {
+            return Err(bad("cut indexes in increasing order"));
+        }
+        let mut events = Vec::new();
+        for tok in f {
+            let (id, d) = tok
+                .split_once(':')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                .ok_or_else(|| bad("`id:delta` pairs"))?;
+            events.push((id, d));
+        }
+        out.push(Window {
+            index,
+            cut_at,
+            events,
+        });
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Thread N's vector file in a run directory.
+pub fn thread_file(dir: &Path, number: u32) -> PathBuf {
+    if number == 1 {
+        dir.join("bb.out")
+    } else {
+        dir.join(format!("bb.out.{number}"))
+    }
+}
+
+/// Reads SimPoint's `VALUE INDEX` lines (or `LABEL DISTANCE`: the second number's value is
+/// not kept then, so any number is accepted).
+pub fn read_pairs<T: std::str::FromStr>(path: &Path) -> Result<Vec<(T, usize)>, PipelineError> {
+    let mut out = Vec::new();
+    for_lines(path, |n, l| {
+        let mut f = l.split_whitespace();
+        let v = f.next().and_then(|s| s.parse().ok());
+        let i = f.next().and_then(|s| {
+            s.parse()
+                .ok()
+                .or_else(|| s.parse::<f64>().ok().filter(|x| x.is_finite()).map(|_| 0))
+        });
+        out.push(
+            v.zip(i)
+                .ok_or_else(|| parse_error(path, n, "`VALUE INDEX`"))?,
+        );
+        Ok(())
+    })?;
+    Ok(out)
+}
