@@ -244,8 +244,16 @@ impl<'a> Placer<'a> {
         let cumulative = self.profile.cumulative.get(&j)?;
         let used = self.profile.used_after.get(&j)?;
         let mut best: Option<((u8, u64, u64), Placed)> = None;
+        // Program start: the loader runs first and is never a marker, so the first region
+        // starts at the earliest qualifying block after it (its length is measured from there).
+        let start = j == 0;
+        let tolerance = if start {
+            self.tolerance * 100
+        } else {
+            self.tolerance
+        };
         for &(id, delta) in &window.events {
-            if delta > self.tolerance {
+            if delta > tolerance {
                 break;
             }
             let Some(b) = self.block(id) else { continue };
@@ -266,7 +274,11 @@ impl<'a> Placer<'a> {
             ) else {
                 continue;
             };
-            let key = (tier, total, delta);
+            let key = if start {
+                (tier, delta, total)
+            } else {
+                (tier, total, delta)
+            };
             if best.as_ref().is_none_or(|(k, _)| key < *k) {
                 best = Some((
                     key,

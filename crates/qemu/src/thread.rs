@@ -46,6 +46,10 @@ struct Thread {
 /// Most blocks recorded after one cut: enough choice for a marker in the program's own code
 /// even when the cut falls in library code.
 const WATCH_BLOCKS: usize = 128;
+/// At program start the dynamic loader runs first, and its blocks are never markers: the
+/// first window reaches further (this many times `span`) and keeps more blocks.
+const START_REACH: u64 = 100;
+const START_BLOCKS: usize = 8192;
 
 /// The blocks first run in the `cfg.watch` instructions after the thread's latest cut; the
 /// host places (PC, count) markers of interval boundaries on them (see `bbv-pipeline`).
@@ -57,6 +61,8 @@ struct Watch {
     cut_at: u64,
     end: u64,
     seen: Vec<u32>,
+    /// Blocks kept in this window.
+    cap: usize,
     line: String,
     file: Option<File>,
 }
@@ -69,6 +75,7 @@ impl Watch {
             cut_at: 0,
             end: 0,
             seen: Vec::new(),
+            cap: WATCH_BLOCKS,
             line: String::new(),
             file,
         };
@@ -84,7 +91,13 @@ impl Watch {
         }
         self.open = true;
         self.cut_at = cut_at;
-        self.end = cut_at + self.span;
+        let (reach, cap) = if index == 0 {
+            (START_REACH, START_BLOCKS)
+        } else {
+            (1, WATCH_BLOCKS)
+        };
+        self.end = cut_at + self.span * reach;
+        self.cap = cap;
         self.seen.clear();
         self.line.clear();
         use std::fmt::Write as _;
@@ -94,7 +107,7 @@ impl Watch {
     /// A block starts after `before` instructions of the thread.
     #[inline]
     fn see(&mut self, tb: &TbInfo, before: u64) {
-        if before >= self.end || self.seen.len() >= WATCH_BLOCKS {
+        if before >= self.end || self.seen.len() >= self.cap {
             return self.close();
         }
         if tb.rep_first || self.seen.contains(&tb.id) {
