@@ -35,12 +35,8 @@ pub struct GuestArgs {
     /// Also write the last, partial interval (exp-bbv drops it).
     #[arg(long)]
     pub tail: bool,
-    /// QEMU user-mode executable (default: qemu-<isa> from PATH, chosen from the ELF header).
-    #[arg(long, value_name = "PATH")]
-    pub qemu: Option<PathBuf>,
-    /// The plugin library (default: $BBV_PLUGIN, else libbbv_qemu.so next to bbv).
-    #[arg(long, value_name = "PATH")]
-    pub plugin: Option<PathBuf>,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
     /// Count a rep string instruction once per instance (exp-bbv's rule) or once per
     /// iteration (gem5's and Pin's, so that instruction counts handed to them match better).
     #[arg(long = "count-rep", value_name = "instance|iteration", default_value = "instance",
@@ -57,6 +53,17 @@ pub struct GuestArgs {
         value_name = "PROG ARGS"
     )]
     pub command: Vec<OsString>,
+}
+
+/// Which QEMU and plugin run the guest (`collect`, `run`, `replay`).
+#[derive(clap::Args, Debug)]
+pub struct LaunchArgs {
+    /// QEMU user-mode executable (default: qemu-<isa> from PATH, chosen from the ELF header).
+    #[arg(long, value_name = "PATH")]
+    pub qemu: Option<PathBuf>,
+    /// The plugin library (default: $BBV_PLUGIN, else libbbv_qemu.so next to bbv).
+    #[arg(long, value_name = "PATH")]
+    pub plugin: Option<PathBuf>,
 }
 
 /// `bbv collect`: exp-bbv's options, defaults and files.
@@ -119,8 +126,8 @@ fn request(
     Ok(Request {
         program: program.to_string(),
         args: args.to_vec(),
-        qemu: g.qemu.clone(),
-        plugin: g.plugin.clone(),
+        qemu: g.launch.qemu.clone(),
+        plugin: g.launch.plugin.clone(),
         interval,
         exact: g.exact,
         count_only,

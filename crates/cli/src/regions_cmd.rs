@@ -27,12 +27,8 @@ pub struct ReplayArgs {
     /// Largest |deviation| of a region's length accepted, in percent.
     #[arg(long, value_name = "PCT", default_value_t = 1.0)]
     pub tolerance: f64,
-    /// QEMU user-mode executable (default: qemu-<isa> from PATH).
-    #[arg(long, value_name = "PATH")]
-    pub qemu: Option<PathBuf>,
-    /// The plugin library (default: $BBV_PLUGIN, else libbbv_qemu.so next to bbv).
-    #[arg(long, value_name = "PATH")]
-    pub plugin: Option<PathBuf>,
+    #[command(flatten)]
+    pub launch: crate::collect_cmd::LaunchArgs,
     /// The program and its arguments (the one profiled).
     #[arg(
         required = true,
@@ -66,8 +62,8 @@ pub fn replay(a: ReplayArgs) -> Result<u8> {
         dir: a.dir.clone(),
         program: program.to_string(),
         args: args.to_vec(),
-        qemu: a.qemu,
-        plugin: a.plugin,
+        qemu: a.launch.qemu,
+        plugin: a.launch.plugin,
         tolerance_pct: a.tolerance,
     };
     let outcome = bbv_pipeline::replay(&req)?;

@@ -39,7 +39,7 @@ fn build(dir: &Path, cc: &str, src: &str, name: &str, flags: &[&str]) -> PathBuf
 }
 
 /// A freestanding assembly program (no libc), linked statically.
-fn build_static(dir: &Path, cc: &str, src: &str, name: &str) -> PathBuf {
+pub(crate) fn build_static(dir: &Path, cc: &str, src: &str, name: &str) -> PathBuf {
     build(dir, cc, src, name, &["-nostdlib", "-static"])
 }
 

@@ -286,14 +286,7 @@ fn bad_input(dir: &Path, run: &Path, inp: &Path) {
 #[test]
 fn rep_iterations_count_when_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let prog = dir.path().join("rep");
-    let st = std::process::Command::new("gcc")
-        .args(["-nostdlib", "-static", "-o"])
-        .arg(&prog)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/x86_64_rep.S"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let prog = crate::collect_cli::build_static(dir.path(), "gcc", "x86_64_rep.S", "rep");
     let count = |mode: &str| -> String {
         let out = bbv()
             .current_dir(dir.path())

@@ -82,16 +82,69 @@ impl Isa {
     }
 }
 
-/// Function symbols of one file and its file-offset to address mapping.
-pub struct ModuleSymbols {
-    /// The file.
-    pub path: PathBuf,
+/// What an ELF file's headers say: how it is linked, its build id, entry point and segments.
+/// Read once per file (`bbv replay` needs all of it for every marker image).
+#[derive(Clone, Debug, Default)]
+pub struct ElfFacts {
     /// An executable linked at a fixed address (ELF type EXEC), not position-independent.
     pub fixed: bool,
     /// The GNU build id, in hex, if the file has one.
     pub build_id: Option<String>,
+    /// The link-time entry address.
+    pub entry: u64,
     /// (file offset, size, virtual address) of each loadable segment.
     segments: Vec<(u64, u64, u64)>,
+}
+
+impl ElfFacts {
+    /// Reads `path`; None if it cannot be read or is not an object file.
+    pub fn read(path: &Path) -> Option<ElfFacts> {
+        let data = std::fs::read(path).ok()?;
+        Some(ElfFacts::of(&object::File::parse(&*data).ok()?))
+    }
+
+    fn of(file: &object::File) -> ElfFacts {
+        ElfFacts {
+            fixed: file.kind() == object::ObjectKind::Executable,
+            build_id: hex_build_id(file),
+            entry: file.entry(),
+            segments: file
+                .segments()
+                .map(|seg| (seg.file_range(), seg.address()))
+                .filter(|&((_, size), _)| size > 0)
+                .map(|((off, size), a)| (off, size, a))
+                .collect(),
+        }
+    }
+
+    /// The link-time address of a file offset (the offset itself if no segment covers it).
+    pub fn address(&self, offset: u64) -> u64 {
+        self.segments
+            .iter()
+            .find(|&&(o, s, _)| offset >= o && offset < o + s)
+            .map_or(offset, |&(o, _, a)| offset - o + a)
+    }
+
+    /// The file offset of link-time address `addr` (the inverse of [`Self::address`]).
+    pub fn file_offset(&self, addr: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(_, s, a)| addr >= a && addr < a + s)
+            .map(|&(o, _, a)| addr - a + o)
+    }
+}
+
+fn hex_build_id(file: &object::File) -> Option<String> {
+    let id = file.build_id().ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Function symbols of one file and its file-offset to address mapping.
+pub struct ModuleSymbols {
+    /// The file.
+    pub path: PathBuf,
+    /// Its headers.
+    pub facts: ElfFacts,
     /// (address, size, name), sorted by address.
     functions: Vec<(u64, u64, String)>,
 }
@@ -102,9 +155,7 @@ impl ModuleSymbols {
     pub fn load(path: &Path) -> ModuleSymbols {
         let mut m = ModuleSymbols {
             path: path.into(),
-            fixed: false,
-            build_id: None,
-            segments: Vec::new(),
+            facts: ElfFacts::default(),
             functions: Vec::new(),
         };
         let Ok(data) = std::fs::read(path) else {
@@ -113,19 +164,8 @@ impl ModuleSymbols {
         let Ok(file) = object::File::parse(&*data) else {
             return m;
         };
-        m.fixed = file.kind() == object::ObjectKind::Executable;
-        m.build_id = file
-            .build_id()
-            .ok()
-            .flatten()
-            .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
-        for seg in file.segments() {
-            let (off, size) = seg.file_range();
-            if size > 0 {
-                m.segments.push((off, size, seg.address()));
-            }
-        }
-        let debug = m.build_id.as_deref().and_then(detached_debug);
+        m.facts = ElfFacts::of(&file);
+        let debug = m.facts.build_id.as_deref().and_then(detached_debug);
         let debug_file = debug.as_deref().and_then(|d| object::File::parse(d).ok());
         let extra = debug_file.iter().flat_map(|f| f.symbols());
         for sym in file.symbols().chain(file.dynamic_symbols()).chain(extra) {
@@ -154,10 +194,7 @@ impl ModuleSymbols {
 
     /// The link-time address of a file offset (the offset itself if no segment covers it).
     pub fn address(&self, offset: u64) -> u64 {
-        self.segments
-            .iter()
-            .find(|&&(o, s, _)| offset >= o && offset < o + s)
-            .map_or(offset, |&(o, _, a)| offset - o + a)
+        self.facts.address(offset)
     }
 
     /// The function containing `addr`, if the symbol tables say.
@@ -195,11 +232,7 @@ pub fn source_lines(path: &Path, addrs: &[u64]) -> Vec<Option<String>> {
     let Ok(file) = object::File::parse(&*data) else {
         return none();
     };
-    let id: Option<String> = file
-        .build_id()
-        .ok()
-        .flatten()
-        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    let id = hex_build_id(&file);
     let has_lines = |f: &object::File| f.section_by_name(".debug_line").is_some();
     if has_lines(&file) {
         return lines_from(&file, addrs).unwrap_or_else(none);
@@ -281,32 +314,6 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
             p.metadata()
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
-}
-
-/// The link-time entry address of an ELF file.
-pub fn entry_point(path: &Path) -> Option<u64> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    Some(file.entry())
-}
-
-/// The GNU build id (hex) of an ELF file.
-pub fn build_id(path: &Path) -> Option<String> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    let id = file.build_id().ok()??;
-    Some(id.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// The file offset of link-time address `addr` (inverse of [`ModuleSymbols::address`]).
-pub fn file_offset(path: &Path, addr: u64) -> Option<u64> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    file.segments().find_map(|seg| {
-        let (off, size) = seg.file_range();
-        let a = seg.address();
-        (addr >= a && addr < a + size).then(|| addr - a + off)
-    })
 }
 
 /// QEMU's version, from `QEMU --version` (`qemu-x86_64 version 7.2.22 (...)`).

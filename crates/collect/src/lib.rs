@@ -17,10 +17,7 @@ mod pattern;
 mod state;
 mod table;
 
-pub use elf::{
-    build_id, entry_point, file_offset, find_on_path, qemu_version, resolve_program, Isa,
-    ModuleSymbols,
-};
+pub use elf::{find_on_path, qemu_version, resolve_program, ElfFacts, Isa, ModuleSymbols};
 pub use error::CollectError;
 pub use pattern::expand;
 pub use table::{write_blocks_tsv, write_pc, Block, Image};

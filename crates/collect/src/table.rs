@@ -123,8 +123,8 @@ pub(crate) fn read_blocks(path: &Path) -> Result<(Vec<Block>, Vec<Image>), Colle
                             let a = m.address(offset);
                             images.push(Image {
                                 path: m.path.clone(),
-                                fixed: m.fixed,
-                                build_id: m.build_id.clone(),
+                                fixed: m.facts.fixed,
+                                build_id: m.facts.build_id.clone(),
                                 bias: vaddr.wrapping_sub(a),
                             });
                             e.insert((m, images.len() - 1))

@@ -145,7 +145,7 @@ fn run_facts(
         qemu,
         program: Program {
             path: program.display().to_string(),
-            build_id: bbv_collect::build_id(program),
+            build_id: bbv_collect::ElfFacts::read(program).and_then(|f| f.build_id),
             args: r
                 .args
                 .iter()
@@ -379,7 +379,7 @@ fn main_entry(s: &Summary, images: &[ImageRow]) -> Option<Entry> {
     images.iter().find(|i| i.name == name)?;
     Some(Entry {
         image: name,
-        offset: bbv_collect::entry_point(path)?,
+        offset: bbv_collect::ElfFacts::read(path)?.entry,
     })
 }
 

@@ -245,13 +245,10 @@ impl<'a> Placer<'a> {
         let used = self.profile.used_after.get(&j)?;
         let mut best: Option<((u8, u64, u64), Placed)> = None;
         // Program start: the loader runs first and is never a marker, so the first region
-        // starts at the earliest qualifying block after it (its length is measured from there).
+        // starts at the earliest qualifying block after it (its length is measured from there);
+        // how far that window reaches is the plugin's choice (bbv-qemu's START_REACH).
         let start = j == 0;
-        let tolerance = if start {
-            self.tolerance * 100
-        } else {
-            self.tolerance
-        };
+        let tolerance = if start { u64::MAX } else { self.tolerance };
         for &(id, delta) in &window.events {
             if delta > tolerance {
                 break;

@@ -134,7 +134,7 @@ struct Plan {
 /// Events: region r's start = 2r, end = 2r + 1, warmup = 2n + r.
 fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> {
     let want = s.program.build_id.as_deref();
-    let have = bbv_collect::build_id(program);
+    let have = bbv_collect::ElfFacts::read(program).and_then(|f| f.build_id);
     if have.as_deref() != want {
         return Err(PipelineError::Invalid(format!(
             "{}: build id {} differs from the profiled program's {} ({}): not the program of this run",
@@ -164,7 +164,8 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> 
                         dir.join("images.tsv").display()
                     ))
                 })?;
-                let id = bbv_collect::build_id(&image.path);
+                let facts = bbv_collect::ElfFacts::read(&image.path).unwrap_or_default();
+                let id = facts.build_id.clone();
                 if id != image.build_id {
                     return Err(PipelineError::Invalid(format!(
                         "{}: build id {} differs from the profiled one {}: the library changed since the run",
@@ -173,7 +174,7 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> 
                         image.build_id.as_deref().unwrap_or("(none)")
                     )));
                 }
-                let file_off = bbv_collect::file_offset(&image.path, off).ok_or_else(|| {
+                let file_off = facts.file_offset(off).ok_or_else(|| {
                     PipelineError::Invalid(format!(
                         "marker {}+{}: not an address in {}",
                         m.image,
