@@ -46,8 +46,9 @@ pub enum BenchCommand {
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
     },
-    /// CPU collection: native, bare QEMU, bbv collect (default and --exact) and valgrind's
-    /// exp-bbv on xz -9, bzip2 -9, gzip -9 and a python3 loop; median slowdowns and ratios.
+    /// CPU collection: native, bare QEMU, bbv collect (default and --exact), valgrind's
+    /// exp-bbv and bbv replay on xz -9, bzip2 -9, gzip -9 and a python3 loop; median slowdowns
+    /// and ratios.
     Collect {
         /// Runs per cell (the median is printed).
         #[arg(long, default_value_t = 3)]
@@ -56,6 +57,19 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
         /// Where to write the generated inputs (removed afterwards).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
+    /// `bbv regions DIR` on real runs recorded with an interval that gives at least --intervals
+    /// intervals (gzip -9, xz -6 and a python3 script): median time, peak memory, reading speed.
+    Regions {
+        /// Intervals each recorded run must reach.
+        #[arg(long, default_value_t = 10_000)]
+        intervals: u64,
+        /// Runs of `bbv regions` per program (the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to record the runs (a temporary folder is made and removed there).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
     },
@@ -76,10 +90,10 @@ pub enum BenchCommand {
     },
 }
 
-struct Measure {
-    wall: f64,
-    cpu: f64,
-    max_rss_mb: f64,
+pub(crate) struct Measure {
+    pub wall: f64,
+    pub cpu: f64,
+    pub max_rss_mb: f64,
 }
 
 /// Runs `bbv simpoint ARGS` as a child process and measures it with wait4's resource usage.
@@ -90,13 +104,19 @@ fn measure(args: &[String]) -> Result<Measure> {
 }
 
 /// Runs `bbv ARGS` as a child process and measures it with wait4's resource usage.
-fn measure_bbv(args: &[String]) -> Result<Measure> {
+pub(crate) fn measure_bbv(args: &[String]) -> Result<Measure> {
+    measure_bbv_with(args, Stdio::inherit())
+}
+
+/// As [`measure_bbv`], with the child's stderr going to `stderr` (commands that print their
+/// summary there).
+pub(crate) fn measure_bbv_with(args: &[String], stderr: Stdio) -> Result<Measure> {
     let exe = std::env::current_exe().context("cannot find the bbv binary")?;
     let start = Instant::now();
     let child = Command::new(exe)
         .args(args)
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .context("cannot start bbv")?;
     let mut status = 0;
@@ -360,6 +380,11 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Cc { runs, dir } => crate::bench_cc::run(runs, &dir),
         BenchCommand::Collect { runs, scale, dir } => crate::bench_collect::run(runs, &dir, scale),
+        BenchCommand::Regions {
+            intervals,
+            runs,
+            dir,
+        } => crate::bench_regions::run(intervals, runs, &dir),
         BenchCommand::Gpu {
             mb,
             kernels,

@@ -1,5 +1,6 @@
-//! `bbv bench collect`: native, bare QEMU, `bbv collect` (default and --exact) and valgrind's
-//! exp-bbv side by side on real programs, with median slowdowns and the ratios of the targets.
+//! `bbv bench collect`: native, bare QEMU, `bbv collect` (default and --exact), `bbv replay` and
+//! valgrind's exp-bbv side by side on real programs, with median slowdowns and the ratios of the
+//! targets.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -8,14 +9,14 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 /// One program run the same way under every tool.
-struct Workload {
-    name: &'static str,
-    argv: Vec<String>,
-    env: Vec<(&'static str, &'static str)>,
+pub(crate) struct Workload {
+    pub name: &'static str,
+    pub argv: Vec<String>,
+    pub env: Vec<(&'static str, &'static str)>,
 }
 
 /// A deterministic, compressible text: words drawn by an LCG from a fixed vocabulary.
-fn make_input(path: &Path, bytes: usize) -> Result<()> {
+pub(crate) fn make_input(path: &Path, bytes: usize) -> Result<()> {
     let words: Vec<String> = (0..4000u64)
         .map(|i| format!("{:x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 44))
         .collect();
@@ -31,13 +32,13 @@ fn make_input(path: &Path, bytes: usize) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
-fn tool(name: &str) -> Result<PathBuf> {
+pub(crate) fn tool(name: &str) -> Result<PathBuf> {
     bbv_collect::find_on_path(name)
         .with_context(|| format!("{name} not found on PATH (scripts/setup installs it)"))
 }
 
 /// Wall seconds of one run; the program must succeed.
-fn time(argv: &[String], env: &[(&str, &str)], dir: &Path) -> Result<f64> {
+pub(crate) fn time(argv: &[String], env: &[(&str, &str)], dir: &Path) -> Result<f64> {
     let start = Instant::now();
     let st = Command::new(&argv[0])
         .args(&argv[1..])
@@ -55,7 +56,7 @@ fn time(argv: &[String], env: &[(&str, &str)], dir: &Path) -> Result<f64> {
     Ok(t)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {
@@ -67,6 +68,37 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn geomean(v: &[f64]) -> f64 {
     (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+}
+
+/// Removes the files the timed commands wrote into `root`.
+fn remove_outputs(root: &Path) -> Result<()> {
+    for e in std::fs::read_dir(root)? {
+        let p = e?.path();
+        let n = p.file_name().unwrap_or_default().to_string_lossy();
+        if n.starts_with("bb.") || n.starts_with("pc.") || n.starts_with("vg.") {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    Ok(())
+}
+
+/// Profiles a workload once with `bbv run` (untimed) so that `bbv replay` has markers to watch.
+/// The interval shrinks with `scale` so that small inputs still give complete intervals.
+fn prepare_replay(bbv: &Path, w: &Workload, dir: &Path, scale: f64) -> Result<()> {
+    let interval = ((100_000_000.0 * scale.min(1.0)) as u64).max(1_000_000);
+    let mut argv = vec![
+        bbv.to_string_lossy().into_owned(),
+        "run".into(),
+        "--interval".into(),
+        interval.to_string(),
+        "-o".into(),
+        dir.to_string_lossy().into_owned(),
+        "--".into(),
+    ];
+    argv.extend(w.argv.iter().cloned());
+    time(&argv, &w.env, dir.parent().unwrap_or(dir))
+        .with_context(|| format!("cannot profile {} for the replay column", w.name))?;
+    Ok(())
 }
 
 /// Runs the benchmark; `scale` multiplies the input sizes.
@@ -92,7 +124,7 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
         _ => tool("python3")?,
     };
     let loops = ((1_500_000.0 * scale) as u64).max(1000);
-    let workloads = vec![
+    let workloads = [
         Workload {
             name: "xz -9",
             argv: vec![s(&tool("xz")?), "-9".into(), "-c".into(), s(&small)],
@@ -121,86 +153,100 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
     let bbv = std::env::current_exe().context("cannot find the bbv binary")?;
     let qemu = s(&tool("qemu-x86_64")?);
     let valgrind = s(&tool("valgrind")?);
-    let modes = ["native", "qemu", "collect", "collect --exact", "exp-bbv"];
+    let modes = [
+        "native",
+        "qemu",
+        "collect",
+        "collect --exact",
+        "exp-bbv",
+        "replay",
+    ];
     println!(
         "bbv bench collect: median wall time of {runs} run(s) per cell, slowdown = time / native"
     );
     println!("(anchors: bare QEMU 1.8-9.1x and exp-bbv 16-47x on this machine kind; targets: default within");
-    println!(" 1.5x of bare QEMU's slowdown, >= 4x faster than exp-bbv; --exact >= 2x faster than exp-bbv)\n");
+    println!(" 1.5x of bare QEMU's slowdown, >= 4x faster than exp-bbv; --exact >= 2x faster than exp-bbv;");
+    println!(" bbv replay of a bbv run profile (interval 1e8) <= 1.1x collect)\n");
     println!(
-        "{:<14} {:>8} {:>8} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11}",
+        "{:<14} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11}",
         "program",
         "native s",
         "qemu",
         "collect",
         "--exact",
         "exp-bbv",
+        "replay",
         "coll/qemu",
         "expbbv/coll",
-        "expbbv/exact"
+        "expbbv/exact",
+        "replay/coll"
     );
     let (mut over_qemu, mut vs_exp, mut vs_exp_exact) = (Vec::new(), Vec::new(), Vec::new());
-    for w in &workloads {
-        let mut med = Vec::new();
-        for mode in modes {
-            let mut argv: Vec<String> = match mode {
-                "native" => vec![],
-                "qemu" => vec![qemu.clone()],
-                "collect" | "collect --exact" => {
-                    let mut v = vec![
-                        s(&bbv),
-                        "collect".into(),
-                        "--bb-out-file".into(),
-                        "bb.%p".into(),
-                    ];
-                    v.extend(["--pc-out-file".into(), "pc.%p".into()]);
-                    if mode == "collect --exact" {
-                        v.push("--exact".into());
+    let mut replay_ratio = Vec::new();
+    for (i, w) in workloads.iter().enumerate() {
+        let profile = root.join(format!("profile-{i}"));
+        prepare_replay(&bbv, w, &profile, scale)?;
+        let argvs: Vec<Vec<String>> = modes
+            .iter()
+            .map(|&mode| {
+                let mut argv: Vec<String> = match mode {
+                    "native" => vec![],
+                    "qemu" => vec![qemu.clone()],
+                    "collect" | "collect --exact" => {
+                        let mut v = vec![
+                            s(&bbv),
+                            "collect".into(),
+                            "--bb-out-file".into(),
+                            "bb.%p".into(),
+                        ];
+                        v.extend(["--pc-out-file".into(), "pc.%p".into()]);
+                        if mode == "collect --exact" {
+                            v.push("--exact".into());
+                        }
+                        v.push("--".into());
+                        v
                     }
-                    v.push("--".into());
-                    v
-                }
-                _ => vec![
-                    valgrind.clone(),
-                    "--tool=exp-bbv".into(),
-                    "--bb-out-file=vg.bb.%p".into(),
-                    "--pc-out-file=vg.pc.%p".into(),
-                ],
-            };
-            argv.extend(w.argv.iter().cloned());
-            let mut times = Vec::new();
-            for _ in 0..runs {
-                times.push(time(&argv, &w.env, root)?);
-                for e in std::fs::read_dir(root)? {
-                    let p = e?.path();
-                    let n = p
-                        .file_name()
-                        .unwrap_or_default()
-                        .to_string_lossy()
-                        .into_owned();
-                    if n.starts_with("bb.") || n.starts_with("pc.") || n.starts_with("vg.") {
-                        let _ = std::fs::remove_file(p);
-                    }
-                }
+                    "replay" => vec![s(&bbv), "replay".into(), s(&profile), "--".into()],
+                    _ => vec![
+                        valgrind.clone(),
+                        "--tool=exp-bbv".into(),
+                        "--bb-out-file=vg.bb.%p".into(),
+                        "--pc-out-file=vg.pc.%p".into(),
+                    ],
+                };
+                argv.extend(w.argv.iter().cloned());
+                argv
+            })
+            .collect();
+        // Rounds over all modes rather than all runs of one mode after another: this machine's
+        // speed drifts by tens of percent within minutes, which would otherwise land on one column.
+        let mut times = vec![Vec::new(); modes.len()];
+        for _ in 0..runs {
+            for (argv, t) in argvs.iter().zip(&mut times) {
+                t.push(time(argv, &w.env, root)?);
+                remove_outputs(root)?;
             }
-            med.push(median(times));
         }
+        let med: Vec<f64> = times.into_iter().map(median).collect();
         let sd: Vec<f64> = med.iter().map(|t| t / med[0]).collect();
-        let (q, c, e, v) = (sd[1], sd[2], sd[3], sd[4]);
+        let (q, c, e, v, r) = (sd[1], sd[2], sd[3], sd[4], sd[5]);
         over_qemu.push(c / q);
         vs_exp.push(v / c);
         vs_exp_exact.push(v / e);
+        replay_ratio.push(r / c);
         println!(
-            "{:<14} {:>8.2} {:>7.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>10.2}x {:>10.2}x {:>11.2}x",
+            "{:<14} {:>8.2} {:>7.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>10.2}x {:>10.2}x {:>11.2}x {:>10.2}x",
             w.name,
             med[0],
             q,
             c,
             e,
             v,
+            r,
             c / q,
             v / c,
-            v / e
+            v / e,
+            r / c
         );
     }
     let worst = |v: &[f64], max: bool| {
@@ -223,6 +269,11 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
     println!(
         "exp-bbv / --exact:             geomean {:.2}x (target >= 2x)",
         geomean(&vs_exp_exact)
+    );
+    println!(
+        "replay / default:              geomean {:.2}x, worst {:.2}x (target <= 1.1x)",
+        geomean(&replay_ratio),
+        worst(&replay_ratio, true)
     );
     Ok(())
 }

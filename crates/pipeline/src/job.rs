@@ -355,7 +355,7 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
             &profile,
             summary.interval,
         );
-        let entry = main_entry(&summary, &images);
+        let entry = main_entry(Path::new(&summary.program.path), &images);
         points = regions::build(
             &placer,
             &profile,
@@ -373,13 +373,19 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
     Ok(Finished { summary, text })
 }
 
-fn main_entry(s: &Summary, images: &[ImageRow]) -> Option<Entry> {
-    let path = Path::new(&s.program.path);
-    let name = path.file_name()?.to_string_lossy().into_owned();
-    images.iter().find(|i| i.name == name)?;
+/// The program's entry point as a marker; the image is found by its resolved path, since the
+/// command may name a symlink (`python3` runs `python3.11`).
+fn main_entry(path: &Path, images: &[ImageRow]) -> Option<Entry> {
+    let real = std::fs::canonicalize(path).ok();
+    let same = |p: &Path| real.is_some() && std::fs::canonicalize(p).ok() == real;
+    let name = path.file_name()?.to_string_lossy();
+    let image = images
+        .iter()
+        .find(|i| same(&i.path))
+        .or_else(|| images.iter().find(|i| i.name == name))?;
     Some(Entry {
-        image: name,
-        offset: bbv_collect::ElfFacts::read(path)?.entry,
+        image: image.name.clone(),
+        offset: bbv_collect::ElfFacts::read(&image.path)?.entry,
     })
 }
 
@@ -443,4 +449,29 @@ fn write_all(
     }
     files.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_image_is_the_file_a_symlinked_command_resolves_to() {
+        let exe = std::env::current_exe().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let alias = dir.path().join("alias");
+        std::os::unix::fs::symlink(&exe, &alias).unwrap();
+        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let images = vec![ImageRow {
+            name: name.clone(),
+            path: exe.clone(),
+            fixed: false,
+            build_id: None,
+            bias: 0,
+        }];
+        let e = main_entry(&alias, &images).expect("found through the symlink");
+        assert_eq!(e.image, name);
+        assert_eq!(e.offset, bbv_collect::ElfFacts::read(&exe).unwrap().entry);
+        assert!(main_entry(&dir.path().join("missing"), &images).is_none());
+    }
 }

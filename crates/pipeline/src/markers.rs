@@ -231,6 +231,34 @@ impl<'a> Placer<'a> {
         Some(n)
     }
 
+    /// Whether a block running through a candidate marker may also run it between the cut and
+    /// the candidate's own first execution there: then the marker's first execution after the
+    /// cut lies somewhere in [cut, cut + delta] rather than exactly at delta, which the
+    /// tolerance still covers. None when the count itself is unknown: a container another thread
+    /// runs, or one whose execution straddles the cut (its instructions before the cut are not a
+    /// whole number of executions, so whether it passed the marker before the cut is unknown).
+    fn run_through_after(
+        &self,
+        containers: &[u32],
+        cumulative: &[u64],
+        used: &[u32],
+    ) -> Option<bool> {
+        let mut inexact = false;
+        for t in containers {
+            if self.others.contains(t) {
+                return None;
+            }
+            if used.binary_search(t).is_ok() {
+                let tb = self.block(*t)?;
+                if cumulative.get(*t as usize)? % tb.instructions != 0 {
+                    return None;
+                }
+                inexact = true;
+            }
+        }
+        Some(inexact)
+    }
+
     /// Executions of `b`'s first instruction before cut `j` (None if unknown).
     pub fn executions_before(&self, j: u64, b: u32) -> Option<u64> {
         let b = self.block(b)?;
@@ -243,7 +271,7 @@ impl<'a> Placer<'a> {
         let window = self.windows.get(&j)?;
         let cumulative = self.profile.cumulative.get(&j)?;
         let used = self.profile.used_after.get(&j)?;
-        let mut best: Option<((u8, u64, u64), Placed)> = None;
+        let mut best: Option<((u8, bool, u64, u64), Placed)> = None;
         // Program start: the loader runs first and is never a marker, so the first region
         // starts at the earliest qualifying block after it (its length is measured from there);
         // how far that window reaches is the plugin's choice (bbv-qemu's START_REACH).
@@ -258,11 +286,10 @@ impl<'a> Placer<'a> {
                 continue;
             };
             let containers = self.containers(b);
-            if self.others.contains(&id)
-                || containers
-                    .iter()
-                    .any(|t| used.binary_search(t).is_ok() || self.others.contains(t))
-            {
+            let Some(inexact) = self.run_through_after(&containers, cumulative, used) else {
+                continue;
+            };
+            if self.others.contains(&id) {
                 continue;
             }
             let (Some(before), Some(total)) = (
@@ -272,9 +299,9 @@ impl<'a> Placer<'a> {
                 continue;
             };
             let key = if start {
-                (tier, delta, total)
+                (tier, inexact, delta, total)
             } else {
-                (tier, total, delta)
+                (tier, inexact, total, delta)
             };
             if best.as_ref().is_none_or(|(k, _)| key < *k) {
                 best = Some((
@@ -377,20 +404,33 @@ mod tests {
     }
 
     #[test]
-    fn a_block_run_through_after_the_cut_is_not_a_marker() {
+    fn a_block_run_through_after_the_cut_is_a_marker_of_last_resort() {
         let dir = tempfile::tempdir().unwrap();
-        // Block 1 also runs in interval 1, so block 2's count at its first execution after
-        // the cut is unknown: only block 3 qualifies; beyond the tolerance nothing does.
+        // Block 1 also runs in interval 1, so block 2's first execution after the cut may come
+        // from block 1 before delta: block 3, exact, is preferred while within the tolerance.
         let (blocks, images, p) = fixture(dir.path(), "T:1:8 :2:6\nT:1:4 :2:10 :3:5\n");
         let windows = vec![Window {
             index: 1,
             cut_at: 14,
-            events: vec![(2, 0), (3, 9)],
+            events: vec![(2, 2), (3, 9)],
         }];
         let placer = Placer::new(&blocks, &images, &windows, HashSet::new(), &p, 2000);
         assert_eq!(placer.place(1).map(|m| m.block), Some(3));
+        // 9 instructions > 0.5% of 1000: block 2 it is, counting block 1's two runs through it.
         let strict = Placer::new(&blocks, &images, &windows, HashSet::new(), &p, 1000);
-        assert_eq!(strict.place(1), None, "9 instructions > 0.5% of 1000");
+        assert_eq!(
+            strict.place(1),
+            Some(Placed {
+                block: 2,
+                delta: 2,
+                count: 6
+            })
+        );
+        // When block 1 straddles the cut (6 of its 4-instruction runs), block 2's count is
+        // unknown.
+        let (blocks, images, p) = fixture(dir.path(), "T:1:6 :2:6\nT:1:6 :2:10 :3:5\n");
+        let strict = Placer::new(&blocks, &images, &windows, HashSet::new(), &p, 1000);
+        assert_eq!(strict.place(1), None);
         // A block another thread runs is never a marker.
         let others: HashSet<u32> = [3].into();
         let placer = Placer::new(&blocks, &images, &windows, others, &p, 2000);
