@@ -361,3 +361,82 @@ fn collect_writes_the_block_table() {
     );
     assert!(rows.iter().any(|r| r[1].starts_with("ld-linux")));
 }
+
+/// The hot code of xz is in liblzma: markers go there, and replay reaches them.
+#[test]
+fn markers_in_the_programs_own_library() {
+    let dir = tempfile::tempdir().unwrap();
+    let inp = input(dir.path());
+    let out = bbv()
+        .current_dir(dir.path())
+        .args(["run", "--interval", "20000000", "--max-k", "4", "-o", "out"])
+        .args(["--", "xz", "-6", "-c"])
+        .arg(&inp)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = dir.path().join("out");
+    let summary = json(&run.join("summary.json"));
+    let points = summary["points"].as_array().unwrap();
+    let in_lzma = points
+        .iter()
+        .filter(|p| {
+            p["start"]["image"]
+                .as_str()
+                .unwrap()
+                .starts_with("liblzma.so")
+        })
+        .count();
+    assert!(in_lzma > 0, "no start marker in liblzma: {points:?}");
+    let path = inp.to_string_lossy();
+    let out = replay(dir.path(), &run, &[], &["xz", "-6", "-c", &path]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `python3` is a symlink to `python3.11`: a warmup reaching before the first cut starts at the
+/// entry point of the image the command resolves to.
+#[test]
+fn warmup_from_the_entry_point_of_a_symlinked_command() {
+    let python = Path::new("/usr/bin/python3");
+    if !python.is_symlink() {
+        panic!("/usr/bin/python3 is not a symlink here; scripts/setup installs Debian's python3");
+    }
+    let real = std::fs::canonicalize(python).unwrap();
+    let name = real.file_name().unwrap().to_string_lossy().into_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let script = "d = {}\nfor i in range(60000):\n    d[str(i * 7919 % 100003)] = i\nprint(len(sorted(d)))\n";
+    // A warmup longer than the run: every warmup starts at the entry point.
+    let out = bbv()
+        .current_dir(dir.path())
+        .env("PYTHONHASHSEED", "0")
+        .args(["run", "--interval", "5000000", "--max-k", "3"])
+        .args(["--warmup", "100000000000", "-o", "out", "--"])
+        .args([python.to_str().unwrap(), "-c", script])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = json(&dir.path().join("out/summary.json"));
+    let points = summary["points"].as_array().unwrap();
+    assert!(!points.is_empty());
+    for p in points {
+        assert_eq!(p["warmup"]["image"].as_str(), Some(name.as_str()), "{p}");
+        assert_eq!(p["warmup"]["count"], 1, "{p}");
+    }
+}
