@@ -108,6 +108,15 @@ pub struct RunArgs {
     /// default: one interval).
     #[arg(long, value_name = "N")]
     pub warmup: Option<u64>,
+    /// Regions from the main thread's intervals (intervals), from slices of all threads in
+    /// LoopPoint's manner (looppoint), or looppoint when another thread ran more instructions
+    /// than the main one (auto).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "intervals", "looppoint"])]
+    pub regions: String,
+    /// Library whose instructions do not count toward slices and never hold a slice boundary
+    /// (a file-name prefix, e.g. libgomp; repeatable; default: libgomp and libiomp5).
+    #[arg(long = "exclude-image", value_name = "NAME")]
+    pub exclude_image: Vec<String>,
     #[command(flatten)]
     pub guest: GuestArgs,
 }
@@ -134,6 +143,8 @@ fn request(
         tail,
         rep_iterations: g.count_rep == "iteration",
         watch: 0,
+        slices: 0,
+        exclude: Vec::new(),
         markers: None,
         work_dir: work_dir.to_path_buf(),
     })
@@ -270,16 +281,46 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
     let mut collect = request(&a.guest, a.interval, false, a.guest.tail, &a.output)?;
     // Markers must fall within 0.5% of an interval of each cut.
     collect.watch = (a.interval as f64 * bbv_pipeline::markers::TOLERANCE) as u64;
+    let regions = match a.regions.as_str() {
+        "intervals" => bbv_pipeline::RegionsMode::Intervals,
+        "looppoint" => bbv_pipeline::RegionsMode::Looppoint,
+        _ => bbv_pipeline::RegionsMode::Auto,
+    };
+    if regions == bbv_pipeline::RegionsMode::Looppoint && a.threads == "all" {
+        bail!("--regions looppoint already covers every thread; --threads all is for --regions intervals");
+    }
+    if regions != bbv_pipeline::RegionsMode::Intervals && a.threads == "main" {
+        // Recorded whenever a second thread runs, so that auto can choose at the end.
+        collect.slices = a.interval;
+        collect.exclude = if a.exclude_image.is_empty() {
+            bbv_pipeline::DEFAULT_EXCLUDE.map(String::from).to_vec()
+        } else {
+            a.exclude_image.clone()
+        };
+    }
+    for e in &a.exclude_image {
+        if e.is_empty() || e.contains([',', ':', '/']) {
+            bail!("--exclude-image {e:?}: expected a library's file name or its prefix (libgomp), without ',', ':' or '/'");
+        }
+    }
     let req = bbv_pipeline::RunRequest {
         collect,
         out: a.output.clone(),
         max_k: a.max_k,
         threads_all: a.threads == "all",
         warmup: a.warmup,
+        regions: if a.threads == "all" {
+            bbv_pipeline::RegionsMode::Intervals
+        } else {
+            regions
+        },
     };
     let progress = crate::progress::Clustering::new();
     let outcome = bbv_pipeline::run(&req, &progress)?;
     progress.done();
+    for w in &outcome.warnings {
+        eprintln!("bbv: warning: {w}");
+    }
     let failure = match outcome.finished {
         Ok(f) => {
             eprint!("{}", f.text);

@@ -25,7 +25,7 @@ fn plugin_built() {
 }
 
 /// Compiles `src` (from tests/guests) with `cc` and `flags` into `dir/name`.
-fn build(dir: &Path, cc: &str, src: &str, name: &str, flags: &[&str]) -> PathBuf {
+pub(crate) fn build(dir: &Path, cc: &str, src: &str, name: &str, flags: &[&str]) -> PathBuf {
     let out = dir.join(name);
     let st = Command::new(cc)
         .args(flags)

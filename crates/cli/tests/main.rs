@@ -5,5 +5,6 @@ mod collect_cli;
 mod common;
 mod golden;
 mod gpu_cli;
+mod looppoint_cli;
 mod regions_cli;
 mod simpoint_cli;

@@ -53,6 +53,11 @@ pub struct Request {
     pub watch: u64,
     /// Replay: the marker file for the plugin (see the bbv-qemu crate's `replay`).
     pub markers: Option<PathBuf>,
+    /// Once a second thread runs, record LoopPoint-style slices of this many filtered
+    /// instructions per thread that ran (0 = none; see the bbv-qemu crate's `slices`).
+    pub slices: u64,
+    /// Image file-name prefixes whose instructions do not count toward slices.
+    pub exclude: Vec<String>,
     /// Directory to hold the plugin's files while the guest runs (best on the same file
     /// system as the final outputs, so they can be renamed into place).
     pub work_dir: PathBuf,
@@ -159,6 +164,8 @@ pub struct ThreadResult {
     pub intervals: u64,
     /// The blocks run after each cut (`thread.N.marks`), when watched.
     pub marks: Option<PathBuf>,
+    /// The thread's vector per slice (`thread.N.slices`), when slices were recorded.
+    pub slices: Option<PathBuf>,
 }
 
 /// What a finished collection produced.
@@ -172,6 +179,8 @@ pub struct Collected {
     pub blocks: Vec<Block>,
     /// The files blocks came from ([`Block::image`] indexes this).
     pub images: Vec<Image>,
+    /// The slice boundaries (`slices`), when a second thread ran with slices asked for.
+    pub slices: Option<PathBuf>,
 }
 
 /// The guest's end and, if the plugin completed its files, what it collected.
@@ -205,6 +214,12 @@ impl Prepared {
         }
         if r.watch > 0 {
             plugin.push(format!(",watch={}", r.watch));
+        }
+        if r.slices > 0 {
+            plugin.push(format!(",slices={}", r.slices));
+            if !r.exclude.is_empty() {
+                plugin.push(format!(",exclude={}", r.exclude.join(":")));
+            }
         }
         if let Some(m) = &r.markers {
             plugin.push(",markers=");
@@ -314,11 +329,13 @@ fn read_results(
         threads.push(state::finish_thread(d, number, request)?);
     }
     threads.sort_by_key(|t| t.number);
+    let slices = Some(d.join("slices")).filter(|p| p.exists());
     Ok(Collected {
         dir,
         threads,
         blocks,
         images,
+        slices,
     })
 }
 

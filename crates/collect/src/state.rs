@@ -154,6 +154,7 @@ pub(crate) fn finish_thread(
         None => None,
     };
     let marks = Some(dir.join(format!("thread.{number}.marks"))).filter(|p| p.exists());
+    let slices = Some(dir.join(format!("thread.{number}.slices"))).filter(|p| p.exists());
     Ok(ThreadResult {
         number,
         bb,
@@ -161,5 +162,6 @@ pub(crate) fn finish_thread(
         instructions: total,
         intervals,
         marks,
+        slices,
     })
 }

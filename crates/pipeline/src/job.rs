@@ -1,14 +1,13 @@
-//! `bbv run` (collect, cluster, finish) and `bbv regions` (finish) as library calls.
+//! `bbv run` as a library call: collect, place the raw files, cluster, then
+//! [`finish`](crate::finish).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use bbv_collect::{Collected, GuestStatus};
 use bbv_simpoint::{Observer, Options, PostResult, Prepared, Projection};
 
-use crate::markers::{Placer, Profile};
-use crate::regions::{self, Chosen, Entry};
-use crate::rundir::{self, ImageRow, Point, Program, Summary, ThreadTotal, LAYOUT};
+use crate::finish::{finish, Finished};
+use crate::rundir::{self, ImageRow, Program, Summary, ThreadTotal, LAYOUT};
 use crate::{AtomicFiles, PipelineError};
 
 /// What `bbv run` asks for.
@@ -24,6 +23,20 @@ pub struct RunRequest {
     pub threads_all: bool,
     /// Warmup instructions before each region (None: one interval).
     pub warmup: Option<u64>,
+    /// How regions are formed.
+    pub regions: RegionsMode,
+}
+
+/// How regions are formed (`bbv run --regions`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionsMode {
+    /// `looppoint` when a thread other than the main one ran more instructions than the main
+    /// thread, else `intervals`.
+    Auto,
+    /// SimPoint on the main thread's intervals.
+    Intervals,
+    /// LoopPoint's slices of all threads.
+    Looppoint,
 }
 
 /// How the guest ended, and whether bbv finished its files afterwards.
@@ -32,57 +45,148 @@ pub struct RunOutcome {
     pub status: GuestStatus,
     /// The finished run directory, or why it could not be finished.
     pub finished: Result<Finished, PipelineError>,
-}
-
-/// A finished run directory.
-#[derive(Debug)]
-pub struct Finished {
-    /// `summary.json`'s content.
-    pub summary: Summary,
-    /// `summary.txt`'s content.
-    pub text: String,
+    /// Things the user should know that did not stop the run.
+    pub warnings: Vec<String>,
 }
 
 /// Runs the main job: collect, place the raw files, cluster, then [`finish`].
 /// `Err` = nothing ran (bad request); the guest's failures are in the outcome.
 pub fn run(req: &RunRequest, observer: &dyn Observer) -> Result<RunOutcome, PipelineError> {
-    let prepared = bbv_collect::prepare(req.collect.clone())?;
+    let r = &req.collect;
+    let prepared = bbv_collect::prepare(r.clone())?;
     let qemu = bbv_collect::qemu_version(&prepared.qemu).unwrap_or_else(|| "unknown".into());
     let program = prepared.program.clone();
     let outcome = prepared.run()?;
+    let mut warnings = Vec::new();
     let finished = (|| {
         let c = outcome.collected?;
         place(&c, &req.out)?;
-        let summary = run_facts(req, &c, &program, qemu)?;
-        let rows = if req.threads_all {
-            let input = req.out.join("bb.all");
-            concatenate(&c, &req.out, &input)?
-        } else {
-            c.threads.first().map_or(0, |t| t.intervals)
-        };
-        let mut files = AtomicFiles::default();
-        let summary = Summary {
-            intervals: rows,
-            ..summary
-        };
-        files.write(&req.out.join("summary.json"), |w| {
-            rundir::write_summary(w, &summary)
-        })?;
-        files.commit()?;
-        if rows > 0 {
-            let input = if req.threads_all {
-                req.out.join("bb.all")
-            } else {
-                req.out.join("bb.out")
-            };
-            cluster_file(&input, req.max_k, &req.out.join("simpoint"), observer)?;
+        let facts = run_facts(req, &c, &program, qemu)?;
+        let (mode, reason) = choose_mode(req.regions, &facts);
+        let first = cluster_as(
+            req,
+            &c,
+            facts.clone(),
+            mode,
+            reason,
+            &mut warnings,
+            observer,
+        )
+        .and_then(|()| finish(&req.out, None));
+        match first {
+            // The main thread's code runs on other threads too, so no marker of it can be
+            // counted from its own vectors: the slices of all threads can.
+            Err(PipelineError::NoMarker { cut, .. })
+                if req.regions == RegionsMode::Auto && c.slices.is_some() =>
+            {
+                let why = format!(
+                    "intervals mode found no marker at cut {cut} of the main thread (its code also runs on other threads)"
+                );
+                cluster_as(req, &c, facts, "looppoint", why, &mut warnings, observer)?;
+                finish(&req.out, None)
+            }
+            other => other,
         }
-        finish(&req.out, None)
     })();
     Ok(RunOutcome {
         status: outcome.status,
         finished,
+        warnings,
     })
+}
+
+/// Writes the clustering input of `mode` (`global.bb` for looppoint), `summary.json`, and
+/// clusters.
+#[allow(clippy::too_many_arguments)]
+fn cluster_as(
+    req: &RunRequest,
+    c: &Collected,
+    mut summary: Summary,
+    mode: &str,
+    reason: String,
+    warnings: &mut Vec<String>,
+    observer: &dyn Observer,
+) -> Result<(), PipelineError> {
+    let r = &req.collect;
+    summary.regions_mode = mode.into();
+    summary.regions_reason = reason;
+    let rows = if mode == "looppoint" {
+        let blocks = rundir::read_blocks(&req.out.join("blocks.tsv"))?;
+        let threads: Vec<u32> = c.threads.iter().map(|t| t.number).collect();
+        let slices = crate::slices::build(&req.out, &threads, &blocks, &r.exclude)?;
+        summary.filtered_instructions = Some(slices.iter().map(|s| s.filtered).sum());
+        *warnings = unmapped(c, &r.exclude);
+        slices.len() as u64
+    } else if req.threads_all {
+        concatenate(c, &req.out, &req.out.join("bb.all"))?
+    } else {
+        c.threads.first().map_or(0, |t| t.intervals)
+    };
+    summary.intervals = rows;
+    let mut files = AtomicFiles::default();
+    files.write(&req.out.join("summary.json"), |w| {
+        rundir::write_summary(w, &summary)
+    })?;
+    files.commit()?;
+    if rows > 0 {
+        let (input, var_length) = if mode == "looppoint" {
+            (req.out.join("global.bb"), true)
+        } else if req.threads_all {
+            (req.out.join("bb.all"), false)
+        } else {
+            (req.out.join("bb.out"), false)
+        };
+        cluster_file(
+            &input,
+            req.max_k,
+            &req.out.join("simpoint"),
+            var_length,
+            observer,
+        )?;
+    }
+    Ok(())
+}
+
+/// The regions mode to use and why.
+fn choose_mode(asked: RegionsMode, s: &Summary) -> (&'static str, String) {
+    let main = s.threads.first().map_or(0, |t| t.instructions);
+    let busiest = s.threads.iter().skip(1).max_by_key(|t| t.instructions);
+    match asked {
+        RegionsMode::Intervals => ("intervals", "asked for (--regions intervals)".into()),
+        RegionsMode::Looppoint => ("looppoint", "asked for (--regions looppoint)".into()),
+        RegionsMode::Auto => match busiest {
+            Some(t) if t.instructions > main => (
+                "looppoint",
+                format!(
+                    "thread {} ran more instructions ({}) than the main thread ({main})",
+                    t.thread, t.instructions
+                ),
+            ),
+            Some(_) => (
+                "intervals",
+                "no other thread ran more instructions than the main thread".into(),
+            ),
+            None => ("intervals", "one thread".into()),
+        },
+    }
+}
+
+/// Excluded images that were never mapped (a likely misspelling), as warnings.
+fn unmapped(c: &Collected, exclude: &[String]) -> Vec<String> {
+    exclude
+        .iter()
+        .filter(|e| !crate::DEFAULT_EXCLUDE.contains(&e.as_str()))
+        .filter(|e| {
+            !c.images
+                .iter()
+                .any(|i| bbv_profile::image_matches(&i.name(), std::slice::from_ref(*e)))
+        })
+        .map(|e| {
+            format!(
+                "--exclude-image {e}: no image of that name was mapped; nothing excluded for it"
+            )
+        })
+        .collect()
 }
 
 /// Moves the collected files into the run directory and writes the block and image tables.
@@ -110,6 +214,14 @@ fn place(c: &Collected, dir: &Path) -> Result<(), PipelineError> {
     for t in &c.threads {
         if let Some(src) = &t.bb {
             bbv_collect::move_file(src, &rundir::thread_file(dir, t.number))?;
+        }
+    }
+    if let Some(src) = &c.slices {
+        bbv_collect::move_file(src, &dir.join("slices.cuts"))?;
+    }
+    for t in &c.threads {
+        if let Some(src) = &t.slices {
+            bbv_collect::move_file(src, &dir.join(format!("thread.{}.slices", t.number)))?;
         }
     }
     let marks = dir.join("marks.out");
@@ -161,6 +273,10 @@ fn run_facts(
         exact: r.exact,
         clustered: if req.threads_all { "all" } else { "main" }.into(),
         warmup: req.warmup.unwrap_or(r.interval),
+        regions_mode: "intervals".into(),
+        regions_reason: String::new(),
+        exclude: r.exclude.clone(),
+        filtered_instructions: None,
         points: Vec::new(),
     })
 }
@@ -211,6 +327,7 @@ pub fn cluster_file(
     input: &Path,
     max_k: usize,
     prefix: &Path,
+    var_length: bool,
     observer: &dyn Observer,
 ) -> Result<(), PipelineError> {
     let projection = Projection::Random {
@@ -218,8 +335,10 @@ pub fn cluster_file(
         seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
     };
     let mut data = bbv_simpoint::load_file(input, &projection, |_| {})?.vectors;
-    let w = 1.0 / data.rows() as f64;
-    data.weights.iter_mut().for_each(|x| *x = w);
+    if !var_length {
+        let w = 1.0 / data.rows() as f64;
+        data.weights.iter_mut().for_each(|x| *x = w);
+    }
     let opts = Options {
         k: bbv_simpoint::KChoice::Search {
             max_k: max_k.min(data.rows()),
@@ -236,242 +355,4 @@ pub fn cluster_file(
     files.write(&name("labels"), |w| post.write_labels(w))?;
     files.commit()?;
     Ok(())
-}
-
-/// The chosen points (from `simpoint.simpoints` and `.weights`) and every interval's cluster.
-fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
-    let prefix = dir.join("simpoint");
-    let points = rundir::read_pairs::<u64>(&prefix.with_extension("simpoints"))?;
-    let weights = rundir::read_pairs::<f64>(&prefix.with_extension("weights"))?;
-    // Labels lines are `CLUSTER DISTANCE`.
-    let labels = rundir::read_pairs::<usize>(&prefix.with_extension("labels"))?;
-    let weight_of: HashMap<usize, f64> = weights.iter().map(|&(w, c)| (c, w)).collect();
-    let mut chosen: Vec<Chosen> = points
-        .iter()
-        .map(|&(interval, cluster)| {
-            let weight = weight_of.get(&cluster).copied().ok_or_else(|| {
-                PipelineError::Invalid(format!(
-                    "{}: cluster {cluster} has a simulation point but no weight",
-                    prefix.with_extension("weights").display()
-                ))
-            })?;
-            Ok(Chosen {
-                cluster,
-                interval,
-                weight,
-            })
-        })
-        .collect::<Result<_, PipelineError>>()?;
-    chosen.sort_by(|x, y| {
-        y.weight
-            .total_cmp(&x.weight)
-            .then(x.interval.cmp(&y.interval))
-    });
-    Ok((chosen, labels.into_iter().map(|(l, _)| l).collect()))
-}
-
-/// Blocks that threads other than thread 1 ran.
-fn other_threads(dir: &Path, s: &Summary) -> Result<HashSet<u32>, PipelineError> {
-    let mut ids = HashSet::new();
-    for t in s.threads.iter().filter(|t| t.thread != 1) {
-        let path = rundir::thread_file(dir, t.thread);
-        if !path.exists() {
-            continue;
-        }
-        let mut r = bbv_profile::BbvReader::open(&path)?;
-        let mut v = Vec::new();
-        while r.next_vector(&mut v)? {
-            ids.extend(v.iter().map(|t| t.id));
-        }
-    }
-    Ok(ids)
-}
-
-/// `bbv regions DIR`: from a run directory alone, places the markers of every point and
-/// writes the hand-off files, `summary.json` and `summary.txt` (all or none).
-pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError> {
-    let mut summary = rundir::read_summary(dir)?;
-    if let Some(w) = warmup {
-        summary.warmup = w;
-    }
-    let need = |name: &str| -> Result<PathBuf, PipelineError> {
-        let p = dir.join(name);
-        if p.exists() {
-            Ok(p)
-        } else {
-            Err(PipelineError::Invalid(format!(
-                "{}: missing; {} is not a complete `bbv run` output directory",
-                p.display(),
-                dir.display()
-            )))
-        }
-    };
-    let blocks = rundir::read_blocks(&need("blocks.tsv")?)?;
-    let images = rundir::read_images(&need("images.tsv")?)?;
-    let windows = rundir::read_windows(&need("marks.out")?)?;
-    let mut points = Vec::new();
-    let mut profile = Profile::default();
-    if summary.intervals > 0 && summary.clustered == "main" {
-        need("simpoint.simpoints")?;
-        let (chosen, labels) = chosen(dir)?;
-        if labels.len() as u64 != summary.intervals {
-            return Err(PipelineError::Invalid(format!(
-                "{}: {} labels for {} intervals",
-                dir.join("simpoint.labels").display(),
-                labels.len(),
-                summary.intervals
-            )));
-        }
-        let n_warm = regions::warmup_intervals(summary.warmup, summary.interval);
-        let mut cuts = BTreeSet::new();
-        for c in &chosen {
-            if c.interval >= summary.intervals {
-                return Err(PipelineError::Invalid(format!(
-                    "{}: interval {} is beyond the {} intervals of the run",
-                    dir.join("simpoint.simpoints").display(),
-                    c.interval,
-                    summary.intervals
-                )));
-            }
-            let from = c.interval.saturating_sub(2 * n_warm);
-            cuts.extend(from..=c.interval + 1);
-        }
-        let keep = chosen.iter().map(|c| c.interval).collect();
-        profile = Profile::read(&need("bb.out")?, blocks.len(), &cuts, &keep)?;
-        if profile.lengths.len() as u64 != summary.intervals {
-            return Err(PipelineError::Invalid(format!(
-                "{}: {} intervals, but summary.json says {}",
-                dir.join("bb.out").display(),
-                profile.lengths.len(),
-                summary.intervals
-            )));
-        }
-        let others = other_threads(dir, &summary)?;
-        let placer = Placer::new(
-            &blocks,
-            &images,
-            &windows,
-            others,
-            &profile,
-            summary.interval,
-        );
-        let entry = main_entry(Path::new(&summary.program.path), &images);
-        points = regions::build(
-            &placer,
-            &profile,
-            &chosen,
-            &labels,
-            summary.warmup,
-            summary.interval,
-            entry.as_ref(),
-        )?;
-        summary.k = labels.iter().max().map_or(0, |&m| m + 1);
-    }
-    summary.points = points;
-    let text = crate::job_text::summary_text(dir, &summary, &profile, &blocks);
-    write_all(dir, &summary, &images, &text)?;
-    Ok(Finished { summary, text })
-}
-
-/// The program's entry point as a marker; the image is found by its resolved path, since the
-/// command may name a symlink (`python3` runs `python3.11`).
-fn main_entry(path: &Path, images: &[ImageRow]) -> Option<Entry> {
-    let real = std::fs::canonicalize(path).ok();
-    let same = |p: &Path| real.is_some() && std::fs::canonicalize(p).ok() == real;
-    let name = path.file_name()?.to_string_lossy();
-    let image = images
-        .iter()
-        .find(|i| same(&i.path))
-        .or_else(|| images.iter().find(|i| i.name == name))?;
-    Some(Entry {
-        image: image.name.clone(),
-        offset: bbv_collect::ElfFacts::read(&image.path)?.entry,
-    })
-}
-
-fn write_all(
-    dir: &Path,
-    summary: &Summary,
-    images: &[ImageRow],
-    text: &str,
-) -> Result<(), PipelineError> {
-    let points: &[Point] = &summary.points;
-    let mut files = AtomicFiles::default();
-    files.write(&dir.join("summary.json"), |w| {
-        rundir::write_summary(w, summary)
-    })?;
-    files.write(&dir.join("summary.txt"), |w| {
-        std::io::Write::write_all(w, text.as_bytes())
-    })?;
-    if !points.is_empty() {
-        for sub in ["gem5", "nemu"] {
-            let d = dir.join(sub);
-            std::fs::create_dir_all(&d).map_err(|e| PipelineError::io(&d, e))?;
-        }
-        let mut csv = Vec::new();
-        regions::write_csv(&mut csv, points, images)?;
-        files.write(&dir.join("regions.csv"), |w| {
-            std::io::Write::write_all(w, &csv)
-        })?;
-        let mut json = Vec::new();
-        regions::write_json(&mut json, points, images)?;
-        files.write(&dir.join("regions.json"), |w| {
-            std::io::Write::write_all(w, &json)
-        })?;
-        files.write(&dir.join("regions.sniper.txt"), |w| {
-            regions::write_sniper(w, points)
-        })?;
-        let simpoints = std::fs::read(dir.join("simpoint.simpoints"))
-            .map_err(|e| PipelineError::io(dir.join("simpoint.simpoints"), e))?;
-        let weights = std::fs::read(dir.join("simpoint.weights"))
-            .map_err(|e| PipelineError::io(dir.join("simpoint.weights"), e))?;
-        for (sub, s, w) in [
-            ("gem5", "simpoints", "weights"),
-            ("nemu", "simpoints0", "weights0"),
-        ] {
-            files.write(&dir.join(sub).join(s), |f| {
-                std::io::Write::write_all(f, &simpoints)
-            })?;
-            files.write(&dir.join(sub).join(w), |f| {
-                std::io::Write::write_all(f, &weights)
-            })?;
-        }
-        let readme = regions::gem5_readme(
-            &summary.program.path,
-            &summary.program.args,
-            summary.interval,
-            regions::warmup_intervals(summary.warmup, summary.interval) * summary.interval,
-            &summary.count_rep,
-        );
-        files.write(&dir.join("gem5").join("README"), |w| {
-            std::io::Write::write_all(w, readme.as_bytes())
-        })?;
-    }
-    files.commit()?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_entry_image_is_the_file_a_symlinked_command_resolves_to() {
-        let exe = std::env::current_exe().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let alias = dir.path().join("alias");
-        std::os::unix::fs::symlink(&exe, &alias).unwrap();
-        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
-        let images = vec![ImageRow {
-            name: name.clone(),
-            path: exe.clone(),
-            fixed: false,
-            build_id: None,
-            bias: 0,
-        }];
-        let e = main_entry(&alias, &images).expect("found through the symlink");
-        assert_eq!(e.image, name);
-        assert_eq!(e.offset, bbv_collect::ElfFacts::read(&exe).unwrap().entry);
-        assert!(main_entry(&dir.path().join("missing"), &images).is_none());
-    }
 }

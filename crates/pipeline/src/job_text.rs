@@ -48,17 +48,40 @@ pub fn summary_text(dir: &Path, s: &Summary, profile: &Profile, blocks: &[BlockR
             let _ = writeln!(r, "  thread {}: {}", t.thread, t.instructions);
         }
     }
-    let _ = writeln!(
-        r,
-        "intervals: {} of {} instructions ({})",
-        s.intervals,
-        s.interval,
-        if s.clustered == "all" {
-            "all threads"
-        } else {
-            "main thread"
+    let looppoint = s.regions_mode == "looppoint";
+    if looppoint {
+        let _ = writeln!(
+            r,
+            "regions: looppoint ({}); {} filtered instructions (without {})",
+            s.regions_reason,
+            s.filtered_instructions.unwrap_or(0),
+            if s.exclude.is_empty() {
+                "any image".to_string()
+            } else {
+                s.exclude.join(", ")
+            }
+        );
+        let _ = writeln!(
+            r,
+            "slices: {} complete, of {} filtered instructions per thread that ran",
+            s.intervals, s.interval
+        );
+    } else {
+        if n > 1 {
+            let _ = writeln!(r, "regions: intervals ({})", s.regions_reason);
         }
-    );
+        let _ = writeln!(
+            r,
+            "intervals: {} of {} instructions ({})",
+            s.intervals,
+            s.interval,
+            if s.clustered == "all" {
+                "all threads"
+            } else {
+                "main thread"
+            }
+        );
+    }
     if s.intervals == 0 {
         let _ = writeln!(
             r,
@@ -83,14 +106,25 @@ pub fn summary_text(dir: &Path, s: &Summary, profile: &Profile, blocks: &[BlockR
     );
     let _ = writeln!(
         r,
-        "  weight  interval  start instruction  hottest functions"
+        "  weight  {}  start instruction  hottest functions",
+        if looppoint { "   slice" } else { "interval" }
     );
     for p in &s.points {
-        let hot = profile
-            .kept
-            .get(&p.interval)
-            .map(|v| hottest(v, blocks))
-            .unwrap_or_default();
+        let hot = if looppoint {
+            let total = p.length.max(1) as f64;
+            p.functions
+                .iter()
+                .take(3)
+                .map(|(f, x)| format!("{f} {:.0}%", 100.0 * *x as f64 / total))
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            profile
+                .kept
+                .get(&p.interval)
+                .map(|v| hottest(v, blocks))
+                .unwrap_or_default()
+        };
         let _ = writeln!(
             r,
             "  {:6.4}  {:>8}  {:>17}  {hot}",
@@ -111,8 +145,9 @@ pub fn summary_text(dir: &Path, s: &Summary, profile: &Profile, blocks: &[BlockR
     }
     let _ = writeln!(
         r,
-        "files: {}/ (summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, bb.out, pc.out, simpoint.*)",
-        dir.display()
+        "files: {}/ (summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, {}bb.out, pc.out, simpoint.*)",
+        dir.display(),
+        if looppoint { "global.bb, slices.tsv, " } else { "" }
     );
     r
 }

@@ -14,15 +14,23 @@
 //! * Errors are [`PipelineError`]; bad input names the file and line.
 
 mod atomic;
+mod finish;
 mod job;
 mod job_text;
+pub mod looppoint;
 pub mod markers;
 pub mod regions;
 mod replay;
 pub mod rundir;
+pub mod slices;
 
 pub use atomic::AtomicFiles;
-pub use job::{cluster_file, finish, run, Finished, RunOutcome, RunRequest};
+pub use finish::{finish, Finished};
+pub use job::{cluster_file, run, RegionsMode, RunOutcome, RunRequest};
+
+/// Images excluded from slices unless told otherwise: the OpenMP runtimes, whose spinning and
+/// synchronisation say nothing about the program's work.
+pub const DEFAULT_EXCLUDE: [&str; 2] = ["libgomp", "libiomp5"];
 pub use replay::{replay, RegionCheck, ReplayOutcome, ReplayReport, ReplayRequest};
 
 use std::path::PathBuf;

@@ -104,18 +104,15 @@ impl Profile {
 fn tier(b: &BlockRow, images: &HashMap<&str, &ImageRow>) -> Option<u8> {
     let name = b.image.as_deref()?;
     let image = images.get(name)?;
-    if b.rep || b.varies || image.name.starts_with("ld-linux") || image.name.starts_with("ld.so") {
+    if b.rep || b.varies {
         return None;
     }
-    let base = name.split(".so").next().unwrap_or(name);
-    let runtime = matches!(
-        base,
-        "libc" | "libm" | "libstdc++" | "libgcc_s" | "libpthread" | "libdl" | "librt"
-    );
-    if !runtime {
-        return Some(0);
+    match bbv_profile::image_kind(&image.name) {
+        bbv_profile::ImageKind::Loader => return None,
+        bbv_profile::ImageKind::Own => return Some(0),
+        bbv_profile::ImageKind::Runtime => {}
     }
-    if base == "libc" {
+    if name.starts_with("libc.so") {
         // The C library's string routines are picked per CPU at load time (IFUNC), and its
         // unnamed code is mostly those variants (they have no exported symbol).
         let f = b.function.trim_start_matches('_');
@@ -154,6 +151,8 @@ pub struct Placer<'a> {
     others: HashSet<u32>,
     profile: &'a Profile,
     tolerance: u64,
+    /// Images never to hold a marker (a multi-threaded run's excluded libraries).
+    excluded: Vec<String>,
 }
 
 impl<'a> Placer<'a> {
@@ -195,7 +194,14 @@ impl<'a> Placer<'a> {
             others,
             profile,
             tolerance: (interval as f64 * TOLERANCE) as u64,
+            excluded: Vec::new(),
         }
+    }
+
+    /// Never places a marker in these images (file-name prefixes, as `--exclude-image`).
+    pub fn excluding(mut self, images: &[String]) -> Self {
+        self.excluded = images.to_vec();
+        self
     }
 
     fn block(&self, id: u32) -> Option<&'a BlockRow> {
@@ -259,6 +265,17 @@ impl<'a> Placer<'a> {
         Some(inexact)
     }
 
+    /// Executions of block `id`'s first instruction in `cumulative` (instructions per block,
+    /// e.g. summed over threads), blocks running through it included (None if unknown).
+    pub fn executions_in(&self, cumulative: &[u64], id: u32) -> Option<u64> {
+        let b = self.block(id)?;
+        if b.rep || b.varies {
+            return None;
+        }
+        let c = self.containers(b);
+        self.executions(cumulative, b, &c)
+    }
+
     /// Executions of `b`'s first instruction before cut `j` (None if unknown).
     pub fn executions_before(&self, j: u64, b: u32) -> Option<u64> {
         let b = self.block(b)?;
@@ -285,6 +302,12 @@ impl<'a> Placer<'a> {
             let Some(tier) = tier(b, &self.images) else {
                 continue;
             };
+            if b.image
+                .as_deref()
+                .is_some_and(|i| bbv_profile::image_matches(i, &self.excluded))
+            {
+                continue;
+            }
             let containers = self.containers(b);
             let Some(inexact) = self.run_through_after(&containers, cumulative, used) else {
                 continue;

@@ -37,7 +37,7 @@ pub fn warmup_intervals(warmup: u64, interval: u64) -> u64 {
     (warmup.saturating_add(interval / 2) / interval).max(1)
 }
 
-fn marker(placer: &Placer, p: &Placed) -> Result<Marker, PipelineError> {
+pub(crate) fn marker(placer: &Placer, p: &Placed) -> Result<Marker, PipelineError> {
     let row = placer
         .row(p.block)
         .ok_or_else(|| PipelineError::Invalid(format!("block {} is not in blocks.tsv", p.block)))?;
@@ -124,6 +124,8 @@ pub fn build(
             warmup_length,
             multiplier: cluster_instructions as f64 / length as f64,
             end_relative: e.count.saturating_sub(end_before),
+            thread_instructions: Vec::new(),
+            functions: Vec::new(),
         });
     }
     Ok(points)
@@ -234,6 +236,19 @@ pub fn write_json(
             "interval": p.interval,
             "length": p.length,
         });
+        if !p.thread_instructions.is_empty() {
+            region["threads"] = p
+                .thread_instructions
+                .iter()
+                .enumerate()
+                .map(|(t, n)| serde_json::json!({"thread": t + 1, "instructions": n}))
+                .collect();
+            region["functions"] = p
+                .functions
+                .iter()
+                .map(|(f, n)| serde_json::json!({"name": f, "instructions": n}))
+                .collect();
+        }
         if let Some(w) = &p.warmup {
             region["warmup"] = serde_json::json!({
                 "start": json_marker(w, images, "count")?,

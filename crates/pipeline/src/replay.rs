@@ -206,8 +206,11 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> 
     Ok(p)
 }
 
-fn write_markers(path: &Path, p: &Plan) -> Result<(), PipelineError> {
+fn write_markers(path: &Path, p: &Plan, global: bool) -> Result<(), PipelineError> {
     let mut text = String::new();
+    if global {
+        text.push_str("global\n");
+    }
     for (i, (image, _, file_off)) in p.pcs.iter().enumerate() {
         let _ = writeln!(text, "pc {i} {file_off:x} {image}");
     }
@@ -278,18 +281,28 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
     let plan = plan(&req.dir, &s, &program)?;
     let blocks = rundir::read_blocks(&req.dir.join("blocks.tsv"))?;
     let keep: BTreeSet<u64> = s.points.iter().map(|p| p.interval).collect();
-    let profile = Profile::read(
-        &req.dir.join("bb.out"),
-        blocks.len(),
-        &BTreeSet::new(),
-        &keep,
-    )?;
+    let looppoint = s.regions_mode == "looppoint";
+    let profile = if looppoint {
+        // The slices' vectors merged over threads: threads share work differently on replay.
+        let (_, kept) =
+            crate::looppoint::read_global(&req.dir, blocks.len(), &BTreeSet::new(), &keep)?;
+        let mut p = Profile::default();
+        p.kept = kept;
+        p
+    } else {
+        Profile::read(
+            &req.dir.join("bb.out"),
+            blocks.len(),
+            &BTreeSet::new(),
+            &keep,
+        )?
+    };
     let work = tempfile::Builder::new()
         .prefix(".bbv-replay-")
         .tempdir()
         .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
     let markers = work.path().join("markers");
-    write_markers(&markers, &plan)?;
+    write_markers(&markers, &plan, looppoint)?;
     let request = bbv_collect::Request {
         program: req.program.clone(),
         args: req.args.clone(),
@@ -302,6 +315,8 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         tail: false,
         rep_iterations: s.count_rep == "iteration",
         watch: 0,
+        slices: 0,
+        exclude: Vec::new(),
         markers: Some(markers),
         work_dir: work.path().to_path_buf(),
     };
@@ -314,6 +329,16 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             .iter()
             .map(|b| b.image.map(|i| (c.images[i].name(), b.address)))
             .collect();
+        // Looppoint lengths count the instructions outside the excluded images.
+        let counted: Option<Vec<bool>> = looppoint.then(|| {
+            key_of_replay
+                .iter()
+                .map(|k| {
+                    k.as_ref()
+                        .is_none_or(|(image, _)| !bbv_profile::image_matches(image, &s.exclude))
+                })
+                .collect()
+        });
         let key_of_profile: Vec<Option<Key>> = blocks
             .iter()
             .map(|b| b.image.clone().map(|i| (i, b.offset)))
@@ -323,9 +348,16 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             req.tolerance_pct,
             &events,
             &profile,
-            &key_of_profile,
-            &key_of_replay,
-            c.threads.first().map_or(0, |t| t.instructions),
+            &Keys {
+                profile: &key_of_profile,
+                replay: &key_of_replay,
+                counted: counted.as_deref(),
+            },
+            if looppoint {
+                c.threads.iter().map(|t| t.instructions).sum()
+            } else {
+                c.threads.first().map_or(0, |t| t.instructions)
+            },
         );
         let mut files = AtomicFiles::default();
         files.write(&req.dir.join("validation.json"), |w| {
@@ -354,15 +386,48 @@ fn keyed(pairs: &[(u32, u64)], keys: &[Option<Key>]) -> HashMap<Key, u64> {
     out
 }
 
+/// How blocks of the two runs are matched, and which replay blocks count toward lengths.
+struct Keys<'a> {
+    /// By profile block id - 1.
+    profile: &'a [Option<Key>],
+    /// By replay block id - 1.
+    replay: &'a [Option<Key>],
+    /// Looppoint runs: whether each replay block counts (not in an excluded image).
+    counted: Option<&'a [bool]>,
+}
+
+/// Instructions of the blocks that count (`counted`, by replay id - 1) run between two events'
+/// snapshots, over every thread.
+fn filtered_between(
+    a: &(u64, Vec<(u32, u64)>),
+    b: &(u64, Vec<(u32, u64)>),
+    counted: &[bool],
+) -> u64 {
+    let before: HashMap<u32, u64> = a.1.iter().copied().collect();
+    b.1.iter()
+        .filter(|(id, _)| {
+            counted
+                .get((*id as usize).wrapping_sub(1))
+                .copied()
+                .unwrap_or(true)
+        })
+        .map(|&(id, c)| c.saturating_sub(before.get(&id).copied().unwrap_or(0)))
+        .sum()
+}
+
 fn check(
     s: &Summary,
     tolerance_pct: f64,
     events: &Events,
     profile: &Profile,
-    key_of_profile: &[Option<Key>],
-    key_of_replay: &[Option<Key>],
+    keys: &Keys,
     replay_instructions: u64,
 ) -> ReplayReport {
+    let Keys {
+        profile: key_of_profile,
+        replay: key_of_replay,
+        counted,
+    } = *keys;
     let n = s.points.len();
     let regions = s
         .points
@@ -370,8 +435,9 @@ fn check(
         .enumerate()
         .map(|(r, p)| {
             let (start, end) = (events.get(&(2 * r)), events.get(&(2 * r + 1)));
-            let replay_length = match (start, end) {
-                (Some(a), Some(b)) if b.0 >= a.0 => Some(b.0 - a.0),
+            let replay_length = match (start, end, counted) {
+                (Some(a), Some(b), Some(counted)) => Some(filtered_between(a, b, counted)),
+                (Some(a), Some(b), None) if b.0 >= a.0 => Some(b.0 - a.0),
                 _ => None,
             };
             let deviation_pct = replay_length
@@ -404,7 +470,11 @@ fn check(
         tolerance_pct,
         regions,
         replay_instructions,
-        profile_instructions: s.threads.first().map_or(0, |t| t.instructions),
+        profile_instructions: if s.regions_mode == "looppoint" {
+            s.instructions
+        } else {
+            s.threads.first().map_or(0, |t| t.instructions)
+        },
     }
 }
 

@@ -11,6 +11,8 @@
 //! | `summary.json`, `summary.txt` | the run's facts and points with their markers |
 //! | `regions.*`, `gem5/`, `nemu/` | the hand-off files ([`crate::regions`]) |
 //! | `validation.json` | the last `bbv replay`'s report |
+//! | `slices.cuts`, `thread.N.slices` | multi-threaded runs: the plugin's slice boundaries and per-thread slice vectors |
+//! | `global.bb`, `slices.tsv` | the slices' concatenated vectors and their table ([`crate::slices`]) |
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -51,8 +53,24 @@ pub struct Summary {
     pub clustered: String,
     /// Warmup instructions asked for before each region (0 = none).
     pub warmup: u64,
+    /// `intervals` (SimPoint on thread 1's intervals) or `looppoint` (slices of all threads).
+    #[serde(default = "intervals_mode")]
+    pub regions_mode: String,
+    /// Why that mode (for `--regions auto`).
+    #[serde(default)]
+    pub regions_reason: String,
+    /// Image file-name prefixes whose instructions do not count toward slices.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Instructions of all threads outside the excluded images (looppoint mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filtered_instructions: Option<u64>,
     /// The simulation points, heaviest first.
     pub points: Vec<Point>,
+}
+
+fn intervals_mode() -> String {
+    "intervals".into()
 }
 
 /// One thread's total.
@@ -131,6 +149,12 @@ pub struct Point {
     /// Executions of the end marker's instruction after the start marker (PinPoints'
     /// end-pc-relative-count).
     pub end_relative: u64,
+    /// Looppoint mode: the region's filtered instructions per thread (index = thread - 1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thread_instructions: Vec<u64>,
+    /// Looppoint mode: the region's ten hottest functions and their instructions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<(String, u64)>,
 }
 
 /// Reads `DIR/summary.json`, refusing directories of older bbv versions.

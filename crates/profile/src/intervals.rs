@@ -94,6 +94,17 @@ impl<S: CountStore> IntervalCounter<S> {
         self.last_cut
     }
 
+    /// The counts of the current, unfinished interval, as `each(id, instructions)`.
+    pub fn for_each_current(&mut self, mut each: impl FnMut(u32, u64)) {
+        for i in 0..self.touched.len() {
+            let id = self.touched[i];
+            let c = self.counts.counts().get(id as usize).copied().unwrap_or(0);
+            if c > 0 {
+                each(id, c);
+            }
+        }
+    }
+
     /// Whether the current, unfinished interval holds any instructions.
     pub fn has_partial(&self) -> bool {
         !self.touched.is_empty()

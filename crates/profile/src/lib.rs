@@ -14,6 +14,7 @@
 //! * Every error names the file, the line and the column.
 
 mod error;
+mod images;
 mod input;
 mod intervals;
 pub mod plugin_state;
@@ -21,6 +22,7 @@ mod reader;
 mod writer;
 
 pub use error::ProfileError;
+pub use images::{image_kind, image_matches, ImageKind};
 pub use input::{open_input, Compression, Input};
 pub use intervals::{CountStore, CutMode, IntervalCounter};
 pub use reader::{BbvReader, Token};

@@ -1,9 +1,10 @@
 //! Translation-time analysis of a TB and the global block table.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::api::Insn;
@@ -29,6 +30,15 @@ pub struct TbInfo {
     /// The block may close a loop or leave a function (interval boundaries are checked there
     /// when counting inline); true when unknown.
     pub may_loop: bool,
+    /// In the program's own code (not the loader, a language runtime, an excluded library or
+    /// anonymous memory): multi-threaded slices end only at such blocks.
+    pub own: bool,
+    /// In an excluded library (`exclude=`, OpenMP runtimes by default): its instructions do
+    /// not count toward slices.
+    pub excluded: bool,
+    /// Starts at a loop head (the target of a backward branch seen so far); set when the
+    /// branch is translated, which may be after this block.
+    pub head: AtomicBool,
 }
 
 // SAFETY: `execs` points into a mapping that lives until exit; see fast.rs for who writes it.
@@ -45,9 +55,12 @@ struct Table {
     ids: HashMap<(u32, u64), u32>,
     /// Every (id, instructions) translated so far: a block retranslated with another length
     /// gets a `size` line, so the host knows its executions cannot be read off its counts.
-    sizes: std::collections::HashSet<(u32, u64)>,
+    sizes: HashSet<(u32, u64)>,
     /// One TbInfo (and fast-path slot) per variant, shared by retranslations.
     infos: HashMap<Variant, &'static TbInfo>,
+    /// Loop heads found so far (guest addresses), and the blocks starting at each address.
+    heads: HashSet<u64>,
+    by_pc: HashMap<u64, Vec<&'static TbInfo>>,
     next: u32,
     /// Module lines written so far.
     modules: usize,
@@ -71,8 +84,10 @@ pub fn init(cfg: &Config) -> std::io::Result<()> {
     let file = File::create(cfg.dir.join("blocks"))?;
     *TABLE.lock().unwrap_or_else(|e| e.into_inner()) = Some(Table {
         ids: HashMap::new(),
-        sizes: std::collections::HashSet::new(),
+        sizes: HashSet::new(),
         infos: HashMap::new(),
+        heads: HashSet::new(),
+        by_pc: HashMap::new(),
         next: 1,
         modules: 0,
         file: Some(file),
@@ -119,7 +134,22 @@ pub fn analyze<'a>(
         l.vaddr + l.bytes.len() as u64
     };
     let bytes = end.saturating_sub(first.vaddr);
+    let back = if cfg.x86 {
+        x86::backward_target(last.bytes, last.vaddr)
+    } else if cfg.aarch64 {
+        crate::decode::aarch64_backward_target(last.bytes, last.vaddr)
+    } else {
+        None
+    };
     let key = maps::locate(haddr).unwrap_or((ANON, first.vaddr));
+    let (own, excluded) = match maps::file_name(key.0).filter(|_| key.0 != ANON) {
+        Some(name) => {
+            let excluded = bbv_profile::image_matches(&name, &cfg.exclude);
+            let own = !excluded && bbv_profile::image_kind(&name) == bbv_profile::ImageKind::Own;
+            (own, excluded)
+        }
+        None => (false, false),
+    };
     let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     let table = guard.as_mut()?;
     let id = match table.ids.get(&key) {
@@ -156,10 +186,20 @@ pub fn analyze<'a>(
     if table.sizes.insert((id, insns as u64)) {
         append(table, &format!("size {id} {insns} {bytes}\n"));
     }
+    if let Some(target) = back.filter(|_| own) {
+        if table.heads.insert(target) {
+            for info in table.by_pc.get(&target).into_iter().flatten() {
+                info.head.store(true, Ordering::Relaxed);
+            }
+        }
+    }
     let variant = (id, insns as u64, rep_first, rep_last, fldcw, may_loop);
     if let Some(info) = table.infos.get(&variant) {
         return Some(info);
     }
+    // Without a branch decoder for the target, every block of the program's own code counts
+    // as a loop head (slices then end at the first such block after the budget).
+    let decoded = cfg.x86 || cfg.aarch64;
     let execs = crate::fast::new_slot(id, insns as u64, fldcw)?;
     let info: &'static TbInfo = Box::leak(Box::new(TbInfo {
         id,
@@ -170,7 +210,11 @@ pub fn analyze<'a>(
         fldcw,
         execs,
         may_loop,
+        own,
+        excluded,
+        head: AtomicBool::new(!decoded || table.heads.contains(&first.vaddr)),
     }));
     table.infos.insert(variant, info);
+    table.by_pc.entry(first.vaddr).or_default().push(info);
     Some(info)
 }

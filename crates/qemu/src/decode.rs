@@ -25,6 +25,24 @@ pub fn aarch64_may_loop(bytes: &[u8]) -> bool {
     }
 }
 
+/// AArch64: the target of a backward direct branch (B, B.cond, CBZ/CBNZ, TBZ/TBNZ) at
+/// `vaddr`: a loop head.
+pub fn aarch64_backward_target(bytes: &[u8], vaddr: u64) -> Option<u64> {
+    let w = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+    let (shift, width) = if w & 0xfc00_0000 == 0x1400_0000 {
+        (0, 26)
+    } else if w & 0xff00_0010 == 0x5400_0000 || w & 0x7e00_0000 == 0x3400_0000 {
+        (5, 19)
+    } else if w & 0x7e00_0000 == 0x3600_0000 {
+        (5, 14)
+    } else {
+        return None;
+    };
+    let imm = ((w >> shift) & ((1 << width) - 1)) as i64;
+    let disp = (imm << (64 - width)) >> (64 - width);
+    (disp <= 0).then(|| vaddr.wrapping_add((disp * 4) as u64))
+}
+
 /// RISC-V (RV64GC): the block's last instruction, 2 or 4 bytes.
 pub fn riscv64_may_loop(bytes: &[u8]) -> bool {
     let Some(h) = bytes.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]])) else {
@@ -66,6 +84,11 @@ mod tests {
         assert!(aarch64_may_loop(&0xd65f_03c0u32.to_le_bytes())); // ret
         assert!(!aarch64_may_loop(&0x9400_0010u32.to_le_bytes())); // bl
         assert!(aarch64_may_loop(&0x1400_0000u32.to_le_bytes())); // b .
+        let t = |w: u32| aarch64_backward_target(&w.to_le_bytes(), 0x1000);
+        assert_eq!(t(0x17ff_ffff), Some(0x0ffc)); // b .-4
+        assert_eq!(t(0x54ff_ffe1), Some(0x0ffc)); // b.ne .-4
+        assert_eq!(t(0x1400_0002), None); // b .+8
+        assert_eq!(t(0xd65f_03c0), None); // ret
     }
 
     #[test]

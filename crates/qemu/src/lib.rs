@@ -12,6 +12,8 @@
 //!   and instruction count, then `id:delta` for the first execution of each block in the W
 //!   instructions after it (the candidates for the (PC, count) markers of `bbv regions`),
 //! * with `markers=FILE` (`bbv replay`), `events`: one line per marker reached ([`replay`]).
+//! * with `slices=N`, once a second thread runs: `slices` (the global slice boundaries) and
+//!   `thread.N.slices` (each thread's vector per slice), see [`slices`].
 //!
 //! Everything is on disk or in the page cache at every moment, so the host can complete the
 //! files (closing comment, `--tail`) even when QEMU dies by a signal without telling plugins.
@@ -49,6 +51,7 @@ mod decode;
 mod fast;
 mod maps;
 mod replay;
+mod slices;
 mod state;
 mod thread;
 mod x86;
@@ -75,6 +78,11 @@ pub(crate) struct Config {
     pub watch: u64,
     /// Replay: the marker file to watch (see [`replay`]).
     pub markers: Option<PathBuf>,
+    /// Multi-threaded slices of this many filtered instructions per thread that ran (0 = none;
+    /// see [`slices`]).
+    pub slices: u64,
+    /// Image file-name prefixes whose instructions do not count toward slices.
+    pub exclude: Vec<String>,
 }
 
 pub(crate) static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -93,6 +101,8 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
         rep_iterations: false,
         watch: 0,
         markers: None,
+        slices: 0,
+        exclude: Vec::new(),
     };
     let flag = |k: &str, v: &str| match v {
         "on" | "yes" | "true" => Ok(true),
@@ -128,6 +138,19 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
                     .map_err(|_| format!("plugin argument watch={v}: expected a whole number"))?
             }
             "markers" => cfg.markers = Some(PathBuf::from(v)),
+            "slices" => {
+                cfg.slices = v
+                    .parse()
+                    .map_err(|_| format!("plugin argument slices={v}: expected a whole number"))?
+            }
+            // Colon-separated: QEMU splits plugin arguments at commas.
+            "exclude" => {
+                cfg.exclude = v
+                    .split(':')
+                    .filter(|x| !x.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
             _ => return Err(format!("unknown plugin argument {arg}")),
         }
     }

@@ -8,7 +8,7 @@
 //! Each event appends one line to `DIR/events`: `EVENT POSITION id:instructions ...`, where
 //! POSITION is the instructions the thread ran before the marker instruction and the pairs
 //! are the instructions each block had run by then (the region's vector is the difference of
-//! two such lines).
+//! two such lines). After a `global` line, POSITION and the pairs cover every thread.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
@@ -29,6 +29,8 @@ struct Markers {
     targets: Vec<Vec<(u64, u32)>>,
     hits: Vec<AtomicU64>,
     events: Mutex<Option<File>>,
+    /// `global` line: positions and counts over all threads (multi-threaded regions).
+    global: bool,
 }
 
 static MARKERS: OnceLock<Markers> = OnceLock::new();
@@ -51,6 +53,7 @@ pub fn init(dir: &Path, file: &Path) -> Result<(), String> {
         targets: Vec::new(),
         hits: Vec::new(),
         events: Mutex::new(None),
+        global: false,
     };
     for (i, line) in text.lines().enumerate() {
         let bad = || format!("{}:{}: malformed marker line", file.display(), i + 1);
@@ -71,6 +74,7 @@ pub fn init(dir: &Path, file: &Path) -> Result<(), String> {
                 m.targets.push(Vec::new());
                 m.hits.push(AtomicU64::new(0));
             }
+            Some("global") => m.global = true,
             Some("target") => {
                 let mut num = || f.next().and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
                 let (idx, count, event) = (num()?, num()?, num()?);
@@ -143,9 +147,14 @@ pub fn hit(vcpu: u32, udata: *mut c_void) {
     if targets.get(first).is_none_or(|t| t.0 != n) {
         return;
     }
-    let position = thread::position(vcpu).saturating_sub(hit.back);
     let mut by_id: HashMap<u32, u64> = HashMap::new();
-    thread::snapshot(vcpu, |id, c| *by_id.entry(id).or_default() += c);
+    let position = if m.global {
+        thread::snapshot_all(|id, c| *by_id.entry(id).or_default() += c)
+    } else {
+        thread::snapshot(vcpu, |id, c| *by_id.entry(id).or_default() += c);
+        thread::position(vcpu)
+    }
+    .saturating_sub(hit.back);
     let mut pairs: Vec<(u32, u64)> = by_id.into_iter().collect();
     pairs.sort_unstable();
     let mut body = String::new();

@@ -12,6 +12,7 @@ use bbv_profile::{BbvWriter, CountStore, CutMode, IntervalCounter};
 
 use crate::blocks::TbInfo;
 use crate::fast::{self, NEXT_CUT, TOTAL};
+use crate::slices::{self, ThreadSlices};
 use crate::state::Shared;
 use crate::{report_error, CONFIG};
 
@@ -41,6 +42,8 @@ struct Thread {
     line: Vec<u8>,
     last_rep: u64,
     watch: Watch,
+    /// LoopPoint-style slices (`slices=N`), once a second thread runs.
+    slices: Option<ThreadSlices>,
 }
 
 /// Most blocks recorded after one cut: enough choice for a marker in the program's own code
@@ -175,6 +178,11 @@ pub fn start(vcpu: u32) {
         line: Vec::new(),
         last_rep: 0,
         watch: Watch::new(cfg.watch, marks),
+        slices: if cfg.slices > 0 && !cfg.count_only {
+            ThreadSlices::new(&cfg.dir, number)
+        } else {
+            None
+        },
     });
     let t = Box::into_raw(t);
     if number == 1 {
@@ -212,6 +220,12 @@ fn take_over_first() {
         if LAST_REP_TOTAL.load(Ordering::Relaxed) == TOTAL.load(Ordering::Relaxed) {
             t.last_rep = LAST_REP_PC.load(Ordering::Relaxed);
         }
+        if let (Some(sl), Some(cfg)) = (t.slices.as_mut(), CONFIG.get()) {
+            // Thread 1's finished intervals are the slices before this one, which starts
+            // with its unfinished interval.
+            slices::begin(&cfg.dir, cfg.slices, t.counter.intervals());
+            t.counter.for_each_current(|id, n| sl.seed(id, n));
+        }
     }
 }
 
@@ -239,9 +253,14 @@ pub fn check_cut(_vcpu: u32, tb: &TbInfo) {
 
 fn harvest(t: &mut Thread) {
     let counter = &mut t.counter;
+    // Once slicing runs, what the fast path counted belongs to the new thread's slice too.
+    let mut sl = t.slices.as_mut().filter(|_| slices::on());
     let fldcw = fast::harvest(|id, n| {
         counter.absorb(id, n);
         counter.store_mut().header().total += n;
+        if let Some(sl) = sl.as_mut() {
+            sl.seed(id, n);
+        }
     });
     t.counter.store_mut().header().fldcw += fldcw;
 }
@@ -377,6 +396,9 @@ fn exec(vcpu: u32, tb: &TbInfo) {
         let before = t.counter.total();
         t.watch.see(tb, before);
     }
+    if let Some(sl) = t.slices.as_mut() {
+        sl.on_block(tb);
+    }
     let Thread {
         counter, out, line, ..
     } = t;
@@ -430,13 +452,49 @@ pub fn snapshot(vcpu: u32, mut each: impl FnMut(u32, u64)) {
     }
 }
 
+/// The instructions each block has run on every thread so far, by block id, summed over the
+/// threads (for the replay of multi-threaded regions); returns the instructions of all threads.
+/// Other threads' counters are read from their state files, which the shared mappings keep
+/// current: a read can never meet a mapping another thread is moving.
+pub fn snapshot_all(mut each: impl FnMut(u32, u64)) -> u64 {
+    let Some(cfg) = CONFIG.get().filter(|_| MULTI.load(Ordering::Acquire)) else {
+        fast::cumulative(each);
+        return TOTAL.load(Ordering::Relaxed);
+    };
+    let mut total = 0;
+    for number in 1..NEXT_NUMBER.load(Ordering::Acquire) {
+        let Ok(bytes) = std::fs::read(cfg.dir.join(format!("thread.{number}.state"))) else {
+            continue;
+        };
+        let words: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
+            .collect();
+        let Some(counts) = words.get(bbv_profile::plugin_state::HEADER_WORDS..) else {
+            continue;
+        };
+        // Word 2 of the header is the thread's total (see state.rs).
+        total += words[2];
+        for (id, &c) in counts.iter().enumerate() {
+            if c != 0 {
+                each(id as u32, c);
+            }
+        }
+    }
+    total
+}
+
 /// The guest is exiting: write out the windows still open.
 pub fn finish_all() {
     for slot in THREADS.iter() {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {
             // SAFETY: at exit no other guest thread runs blocks any more.
-            unsafe { (*p).watch.close() };
+            let t = unsafe { &mut *p };
+            t.watch.close();
+            if let Some(sl) = t.slices.as_mut() {
+                sl.flush();
+            }
         }
     }
 }
@@ -465,7 +523,11 @@ pub fn finish_vcpu(vcpu: u32) {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {
             // SAFETY: called on the exiting thread, the state's only user.
-            unsafe { (*p).watch.close() };
+            let t = unsafe { &mut *p };
+            t.watch.close();
+            if let Some(sl) = t.slices.as_mut() {
+                sl.flush();
+            }
         }
         slot.store(std::ptr::null_mut(), Ordering::Release);
     }

@@ -51,6 +51,28 @@ pub fn may_loop(bytes: &[u8]) -> bool {
     }
 }
 
+/// The target of a backward direct jump or conditional jump (the instruction `bytes` at
+/// `vaddr`): a loop head, where multi-threaded slices may end.
+pub fn backward_target(bytes: &[u8], vaddr: u64) -> Option<u64> {
+    let (_, i) = prefixes(bytes);
+    let rel32 = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
+    };
+    let disp = match *bytes.get(i)? {
+        0x70..=0x7f | 0xe0..=0xe3 | 0xeb => *bytes.get(i + 1)? as i8 as i64,
+        0xe9 => rel32(i + 1)?,
+        0x0f if matches!(bytes.get(i + 1), Some(0x80..=0x8f)) => rel32(i + 2)?,
+        _ => return None,
+    };
+    (disp < 0).then(|| {
+        vaddr
+            .wrapping_add(bytes.len() as u64)
+            .wrapping_add(disp as u64)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +99,18 @@ mod tests {
         assert!(may_loop(&[0xff, 0xe0])); // jmp *%rax
         assert!(!may_loop(&[0xe8, 0, 0, 0, 0])); // call
         assert!(!may_loop(&[0x0f, 0x05])); // syscall
+    }
+
+    #[test]
+    fn loop_heads() {
+        assert_eq!(backward_target(&[0x75, 0xfb], 0x1000), Some(0x0ffd)); // jne .-3
+        assert_eq!(backward_target(&[0x75, 0x05], 0x1000), None); // jne forward
+        let jne32 = [0x0f, 0x85, 0xf0, 0xff, 0xff, 0xff];
+        assert_eq!(backward_target(&jne32, 0x1000), Some(0x0ff6));
+        assert_eq!(
+            backward_target(&[0xe9, 0xfb, 0xff, 0xff, 0xff], 0x10),
+            Some(0x10)
+        );
+        assert_eq!(backward_target(&[0xc3], 0x10), None); // ret
     }
 }

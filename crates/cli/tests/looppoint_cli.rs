@@ -1,0 +1,190 @@
+//! `bbv run --regions looppoint|auto` on multi-threaded programs under the real QEMU, and
+//! `bbv replay` of their markers over all threads.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use crate::collect_cli::build;
+use crate::common::bbv;
+
+fn omp(dir: &Path) -> PathBuf {
+    build(
+        dir,
+        "gcc",
+        "omp_phases.c",
+        "omp",
+        // sqrt inlined (no libm needed: flags come before the source on the command line).
+        &["-O2", "-fopenmp", "-fno-math-errno"],
+    )
+}
+
+fn run(dir: &Path, threads: &str, args: &[&str], guest: &[&str]) -> Output {
+    bbv()
+        .current_dir(dir)
+        .env("OMP_NUM_THREADS", threads)
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .args(guest)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Runs, replays from another directory, and checks the bar on the result.
+fn profile_and_replay(threads: &str, extra: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = omp(dir.path());
+    let prog = prog.to_str().unwrap();
+    let mut args = vec!["--interval", "10000000", "-o", "out"];
+    args.extend(extra);
+    let out = run(dir.path(), threads, &args, &[prog, "100"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let d = dir.path().join("out");
+    let summary = json(&d.join("summary.json"));
+    assert_eq!(summary["regions_mode"], "looppoint", "{err}");
+    let n: usize = threads.parse().unwrap();
+    assert_eq!(summary["threads"].as_array().unwrap().len(), n);
+    let global = std::fs::read_to_string(d.join("global.bb")).unwrap();
+    assert_eq!(
+        global.lines().next().unwrap(),
+        format!("#make-balanced-concat-vectors.py num_threads {n}")
+    );
+    let filtered = summary["filtered_instructions"].as_f64().unwrap();
+    let total = summary["instructions"].as_f64().unwrap();
+    assert!(
+        filtered <= total && filtered > 0.5 * total,
+        "{filtered} of {total}"
+    );
+    // Every CSV row is global; markers are in the program's own code, never in libgomp.
+    let csv = std::fs::read_to_string(d.join("regions.csv")).unwrap();
+    for row in csv.lines().skip(1) {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!(f[1], "global", "{row}");
+        assert!(
+            !f[4].starts_with("libgomp") && !f[8].starts_with("libgomp"),
+            "{row}"
+        );
+    }
+    let regions = json(&d.join("regions.json"));
+    let points = summary["points"].as_array().unwrap();
+    assert!(!points.is_empty());
+    for r in regions.as_object().unwrap().values() {
+        assert_eq!(r["threads"].as_array().unwrap().len(), n, "{r}");
+        assert!(!r["functions"].as_array().unwrap().is_empty(), "{r}");
+    }
+
+    let other = dir.path().join("elsewhere");
+    std::fs::create_dir(&other).unwrap();
+    let out = bbv()
+        .current_dir(&other)
+        .env("OMP_NUM_THREADS", threads)
+        .env("BBV_TEST_PADDING", "x".repeat(3000))
+        .arg("replay")
+        .arg(&d)
+        .args(["--json", "--tolerance", "5", "--", prog, "100"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(
+        stdout[stdout.rfind("{\"regions\":").expect("a JSON report")..].trim_end(),
+    )
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut extrapolated = 0.0;
+    for c in report["regions"].as_array().unwrap() {
+        assert_eq!(c["start_found"], true, "{c}");
+        assert_eq!(c["end_found"], true, "{c}");
+        let id = c["id"].as_u64().unwrap().to_string();
+        extrapolated +=
+            regions[&id]["multiplier"].as_f64().unwrap() * c["replay_length"].as_f64().unwrap();
+    }
+    assert!(
+        (extrapolated - filtered).abs() / filtered < 0.02,
+        "sum of multiplier x replay length {extrapolated} vs {filtered} filtered"
+    );
+    // Per-thread instructions estimated from the regions, against the slices' totals.
+    let table = std::fs::read_to_string(d.join("slices.tsv")).unwrap();
+    for t in 0..n {
+        let full: f64 = table
+            .lines()
+            .skip(1)
+            .map(|l| l.split('\t').nth(3).unwrap().split(',').nth(t).unwrap())
+            .map(|x| x.parse::<f64>().unwrap())
+            .sum();
+        let est: f64 = points
+            .iter()
+            .map(|p| {
+                p["multiplier"].as_f64().unwrap() * p["thread_instructions"][t].as_f64().unwrap()
+            })
+            .sum();
+        assert!(
+            (est - full).abs() / full < 0.03,
+            "thread {}: {est} estimated, {full} in the run",
+            t + 1
+        );
+    }
+}
+
+#[test]
+fn openmp_two_threads_auto() {
+    // The main thread runs the most instructions, but its code also runs on the other
+    // thread: auto ends in looppoint and says why.
+    profile_and_replay("2", &[]);
+}
+
+#[test]
+fn openmp_four_threads() {
+    profile_and_replay("4", &["--regions", "looppoint"]);
+}
+
+#[test]
+fn looppoint_on_one_thread_and_an_unmapped_exclusion() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = omp(dir.path());
+    let out = run(
+        dir.path(),
+        "1",
+        &[
+            "--regions",
+            "looppoint",
+            "--exclude-image",
+            "libnothing",
+            "--interval",
+            "10000000",
+            "-o",
+            "out",
+        ],
+        &[prog.to_str().unwrap(), "30"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("--exclude-image libnothing"), "{err}");
+    let summary = json(&dir.path().join("out/summary.json"));
+    assert_eq!(summary["regions_mode"], "looppoint");
+    assert_eq!(summary["threads"].as_array().unwrap().len(), 1);
+    assert!(!summary["points"].as_array().unwrap().is_empty());
+    let global = std::fs::read_to_string(dir.path().join("out/global.bb")).unwrap();
+    assert!(global.starts_with("#make-balanced-concat-vectors.py num_threads 1\n"));
+
+    // Bad options: exit 2 before anything runs.
+    for bad in [
+        &["--regions", "sometimes"][..],
+        &["--exclude-image", "a,b"][..],
+        &["--regions", "looppoint", "--threads", "all"][..],
+    ] {
+        let out = run(dir.path(), "1", bad, &[prog.to_str().unwrap(), "1"]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+}

@@ -1,0 +1,270 @@
+//! `bbv regions DIR` as a library call: from a run directory alone, place the markers of every
+//! point and write the hand-off files, `summary.json` and `summary.txt`.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::markers::{Placer, Profile};
+use crate::regions::{self, Chosen, Entry};
+use crate::rundir::{self, ImageRow, Point, Summary};
+use crate::{AtomicFiles, PipelineError};
+
+/// A finished run directory.
+#[derive(Debug)]
+pub struct Finished {
+    /// `summary.json`'s content.
+    pub summary: Summary,
+    /// `summary.txt`'s content.
+    pub text: String,
+}
+
+/// The chosen points (from `simpoint.simpoints` and `.weights`) and every interval's cluster.
+pub(crate) fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
+    let prefix = dir.join("simpoint");
+    let points = rundir::read_pairs::<u64>(&prefix.with_extension("simpoints"))?;
+    let weights = rundir::read_pairs::<f64>(&prefix.with_extension("weights"))?;
+    // Labels lines are `CLUSTER DISTANCE`.
+    let labels = rundir::read_pairs::<usize>(&prefix.with_extension("labels"))?;
+    let weight_of: HashMap<usize, f64> = weights.iter().map(|&(w, c)| (c, w)).collect();
+    let mut chosen: Vec<Chosen> = points
+        .iter()
+        .map(|&(interval, cluster)| {
+            let weight = weight_of.get(&cluster).copied().ok_or_else(|| {
+                PipelineError::Invalid(format!(
+                    "{}: cluster {cluster} has a simulation point but no weight",
+                    prefix.with_extension("weights").display()
+                ))
+            })?;
+            Ok(Chosen {
+                cluster,
+                interval,
+                weight,
+            })
+        })
+        .collect::<Result<_, PipelineError>>()?;
+    chosen.sort_by(|x, y| {
+        y.weight
+            .total_cmp(&x.weight)
+            .then(x.interval.cmp(&y.interval))
+    });
+    Ok((chosen, labels.into_iter().map(|(l, _)| l).collect()))
+}
+
+/// Blocks that threads other than thread 1 ran.
+fn other_threads(dir: &Path, s: &Summary) -> Result<HashSet<u32>, PipelineError> {
+    let mut ids = HashSet::new();
+    for t in s.threads.iter().filter(|t| t.thread != 1) {
+        let path = rundir::thread_file(dir, t.thread);
+        if !path.exists() {
+            continue;
+        }
+        let mut r = bbv_profile::BbvReader::open(&path)?;
+        let mut v = Vec::new();
+        while r.next_vector(&mut v)? {
+            ids.extend(v.iter().map(|t| t.id));
+        }
+    }
+    Ok(ids)
+}
+
+/// `bbv regions DIR`: from a run directory alone, places the markers of every point and
+/// writes the hand-off files, `summary.json` and `summary.txt` (all or none).
+pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError> {
+    let mut summary = rundir::read_summary(dir)?;
+    if let Some(w) = warmup {
+        summary.warmup = w;
+    }
+    let need = |name: &str| -> Result<PathBuf, PipelineError> {
+        let p = dir.join(name);
+        if p.exists() {
+            Ok(p)
+        } else {
+            Err(PipelineError::Invalid(format!(
+                "{}: missing; {} is not a complete `bbv run` output directory",
+                p.display(),
+                dir.display()
+            )))
+        }
+    };
+    let blocks = rundir::read_blocks(&need("blocks.tsv")?)?;
+    let images = rundir::read_images(&need("images.tsv")?)?;
+    let windows = rundir::read_windows(&need("marks.out")?)?;
+    let mut points = Vec::new();
+    let mut profile = Profile::default();
+    if summary.intervals > 0 && summary.regions_mode == "looppoint" {
+        need("simpoint.simpoints")?;
+        need("global.bb")?;
+        need("slices.tsv")?;
+        let entry = main_entry(Path::new(&summary.program.path), &images);
+        let input = crate::looppoint::Inputs {
+            blocks: &blocks,
+            images: &images,
+            windows: &windows,
+            entry: entry.as_ref(),
+        };
+        points = crate::looppoint::points(dir, &summary, &input)?;
+        summary.k = points.len();
+    } else if summary.intervals > 0 && summary.clustered == "main" {
+        need("simpoint.simpoints")?;
+        let (chosen, labels) = chosen(dir)?;
+        if labels.len() as u64 != summary.intervals {
+            return Err(PipelineError::Invalid(format!(
+                "{}: {} labels for {} intervals",
+                dir.join("simpoint.labels").display(),
+                labels.len(),
+                summary.intervals
+            )));
+        }
+        let n_warm = regions::warmup_intervals(summary.warmup, summary.interval);
+        let mut cuts = BTreeSet::new();
+        for c in &chosen {
+            if c.interval >= summary.intervals {
+                return Err(PipelineError::Invalid(format!(
+                    "{}: interval {} is beyond the {} intervals of the run",
+                    dir.join("simpoint.simpoints").display(),
+                    c.interval,
+                    summary.intervals
+                )));
+            }
+            let from = c.interval.saturating_sub(2 * n_warm);
+            cuts.extend(from..=c.interval + 1);
+        }
+        let keep = chosen.iter().map(|c| c.interval).collect();
+        profile = Profile::read(&need("bb.out")?, blocks.len(), &cuts, &keep)?;
+        if profile.lengths.len() as u64 != summary.intervals {
+            return Err(PipelineError::Invalid(format!(
+                "{}: {} intervals, but summary.json says {}",
+                dir.join("bb.out").display(),
+                profile.lengths.len(),
+                summary.intervals
+            )));
+        }
+        let others = other_threads(dir, &summary)?;
+        let placer = Placer::new(
+            &blocks,
+            &images,
+            &windows,
+            others,
+            &profile,
+            summary.interval,
+        );
+        let entry = main_entry(Path::new(&summary.program.path), &images);
+        points = regions::build(
+            &placer,
+            &profile,
+            &chosen,
+            &labels,
+            summary.warmup,
+            summary.interval,
+            entry.as_ref(),
+        )?;
+        summary.k = labels.iter().max().map_or(0, |&m| m + 1);
+    }
+    summary.points = points;
+    let text = crate::job_text::summary_text(dir, &summary, &profile, &blocks);
+    write_all(dir, &summary, &images, &text)?;
+    Ok(Finished { summary, text })
+}
+
+/// The program's entry point as a marker; the image is found by its resolved path, since the
+/// command may name a symlink (`python3` runs `python3.11`).
+fn main_entry(path: &Path, images: &[ImageRow]) -> Option<Entry> {
+    let real = std::fs::canonicalize(path).ok();
+    let same = |p: &Path| real.is_some() && std::fs::canonicalize(p).ok() == real;
+    let name = path.file_name()?.to_string_lossy();
+    let image = images
+        .iter()
+        .find(|i| same(&i.path))
+        .or_else(|| images.iter().find(|i| i.name == name))?;
+    Some(Entry {
+        image: image.name.clone(),
+        offset: bbv_collect::ElfFacts::read(&image.path)?.entry,
+    })
+}
+
+fn write_all(
+    dir: &Path,
+    summary: &Summary,
+    images: &[ImageRow],
+    text: &str,
+) -> Result<(), PipelineError> {
+    let points: &[Point] = &summary.points;
+    let mut files = AtomicFiles::default();
+    files.write(&dir.join("summary.json"), |w| {
+        rundir::write_summary(w, summary)
+    })?;
+    files.write(&dir.join("summary.txt"), |w| {
+        std::io::Write::write_all(w, text.as_bytes())
+    })?;
+    if !points.is_empty() {
+        for sub in ["gem5", "nemu"] {
+            let d = dir.join(sub);
+            std::fs::create_dir_all(&d).map_err(|e| PipelineError::io(&d, e))?;
+        }
+        let mut csv = Vec::new();
+        regions::write_csv(&mut csv, points, images)?;
+        files.write(&dir.join("regions.csv"), |w| {
+            std::io::Write::write_all(w, &csv)
+        })?;
+        let mut json = Vec::new();
+        regions::write_json(&mut json, points, images)?;
+        files.write(&dir.join("regions.json"), |w| {
+            std::io::Write::write_all(w, &json)
+        })?;
+        files.write(&dir.join("regions.sniper.txt"), |w| {
+            regions::write_sniper(w, points)
+        })?;
+        let simpoints = std::fs::read(dir.join("simpoint.simpoints"))
+            .map_err(|e| PipelineError::io(dir.join("simpoint.simpoints"), e))?;
+        let weights = std::fs::read(dir.join("simpoint.weights"))
+            .map_err(|e| PipelineError::io(dir.join("simpoint.weights"), e))?;
+        for (sub, s, w) in [
+            ("gem5", "simpoints", "weights"),
+            ("nemu", "simpoints0", "weights0"),
+        ] {
+            files.write(&dir.join(sub).join(s), |f| {
+                std::io::Write::write_all(f, &simpoints)
+            })?;
+            files.write(&dir.join(sub).join(w), |f| {
+                std::io::Write::write_all(f, &weights)
+            })?;
+        }
+        let readme = regions::gem5_readme(
+            &summary.program.path,
+            &summary.program.args,
+            summary.interval,
+            regions::warmup_intervals(summary.warmup, summary.interval) * summary.interval,
+            &summary.count_rep,
+        );
+        files.write(&dir.join("gem5").join("README"), |w| {
+            std::io::Write::write_all(w, readme.as_bytes())
+        })?;
+    }
+    files.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_image_is_the_file_a_symlinked_command_resolves_to() {
+        let exe = std::env::current_exe().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let alias = dir.path().join("alias");
+        std::os::unix::fs::symlink(&exe, &alias).unwrap();
+        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let images = vec![ImageRow {
+            name: name.clone(),
+            path: exe.clone(),
+            fixed: false,
+            build_id: None,
+            bias: 0,
+        }];
+        let e = main_entry(&alias, &images).expect("found through the symlink");
+        assert_eq!(e.image, name);
+        assert_eq!(e.offset, bbv_collect::ElfFacts::read(&exe).unwrap().entry);
+        assert!(main_entry(&dir.path().join("missing"), &images).is_none());
+    }
+}

@@ -1,0 +1,259 @@
+//! LoopPoint-style slices of a multi-threaded run (`slices=N`).
+//!
+//! Once a second thread runs, the instructions of all threads outside excluded libraries (the
+//! OpenMP runtimes' spinning and synchronisation, by default) are counted together. When they
+//! reach N x (threads that ran in the current slice), the slice is due, and it ends where any
+//! thread next starts a loop head of the program's own code: that thread moves the global slice
+//! index on, and every other thread closes its vector of the slice at its next block. A thread
+//! that sleeps through a slice contributes nothing to it.
+//!
+//! Before the second thread, thread 1's intervals are the slices (the host places their
+//! boundaries as in single-threaded runs), so the first slice here carries the index of thread
+//! 1's unfinished interval and starts with its counts.
+//!
+//! Files:
+//! * `slices`: `start INDEX` (the first slice counted here), then one `cut INDEX THREAD BLOCK`
+//!   per boundary: slice INDEX begins when thread THREAD starts block BLOCK.
+//! * `thread.N.slices`: `INDEX FILTERED id:instructions ...` for every slice thread N ran in.
+//!   Each line is one write, so a killed process leaves whole lines.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::blocks::TbInfo;
+use crate::report_error;
+
+/// Filtered instructions a thread gathers before adding them to the global count (the shared
+/// counter is touched once per this many, not per block).
+const FLUSH: u64 = 1 << 14;
+
+/// The slice the multi-threaded part is in (read at every block, written at boundaries).
+static SLICE: AtomicU64 = AtomicU64::new(0);
+/// Slicing has begun (a second thread exists).
+static ON: AtomicBool = AtomicBool::new(false);
+/// The current slice has reached its budget: the next loop head ends it.
+static DUE: AtomicBool = AtomicBool::new(false);
+/// Filtered instructions of all threads, added in batches.
+static FILTERED: AtomicU64 = AtomicU64::new(0);
+
+/// What changes only at boundaries and joins, under one lock (these are rare).
+struct Global {
+    slice: u64,
+    /// FILTERED when the slice began.
+    start: u64,
+    /// Threads that ran in the slice.
+    active: u64,
+    due: bool,
+    /// Per-thread instructions of a slice: N.
+    per_thread: u64,
+    file: Option<File>,
+}
+
+static GLOBAL: Mutex<Option<Global>> = Mutex::new(None);
+
+fn with_global<R>(f: impl FnOnce(&mut Global) -> R) -> Option<R> {
+    GLOBAL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+        .map(f)
+}
+
+fn append(g: &mut Global, line: &str) {
+    if let Some(f) = &mut g.file {
+        if let Err(e) = f.write_all(line.as_bytes()) {
+            report_error(&format!("writing the slice file: {e}"));
+            g.file = None;
+        }
+    }
+}
+
+/// Whether slicing has begun.
+pub fn on() -> bool {
+    ON.load(Ordering::Acquire)
+}
+
+/// Starts slicing at slice `first` (a second thread is being created); writes `start`.
+pub fn begin(dir: &Path, per_thread: u64, first: u64) {
+    let mut guard = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
+    if guard.is_some() {
+        return;
+    }
+    let file = match File::create(dir.join("slices")) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            report_error(&format!("creating the slice file: {e}"));
+            None
+        }
+    };
+    let mut g = Global {
+        slice: first,
+        start: 0,
+        active: 0,
+        due: false,
+        per_thread: per_thread.max(1),
+        file,
+    };
+    append(&mut g, &format!("start {first}\n"));
+    *guard = Some(g);
+    SLICE.store(first, Ordering::Release);
+    ON.store(true, Ordering::Release);
+}
+
+/// One thread's vector of the slice it is in.
+pub struct ThreadSlices {
+    /// The slice the counts belong to (u64::MAX: not joined yet).
+    slice: u64,
+    counts: Vec<u64>,
+    touched: Vec<u32>,
+    filtered: u64,
+    /// Filtered instructions not yet added to FILTERED.
+    pending: u64,
+    number: u32,
+    file: Option<File>,
+    line: String,
+}
+
+impl ThreadSlices {
+    /// The slice state of thread `number`, writing `DIR/thread.N.slices`.
+    pub fn new(dir: &Path, number: u32) -> Option<ThreadSlices> {
+        let file = match File::create(dir.join(format!("thread.{number}.slices"))) {
+            Ok(f) => f,
+            Err(e) => {
+                report_error(&format!("creating thread {number}'s slice file: {e}"));
+                return None;
+            }
+        };
+        Some(ThreadSlices {
+            slice: u64::MAX,
+            counts: Vec::new(),
+            touched: Vec::new(),
+            filtered: 0,
+            pending: 0,
+            number,
+            file: Some(file),
+            line: String::new(),
+        })
+    }
+
+    /// Counts `insns` instructions of block `id` into the current slice without any check (the
+    /// counts a thread had before slicing began, or those the fast path gathered for it).
+    pub fn seed(&mut self, id: u32, insns: u64) {
+        if self.slice == u64::MAX && ON.load(Ordering::Acquire) {
+            self.join(SLICE.load(Ordering::Acquire));
+        }
+        self.bump(id, insns);
+        self.filtered += insns;
+        self.pending += insns;
+    }
+
+    #[inline]
+    fn bump(&mut self, id: u32, insns: u64) {
+        let i = id as usize;
+        if i >= self.counts.len() {
+            self.counts.resize((i + 1).next_power_of_two().max(1024), 0);
+        }
+        if self.counts[i] == 0 {
+            self.touched.push(id);
+        }
+        self.counts[i] += insns;
+    }
+
+    fn join(&mut self, s: u64) {
+        self.slice = s;
+        with_global(|g| {
+            if g.slice == s {
+                g.active += 1;
+            }
+        });
+    }
+
+    /// Thread runs block `tb`: closes the vector of a slice that ended, ends a due slice at a
+    /// loop head of the program's own code, then counts the block.
+    #[inline]
+    pub fn on_block(&mut self, tb: &TbInfo) {
+        if !ON.load(Ordering::Relaxed) {
+            return;
+        }
+        let s = SLICE.load(Ordering::Acquire);
+        if s != self.slice {
+            self.flush();
+            self.join(s);
+        }
+        if tb.own && DUE.load(Ordering::Relaxed) && tb.head.load(Ordering::Relaxed) {
+            self.try_cut(tb);
+        }
+        self.bump(tb.id, tb.insns);
+        if !tb.excluded {
+            self.filtered += tb.insns;
+            self.pending += tb.insns;
+            if self.pending >= FLUSH {
+                self.publish();
+            }
+        }
+    }
+
+    /// Adds the pending filtered count to the global one and checks the budget.
+    #[cold]
+    fn publish(&mut self) {
+        let total = FILTERED.fetch_add(self.pending, Ordering::Relaxed) + self.pending;
+        self.pending = 0;
+        with_global(|g| {
+            if !g.due && total.saturating_sub(g.start) >= g.per_thread * g.active.max(1) {
+                g.due = true;
+                DUE.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// Ends the due slice here, unless another thread already did.
+    #[cold]
+    fn try_cut(&mut self, tb: &TbInfo) {
+        let s = self.slice;
+        let number = self.number;
+        let won = with_global(|g| {
+            if g.slice != s || !g.due {
+                return false;
+            }
+            g.slice = s + 1;
+            g.start = FILTERED.load(Ordering::Relaxed);
+            g.active = 1;
+            g.due = false;
+            DUE.store(false, Ordering::Relaxed);
+            SLICE.store(s + 1, Ordering::Release);
+            append(g, &format!("cut {} {number} {}\n", s + 1, tb.id));
+            true
+        });
+        if won == Some(true) {
+            self.flush();
+            self.slice = s + 1;
+        }
+    }
+
+    /// Writes the vector of the slice the thread was in (nothing when it ran no instruction).
+    pub fn flush(&mut self) {
+        if self.touched.is_empty() {
+            return;
+        }
+        self.touched.sort_unstable();
+        self.line.clear();
+        let _ = write!(self.line, "{} {}", self.slice, self.filtered);
+        for &id in &self.touched {
+            let c = std::mem::take(&mut self.counts[id as usize]);
+            let _ = write!(self.line, " {id}:{c}");
+        }
+        self.line.push('\n');
+        self.touched.clear();
+        self.filtered = 0;
+        if let Some(f) = &mut self.file {
+            if let Err(e) = f.write_all(self.line.as_bytes()) {
+                report_error(&format!("writing thread {}'s slice file: {e}", self.number));
+                self.file = None;
+            }
+        }
+    }
+}
