@@ -60,6 +60,16 @@ pub enum BenchCommand {
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
     },
+    /// Multi-threaded regions: `bbv run --regions looppoint` against `bbv collect` on an
+    /// OpenMP program (2 and 4 threads), xz -T2 and pigz -p 2 (target: at most 1.3x).
+    Threads {
+        /// Runs per cell (the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the inputs and outputs (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
     /// `bbv regions DIR` on real runs recorded with an interval that gives at least --intervals
     /// intervals (gzip -9, xz -6 and a python3 script): median time, peak memory, reading speed.
     Regions {
@@ -380,6 +390,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Cc { runs, dir } => crate::bench_cc::run(runs, &dir),
         BenchCommand::Collect { runs, scale, dir } => crate::bench_collect::run(runs, &dir, scale),
+        BenchCommand::Threads { runs, dir } => crate::bench_threads::run(runs, &dir),
         BenchCommand::Regions {
             intervals,
             runs,

@@ -4,6 +4,7 @@ mod bench;
 mod bench_cc;
 mod bench_collect;
 mod bench_regions;
+mod bench_threads;
 mod cc_cmd;
 mod collect_cmd;
 mod gpu_cmd;

@@ -19,43 +19,113 @@ use crate::PipelineError;
 /// Blocks of the chosen slices, merged over threads: (id, instructions).
 type Kept = HashMap<u64, Vec<(u32, u64)>>;
 
-/// Reads `global.bb`: the merged cumulative counts before each slice in `at`, and the merged
-/// vectors of the slices in `keep`.
+/// What [`read_global`] gathers.
+#[derive(Default)]
+pub struct GlobalRead {
+    /// Instructions per block id, merged over threads, before each slice asked for.
+    pub before: HashMap<u64, Vec<u64>>,
+    /// Merged vectors of the slices asked for.
+    pub kept: Kept,
+    /// Per-thread instructions per block id of the slices asked for (index = thread - 1).
+    pub per_thread: HashMap<u64, Vec<Vec<u64>>>,
+}
+
+/// Reads `global.bb` (`threads` threads of `n_blocks` blocks): the merged counts before each
+/// slice in `at`, the merged vectors of the slices in `keep`, and the per-thread vectors of the
+/// slices in `split`.
 pub fn read_global(
     dir: &Path,
     n_blocks: usize,
-    at: &BTreeSet<u64>,
-    keep: &BTreeSet<u64>,
-) -> Result<(HashMap<u64, Vec<u64>>, Kept), PipelineError> {
+    threads: usize,
+    want: [&BTreeSet<u64>; 3],
+) -> Result<GlobalRead, PipelineError> {
+    let [at, keep, split] = want;
     let path = dir.join("global.bb");
     let mut reader = bbv_profile::BbvReader::open(&path)?;
     let mut cum = vec![0u64; n_blocks + 1];
-    let (mut snaps, mut kept) = (HashMap::new(), Kept::new());
+    let mut g = GlobalRead::default();
     let mut v = Vec::new();
     let mut j = 0u64;
+    let nb = n_blocks.max(1);
     loop {
         if at.contains(&j) {
-            snaps.insert(j, cum.clone());
+            g.before.insert(j, cum.clone());
         }
         if !reader.next_vector(&mut v)? {
             break;
         }
         let mut merged: HashMap<u32, u64> = HashMap::new();
+        let mut per = split
+            .contains(&j)
+            .then(|| vec![vec![0u64; n_blocks + 1]; threads.max(1)]);
         for t in &v {
-            let id = ((t.id as usize - 1) % n_blocks.max(1)) + 1;
+            let (thread, id) = ((t.id as usize - 1) / nb, ((t.id as usize - 1) % nb) + 1);
             cum[id] += t.value as u64;
             if keep.contains(&j) {
                 *merged.entry(id as u32).or_default() += t.value as u64;
+            }
+            if let Some(row) = per.as_mut().and_then(|p| p.get_mut(thread)) {
+                row[id] += t.value as u64;
             }
         }
         if keep.contains(&j) {
             let mut m: Vec<(u32, u64)> = merged.into_iter().collect();
             m.sort_unstable();
-            kept.insert(j, m);
+            g.kept.insert(j, m);
+        }
+        if let Some(p) = per {
+            g.per_thread.insert(j, p);
         }
         j += 1;
     }
-    Ok((snaps, kept))
+    Ok(g)
+}
+
+/// Per block id, how unevenly its first instruction runs: the coefficient of variation of its
+/// executions per filtered instruction over every (slice, thread) in which the thread ran a
+/// significant share of the slice (zeros included; infinite for a block never run).
+fn rate_spread(
+    dir: &Path,
+    rows: &[SliceRow],
+    blocks: &[BlockRow],
+) -> Result<Vec<f64>, PipelineError> {
+    let nb = blocks.len().max(1);
+    let mut reader = bbv_profile::BbvReader::open(&dir.join("global.bb"))?;
+    let (mut sum, mut sumsq) = (vec![0f64; nb + 1], vec![0f64; nb + 1]);
+    let mut observations = 0u64;
+    let mut v = Vec::new();
+    let mut j = 0usize;
+    while reader.next_vector(&mut v)? {
+        let Some(row) = rows.get(j) else { break };
+        let significant = |t: usize| {
+            let f = row.threads.get(t).copied().unwrap_or(0);
+            f > 0 && f as f64 >= SIGNIFICANT * row.filtered as f64
+        };
+        observations += (0..row.threads.len()).filter(|&t| significant(t)).count() as u64;
+        for x in &v {
+            let (t, id) = ((x.id as usize - 1) / nb, ((x.id as usize - 1) % nb) + 1);
+            if !significant(t) {
+                continue;
+            }
+            let insns = blocks.get(id - 1).map_or(1, |b| b.instructions.max(1));
+            let r = (x.value as u64 / insns) as f64 / row.threads[t] as f64;
+            sum[id] += r;
+            sumsq[id] += r * r;
+        }
+        j += 1;
+    }
+    let m = observations.max(1) as f64;
+    Ok(sum
+        .iter()
+        .zip(&sumsq)
+        .map(|(&s, &q)| {
+            let mean = s / m;
+            if mean <= 0.0 {
+                return f64::INFINITY;
+            }
+            ((q / m - mean * mean).max(0.0)).sqrt() / mean
+        })
+        .collect())
 }
 
 /// Warmup slices before each region: the warmup instructions over the per-thread interval,
@@ -73,7 +143,14 @@ struct Ctx<'a> {
     rows: &'a [SliceRow],
     placer: &'a Placer<'a>,
     cum: &'a HashMap<u64, Vec<u64>>,
+    /// The plugin's windows after its cuts.
+    windows: &'a crate::slices::Windows,
+    /// Per block id, [`rate_spread`].
+    spread: &'a [f64],
 }
+
+/// A thread takes part in a slice's rate comparison when it ran this share of the slice.
+const SIGNIFICANT: f64 = 0.05;
 
 /// Where slice `b` starts; `b` = the number of slices is the end of the last one, a cut of
 /// thread 1 when its intervals are the slices (a sliced run's last slice has no end).
@@ -100,8 +177,39 @@ impl Ctx<'_> {
         }
     }
 
-    /// The marker where slice `b` starts, and its block.
-    fn marker(&self, b: u64, what: &str) -> Result<(Marker, u32), PipelineError> {
+    /// Among the blocks of the program's own code first run in the window after boundary `b`
+    /// (within 0.5% of a slice), the one whose executions per instruction are the most even
+    /// over the whole run and every thread; with its distance from the cut. Its global count
+    /// marks the same amount of work however the threads interleave on another run, which the
+    /// loop head the plugin cut at does not when threads work independently (its rate
+    /// differs between threads in different phases, and the phases shift).
+    fn steady(&self, b: u64) -> Option<(u32, u64)> {
+        type Ranked = ((u8, u64, u64), (u32, u64));
+        let mut best: Option<Ranked> = None;
+        for &(id, delta) in self.windows.get(&b)? {
+            let spread = self
+                .spread
+                .get(id as usize)
+                .copied()
+                .unwrap_or(f64::INFINITY);
+            if !spread.is_finite() || !self.placer.alone(id) {
+                continue;
+            }
+            let Some(tier) = self.placer.tier_of(id) else {
+                continue;
+            };
+            // Spread in thousandths, then the nearest to the cut.
+            let key = (tier, (spread * 1000.0) as u64, delta);
+            if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                best = Some((key, (id, delta)));
+            }
+        }
+        best.map(|(_, x)| x)
+    }
+
+    /// The marker where slice `b` starts, its block, and the instructions from the boundary
+    /// to it.
+    fn marker(&self, b: u64, what: &str) -> Result<(Marker, u32, u64), PipelineError> {
         let missing = || PipelineError::NoMarker {
             interval: b,
             what: what.to_string(),
@@ -109,6 +217,7 @@ impl Ctx<'_> {
         };
         match boundary(self.rows, b) {
             Some(Boundary::Cut { block, .. }) => {
+                let (block, delta) = self.steady(b).unwrap_or((block, 0));
                 let row = self.placer.row(block).ok_or_else(missing)?;
                 let count = self.executions(b, block).ok_or_else(|| {
                     PipelineError::Invalid(format!(
@@ -122,11 +231,12 @@ impl Ctx<'_> {
                         count,
                     },
                     block,
+                    delta,
                 ))
             }
             Some(_) => {
                 let p = self.placer.place(b).ok_or_else(missing)?;
-                Ok((regions::marker(self.placer, &p)?, p.block))
+                Ok((regions::marker(self.placer, &p)?, p.block, p.delta))
             }
             None => Err(missing()),
         }
@@ -186,7 +296,21 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
     let mut keep: BTreeSet<u64> = chosen.iter().map(|c| c.interval).collect();
     keep.extend(orphan);
     let n_blocks = input.blocks.len();
-    let (cum, kept) = read_global(dir, n_blocks, &cut_needs, &keep)?;
+    let n_threads = rows.first().map_or(1, |r| r.threads.len());
+    let GlobalRead {
+        before: cum, kept, ..
+    } = read_global(
+        dir,
+        n_blocks,
+        n_threads,
+        [&cut_needs, &keep, &BTreeSet::new()],
+    )?;
+    let cuts = dir.join("slices.cuts");
+    let windows = if cuts.exists() {
+        crate::slices::read_cuts(&cuts)?.2
+    } else {
+        Default::default()
+    };
     let adopter = orphan.and_then(|o| {
         let v = kept.get(&o)?;
         chosen
@@ -206,6 +330,11 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
         &prefix_needs,
         &BTreeSet::new(),
     )?;
+    let spread = if cut_needs.is_empty() {
+        Vec::new()
+    } else {
+        rate_spread(dir, &rows, input.blocks)?
+    };
     // Before slicing began only thread 1 ran: its counts are the global counts.
     let placer = Placer::new(
         input.blocks,
@@ -220,15 +349,20 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
         rows: &rows,
         placer: &placer,
         cum: &cum,
+        windows: &windows,
+        spread: &spread,
     };
     let before = |b: u64| rows[..b as usize].iter().map(|r| r.filtered).sum::<u64>();
     chosen
         .iter()
         .map(|c| {
             let sl = c.interval;
-            let (start, _) = ctx.marker(sl, "start")?;
-            let (end, end_block) = ctx.marker(sl + 1, "end")?;
-            let length = rows[sl as usize].filtered.max(1);
+            let (start, _, d_start) = ctx.marker(sl, "start")?;
+            let (end, end_block, d_end) = ctx.marker(sl + 1, "end")?;
+            let start_position = before(sl) + d_start;
+            let length = (before(sl + 1) + d_end)
+                .saturating_sub(start_position)
+                .max(1);
             let cluster: u64 = labels
                 .iter()
                 .zip(&rows)
@@ -247,7 +381,7 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
                 end: end.clone(),
                 warmup,
                 length,
-                start_position: before(sl),
+                start_position,
                 warmup_length,
                 multiplier: cluster as f64 / length as f64,
                 end_relative: end.count.saturating_sub(end_before),
@@ -345,8 +479,8 @@ fn warmup(
     }
     if let Some(w) = sl.checked_sub(n_warm).filter(|&w| w >= 1) {
         for b in (w.saturating_sub(n_warm).max(1)..=w).rev() {
-            if let Ok((m, _)) = ctx.marker(b, "warmup") {
-                return Ok((Some(m), before(sl) - before(b)));
+            if let Ok((m, _, d)) = ctx.marker(b, "warmup") {
+                return Ok((Some(m), (before(sl) - before(b)).saturating_sub(d)));
             }
         }
     }

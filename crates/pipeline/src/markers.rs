@@ -265,6 +265,25 @@ impl<'a> Placer<'a> {
         Some(inexact)
     }
 
+    /// Whether no other block's bytes run through block `id`'s first instruction.
+    pub fn alone(&self, id: u32) -> bool {
+        self.block(id)
+            .is_some_and(|b| self.containers(b).is_empty())
+    }
+
+    /// How good block `id` is as a marker (lower is better; None = never): the tier of its
+    /// image, and never in an excluded one.
+    pub fn tier_of(&self, id: u32) -> Option<u8> {
+        let b = self.block(id)?;
+        if b.image
+            .as_deref()
+            .is_some_and(|i| bbv_profile::image_matches(i, &self.excluded))
+        {
+            return None;
+        }
+        tier(b, &self.images)
+    }
+
     /// Executions of block `id`'s first instruction in `cumulative` (instructions per block,
     /// e.g. summed over threads), blocks running through it included (None if unknown).
     pub fn executions_in(&self, cumulative: &[u64], id: u32) -> Option<u64> {

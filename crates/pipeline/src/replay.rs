@@ -284,8 +284,9 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
     let looppoint = s.regions_mode == "looppoint";
     let profile = if looppoint {
         // The slices' vectors merged over threads: threads share work differently on replay.
-        let (_, kept) =
-            crate::looppoint::read_global(&req.dir, blocks.len(), &BTreeSet::new(), &keep)?;
+        let none = BTreeSet::new();
+        let kept =
+            crate::looppoint::read_global(&req.dir, blocks.len(), 1, [&none, &keep, &none])?.kept;
         let mut p = Profile::default();
         p.kept = kept;
         p

@@ -52,21 +52,35 @@ type Pairs = Vec<(u32, u64)>;
 /// Drops the excluded blocks of a vector: (filtered instructions, the rest).
 type Filter<'a> = &'a dyn Fn(&[(u32, u64)]) -> (u64, Pairs);
 
-/// The plugin's boundary file: the first slice it counted and its cuts.
-fn read_cuts(path: &Path) -> Result<(u64, Cuts), PipelineError> {
+/// Per slice, the window after its cut: (block id, filtered instructions of all threads
+/// between the cut and the block's first execution).
+pub type Windows = BTreeMap<u64, Vec<(u32, u64)>>;
+
+/// The plugin's boundary file: the first slice it counted, its cuts and their windows.
+pub fn read_cuts(path: &Path) -> Result<(u64, Cuts, Windows), PipelineError> {
     let text = std::fs::read_to_string(path).map_err(|e| PipelineError::io(path, e))?;
     let mut start = None;
     let mut cuts = BTreeMap::new();
+    let mut windows = Windows::new();
     // A process killed while appending leaves its last line unfinished.
     let whole = text.rfind('\n').map_or(0, |i| i + 1);
     for (n, line) in text[..whole].lines().enumerate() {
         let bad = || PipelineError::Parse {
             path: path.into(),
             line: n + 1,
-            what: "`start K` or `cut SLICE THREAD BLOCK`".into(),
+            what: "`start K`, `cut SLICE THREAD BLOCK` or `win SLICE id:delta ...`".into(),
         };
         let f: Vec<&str> = line.split(' ').collect();
         match f.as_slice() {
+            ["win", s, events @ ..] => {
+                let s: u64 = s.parse().map_err(|_| bad())?;
+                let mut v = Vec::new();
+                for e in events {
+                    let (a, b) = e.split_once(':').ok_or_else(bad)?;
+                    v.push((a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?));
+                }
+                windows.insert(s, v);
+            }
             ["start", k] if start.is_none() => start = Some(k.parse().map_err(|_| bad())?),
             ["cut", s, t, b] => {
                 let s: u64 = s.parse().map_err(|_| bad())?;
@@ -83,7 +97,7 @@ fn read_cuts(path: &Path) -> Result<(u64, Cuts), PipelineError> {
         line: 1,
         what: "`start K`".into(),
     })?;
-    Ok((start, cuts))
+    Ok((start, cuts, windows))
 }
 
 /// One thread's slice file, read a line at a time: (slice, filtered, pairs).
@@ -158,7 +172,8 @@ pub fn build(
     let excluded = excluded_ids(blocks, exclude);
     let cuts_path = dir.join("slices.cuts");
     let (first, cuts) = if cuts_path.exists() {
-        read_cuts(&cuts_path)?
+        let (first, cuts, _) = read_cuts(&cuts_path)?;
+        (first, cuts)
     } else {
         // One thread only: every interval is a slice, and the unfinished one the last.
         (u64::MAX, BTreeMap::new())
@@ -383,11 +398,19 @@ mod tests {
     fn cut_files_and_tables() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("slices.cuts");
-        std::fs::write(&p, "start 2\ncut 3 2 17\ncut 4 1 9\ncut 5 1").unwrap();
-        let (first, cuts) = read_cuts(&p).unwrap();
+        std::fs::write(
+            &p,
+            "start 2\ncut 3 2 17\nwin 3 17:0 5:40\ncut 4 1 9\ncut 5 1",
+        )
+        .unwrap();
+        let (first, cuts, _) = read_cuts(&p).unwrap();
         assert_eq!(first, 2);
         assert_eq!(cuts.get(&3), Some(&(2, 17)));
         assert_eq!(cuts.len(), 2, "an unfinished last line is left out");
+        assert_eq!(
+            read_cuts(&p).unwrap().2.get(&3),
+            Some(&vec![(17, 0), (5, 40)])
+        );
         std::fs::write(&p, "start 0\ncut 1 x 3\n").unwrap();
         let e = read_cuts(&p).unwrap_err().to_string();
         assert!(e.contains("slices.cuts:2:"), "{e}");

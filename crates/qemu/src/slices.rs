@@ -13,7 +13,9 @@
 //!
 //! Files:
 //! * `slices`: `start INDEX` (the first slice counted here), then one `cut INDEX THREAD BLOCK`
-//!   per boundary: slice INDEX begins when thread THREAD starts block BLOCK.
+//!   per boundary (slice INDEX begins when thread THREAD starts block BLOCK), each followed by
+//!   `win INDEX id:delta ...`: the first execution of each block of the program's own code in
+//!   the 0.5% of a slice after the cut, delta = filtered instructions of all threads before it.
 //! * `thread.N.slices`: `INDEX FILTERED id:instructions ...` for every slice thread N ran in.
 //!   Each line is one write, so a killed process leaves whole lines.
 
@@ -54,6 +56,72 @@ struct Global {
 }
 
 static GLOBAL: Mutex<Option<Global>> = Mutex::new(None);
+
+/// After each cut, the first execution of every block of the program's own code (up to
+/// [`WINDOW_BLOCKS`]) in the next 0.5% of a slice, all threads together: the host picks the
+/// boundary's marker among them.
+struct Window {
+    slice: u64,
+    /// Filtered instructions of all threads since the cut.
+    since: u64,
+    end: u64,
+    seen: Vec<(u32, u64)>,
+}
+
+const WINDOW_BLOCKS: usize = 128;
+/// The window's share of a slice (bbv-pipeline's marker tolerance).
+const WINDOW_SHARE: f64 = 0.005;
+static WINDOW_OPEN: AtomicBool = AtomicBool::new(false);
+static WINDOW: Mutex<Option<Window>> = Mutex::new(None);
+
+/// Records `tb` in the open window; closes it (one `win` line) when it is over.
+#[cold]
+fn window_see(tb: &TbInfo) {
+    let mut guard = WINDOW.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(w) = guard.as_mut() else { return };
+    if w.since >= w.end || w.seen.len() >= WINDOW_BLOCKS {
+        let line = close_window(&mut guard);
+        drop(guard);
+        write_window(line);
+        return;
+    }
+    if tb.own && !tb.rep_first && !w.seen.iter().any(|s| s.0 == tb.id) {
+        w.seen.push((tb.id, w.since));
+    }
+    if !tb.excluded {
+        w.since += tb.insns;
+    }
+}
+
+/// Takes the window out, returning its line. The caller writes the line after releasing
+/// WINDOW: GLOBAL is never taken while WINDOW is held.
+fn close_window(guard: &mut Option<Window>) -> Option<String> {
+    WINDOW_OPEN.store(false, Ordering::Relaxed);
+    let w = guard.take()?;
+    let mut line = format!("win {}", w.slice);
+    for (id, d) in &w.seen {
+        let _ = write!(line, " {id}:{d}");
+    }
+    line.push('\n');
+    Some(line)
+}
+
+fn write_window(line: Option<String>) {
+    if let Some(line) = line {
+        with_global(|g| append(g, &line));
+    }
+}
+
+/// Takes out and writes the open window, if any.
+fn flush_window() {
+    let line = close_window(&mut WINDOW.lock().unwrap_or_else(|e| e.into_inner()));
+    write_window(line);
+}
+
+/// Writes the window still open (the guest is exiting).
+pub fn finish() {
+    flush_window();
+}
 
 fn with_global<R>(f: impl FnOnce(&mut Global) -> R) -> Option<R> {
     GLOBAL
@@ -187,6 +255,9 @@ impl ThreadSlices {
         if tb.own && DUE.load(Ordering::Relaxed) && tb.head.load(Ordering::Relaxed) {
             self.try_cut(tb);
         }
+        if WINDOW_OPEN.load(Ordering::Relaxed) {
+            window_see(tb);
+        }
         self.bump(tb.id, tb.insns);
         if !tb.excluded {
             self.filtered += tb.insns;
@@ -215,10 +286,15 @@ impl ThreadSlices {
     fn try_cut(&mut self, tb: &TbInfo) {
         let s = self.slice;
         let number = self.number;
+        // A window still open closes first, so that its line comes before this cut's.
+        if WINDOW_OPEN.load(Ordering::Relaxed) {
+            flush_window();
+        }
         let won = with_global(|g| {
             if g.slice != s || !g.due {
-                return false;
+                return None;
             }
+            let end = (g.per_thread as f64 * g.active.max(1) as f64 * WINDOW_SHARE) as u64;
             g.slice = s + 1;
             g.start = FILTERED.load(Ordering::Relaxed);
             g.active = 1;
@@ -226,9 +302,16 @@ impl ThreadSlices {
             DUE.store(false, Ordering::Relaxed);
             SLICE.store(s + 1, Ordering::Release);
             append(g, &format!("cut {} {number} {}\n", s + 1, tb.id));
-            true
+            Some(end)
         });
-        if won == Some(true) {
+        if let Some(Some(end)) = won {
+            *WINDOW.lock().unwrap_or_else(|e| e.into_inner()) = Some(Window {
+                slice: s + 1,
+                since: 0,
+                end,
+                seen: Vec::new(),
+            });
+            WINDOW_OPEN.store(true, Ordering::Relaxed);
             self.flush();
             self.slice = s + 1;
         }

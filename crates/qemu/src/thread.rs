@@ -486,6 +486,7 @@ pub fn snapshot_all(mut each: impl FnMut(u32, u64)) -> u64 {
 
 /// The guest is exiting: write out the windows still open.
 pub fn finish_all() {
+    slices::finish();
     for slot in THREADS.iter() {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {
