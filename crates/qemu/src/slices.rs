@@ -19,12 +19,15 @@
 //! * `thread.N.slices`: `INDEX FILTERED id:instructions ...` for every slice thread N ran in.
 //!   Each line is one write, so a killed process leaves whole lines.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use bbv_profile::{CountStore, IntervalCounter};
 
 use crate::blocks::TbInfo;
 use crate::report_error;
@@ -33,14 +36,36 @@ use crate::report_error;
 /// counter is touched once per this many, not per block).
 const FLUSH: u64 = 1 << 14;
 
-/// The slice the multi-threaded part is in (read at every block, written at boundaries).
-static SLICE: AtomicU64 = AtomicU64::new(0);
-/// Slicing has begun (a second thread exists).
-static ON: AtomicBool = AtomicBool::new(false);
-/// The current slice has reached its budget: the next loop head ends it.
-static DUE: AtomicBool = AtomicBool::new(false);
-/// Filtered instructions of all threads, added in batches.
-static FILTERED: AtomicU64 = AtomicU64::new(0);
+/// What every block reads, alone in its cache line: a line other threads write often (the
+/// global count, the locks) would be fetched again at every block.
+#[repr(align(128))]
+struct Hot {
+    /// The slice the multi-threaded part is in (written at boundaries).
+    slice: AtomicU64,
+    /// Slicing has begun (a second thread exists).
+    on: AtomicBool,
+    /// The current slice has reached its budget: the next loop head ends it.
+    due: AtomicBool,
+    /// A window after a cut is open.
+    window_open: AtomicBool,
+}
+
+static HOT: Hot = Hot {
+    slice: AtomicU64::new(0),
+    on: AtomicBool::new(false),
+    due: AtomicBool::new(false),
+    window_open: AtomicBool::new(false),
+};
+static SLICE: &AtomicU64 = &HOT.slice;
+static ON: &AtomicBool = &HOT.on;
+static DUE: &AtomicBool = &HOT.due;
+static WINDOW_OPEN: &AtomicBool = &HOT.window_open;
+
+/// Filtered instructions of all threads, added in batches (in its own line).
+#[repr(align(128))]
+struct Padded(AtomicU64);
+static FILTERED_CELL: Padded = Padded(AtomicU64::new(0));
+static FILTERED: &AtomicU64 = &FILTERED_CELL.0;
 
 /// What changes only at boundaries and joins, under one lock (these are rare).
 struct Global {
@@ -71,7 +96,6 @@ struct Window {
 const WINDOW_BLOCKS: usize = 128;
 /// The window's share of a slice (bbv-pipeline's marker tolerance).
 const WINDOW_SHARE: f64 = 0.005;
-static WINDOW_OPEN: AtomicBool = AtomicBool::new(false);
 static WINDOW: Mutex<Option<Window>> = Mutex::new(None);
 
 /// Records `tb` in the open window; closes it (one `win` line) when it is over.
@@ -172,12 +196,19 @@ pub fn begin(dir: &Path, per_thread: u64, first: u64) {
     ON.store(true, Ordering::Release);
 }
 
-/// One thread's vector of the slice it is in.
+/// One thread's part of the slices. It keeps no count per block of its own (a second count
+/// at every block costs as much as the first): a slice's vector is what the thread's interval
+/// counter gathered since the slice began, that is the intervals it handed out since then
+/// ([`emitted`](Self::emitted)) plus its unfinished interval, less that interval's counts
+/// when the slice began.
 pub struct ThreadSlices {
     /// The slice the counts belong to (u64::MAX: not joined yet).
     slice: u64,
-    counts: Vec<u64>,
+    /// Instructions per block id of the intervals handed out since the slice began.
+    acc: Vec<u64>,
     touched: Vec<u32>,
+    /// The unfinished interval's counts when the slice began, until that interval is out.
+    snap: HashMap<u32, u64>,
     filtered: u64,
     /// Filtered instructions not yet added to FILTERED.
     pending: u64,
@@ -198,8 +229,9 @@ impl ThreadSlices {
         };
         Some(ThreadSlices {
             slice: u64::MAX,
-            counts: Vec::new(),
+            acc: Vec::new(),
             touched: Vec::new(),
+            snap: HashMap::new(),
             filtered: 0,
             pending: 0,
             number,
@@ -208,27 +240,43 @@ impl ThreadSlices {
         })
     }
 
-    /// Counts `insns` instructions of block `id` into the current slice without any check (the
-    /// counts a thread had before slicing began, or those the fast path gathered for it).
-    pub fn seed(&mut self, id: u32, insns: u64) {
+    /// Slicing begins while this thread (thread 1) has run `filtered` instructions of its
+    /// unfinished interval, which belongs to the first slice.
+    pub fn begin_with(&mut self, filtered: u64) {
         if self.slice == u64::MAX && ON.load(Ordering::Acquire) {
             self.join(SLICE.load(Ordering::Acquire));
         }
-        self.bump(id, insns);
-        self.filtered += insns;
-        self.pending += insns;
+        self.filtered += filtered;
+        self.pending += filtered;
     }
 
-    #[inline]
-    fn bump(&mut self, id: u32, insns: u64) {
-        let i = id as usize;
-        if i >= self.counts.len() {
-            self.counts.resize((i + 1).next_power_of_two().max(1024), 0);
+    /// The fast path counted `insns` instructions for this thread (before it counted per
+    /// block): they are filtered instructions of its slice.
+    pub fn seed(&mut self, insns: u64) {
+        self.begin_with(insns);
+    }
+
+    /// The thread's interval counter hands out an interval: its counts since the slice began
+    /// join the slice's.
+    pub fn emitted(&mut self, pairs: &[(u32, u64)]) {
+        if !ON.load(Ordering::Relaxed) {
+            return;
         }
-        if self.counts[i] == 0 {
-            self.touched.push(id);
+        let snap = std::mem::take(&mut self.snap);
+        for &(id, c) in pairs {
+            let c = c.saturating_sub(snap.get(&id).copied().unwrap_or(0));
+            if c == 0 {
+                continue;
+            }
+            let i = id as usize;
+            if i >= self.acc.len() {
+                self.acc.resize((i + 1).next_power_of_two().max(1024), 0);
+            }
+            if self.acc[i] == 0 {
+                self.touched.push(id);
+            }
+            self.acc[i] += c;
         }
-        self.counts[i] += insns;
     }
 
     fn join(&mut self, s: u64) {
@@ -240,25 +288,25 @@ impl ThreadSlices {
         });
     }
 
-    /// Thread runs block `tb`: closes the vector of a slice that ended, ends a due slice at a
-    /// loop head of the program's own code, then counts the block.
+    /// Thread runs block `tb` (its interval counter `counter` does not hold it yet): closes
+    /// the vector of a slice that ended, ends a due slice at a loop head of the program's own
+    /// code, then counts the block's filtered instructions.
     #[inline]
-    pub fn on_block(&mut self, tb: &TbInfo) {
+    pub fn on_block<S: CountStore>(&mut self, tb: &TbInfo, counter: &mut IntervalCounter<S>) {
         if !ON.load(Ordering::Relaxed) {
             return;
         }
         let s = SLICE.load(Ordering::Acquire);
         if s != self.slice {
-            self.flush();
+            self.flush(counter);
             self.join(s);
         }
         if tb.own && DUE.load(Ordering::Relaxed) && tb.head.load(Ordering::Relaxed) {
-            self.try_cut(tb);
+            self.try_cut(tb, counter);
         }
         if WINDOW_OPEN.load(Ordering::Relaxed) {
             window_see(tb);
         }
-        self.bump(tb.id, tb.insns);
         if !tb.excluded {
             self.filtered += tb.insns;
             self.pending += tb.insns;
@@ -283,7 +331,7 @@ impl ThreadSlices {
 
     /// Ends the due slice here, unless another thread already did.
     #[cold]
-    fn try_cut(&mut self, tb: &TbInfo) {
+    fn try_cut<S: CountStore>(&mut self, tb: &TbInfo, counter: &mut IntervalCounter<S>) {
         let s = self.slice;
         let number = self.number;
         // A window still open closes first, so that its line comes before this cut's.
@@ -305,6 +353,8 @@ impl ThreadSlices {
             Some(end)
         });
         if let Some(Some(end)) = won {
+            self.flush(counter);
+            self.slice = s + 1;
             *WINDOW.lock().unwrap_or_else(|e| e.into_inner()) = Some(Window {
                 slice: s + 1,
                 since: 0,
@@ -312,26 +362,40 @@ impl ThreadSlices {
                 seen: Vec::new(),
             });
             WINDOW_OPEN.store(true, Ordering::Relaxed);
-            self.flush();
-            self.slice = s + 1;
         }
     }
 
-    /// Writes the vector of the slice the thread was in (nothing when it ran no instruction).
-    pub fn flush(&mut self) {
-        if self.touched.is_empty() {
+    /// Writes the vector of the slice the thread was in (nothing when it ran no instruction),
+    /// and starts the next one at `counter`'s present state.
+    pub fn flush<S: CountStore>(&mut self, counter: &mut IntervalCounter<S>) {
+        let mut v: HashMap<u32, u64> = HashMap::new();
+        for &id in &self.touched {
+            let c = std::mem::take(&mut self.acc[id as usize]);
+            *v.entry(id).or_default() += c;
+        }
+        self.touched.clear();
+        let old = std::mem::take(&mut self.snap);
+        let mut snap = HashMap::new();
+        counter.for_each_current(|id, c| {
+            snap.insert(id, c);
+            let c = c.saturating_sub(old.get(&id).copied().unwrap_or(0));
+            if c > 0 {
+                *v.entry(id).or_default() += c;
+            }
+        });
+        self.snap = snap;
+        let filtered = std::mem::take(&mut self.filtered);
+        if v.is_empty() {
             return;
         }
-        self.touched.sort_unstable();
+        let mut pairs: Vec<(u32, u64)> = v.into_iter().collect();
+        pairs.sort_unstable();
         self.line.clear();
-        let _ = write!(self.line, "{} {}", self.slice, self.filtered);
-        for &id in &self.touched {
-            let c = std::mem::take(&mut self.counts[id as usize]);
+        let _ = write!(self.line, "{} {filtered}", self.slice);
+        for (id, c) in pairs {
             let _ = write!(self.line, " {id}:{c}");
         }
         self.line.push('\n');
-        self.touched.clear();
-        self.filtered = 0;
         if let Some(f) = &mut self.file {
             if let Err(e) = f.write_all(self.line.as_bytes()) {
                 report_error(&format!("writing thread {}'s slice file: {e}", self.number));

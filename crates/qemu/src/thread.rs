@@ -224,7 +224,7 @@ fn take_over_first() {
             // Thread 1's finished intervals are the slices before this one, which starts
             // with its unfinished interval.
             slices::begin(&cfg.dir, cfg.slices, t.counter.intervals());
-            t.counter.for_each_current(|id, n| sl.seed(id, n));
+            sl.begin_with(t.counter.total() - t.counter.last_cut());
         }
     }
 }
@@ -259,7 +259,7 @@ fn harvest(t: &mut Thread) {
         counter.absorb(id, n);
         counter.store_mut().header().total += n;
         if let Some(sl) = sl.as_mut() {
-            sl.seed(id, n);
+            sl.seed(n);
         }
     });
     t.counter.store_mut().header().fldcw += fldcw;
@@ -396,14 +396,23 @@ fn exec(vcpu: u32, tb: &TbInfo) {
         let before = t.counter.total();
         t.watch.see(tb, before);
     }
-    if let Some(sl) = t.slices.as_mut() {
-        sl.on_block(tb);
-    }
     let Thread {
-        counter, out, line, ..
+        counter,
+        out,
+        line,
+        slices,
+        ..
     } = t;
+    if let Some(sl) = slices.as_mut() {
+        sl.on_block(tb, counter);
+    }
     let before = counter.intervals();
-    let _ = counter.add(tb.id, tb.insns, &mut |pairs| write_vector(out, line, pairs));
+    let _ = counter.add(tb.id, tb.insns, &mut |pairs| {
+        if let Some(sl) = slices.as_mut() {
+            sl.emitted(pairs);
+        }
+        write_vector(out, line, pairs)
+    });
     let (total, intervals) = (counter.total(), counter.intervals());
     let h = counter.store_mut().header();
     h.total = total;
@@ -494,7 +503,7 @@ pub fn finish_all() {
             let t = unsafe { &mut *p };
             t.watch.close();
             if let Some(sl) = t.slices.as_mut() {
-                sl.flush();
+                sl.flush(&mut t.counter);
             }
         }
     }
@@ -527,7 +536,7 @@ pub fn finish_vcpu(vcpu: u32) {
             let t = unsafe { &mut *p };
             t.watch.close();
             if let Some(sl) = t.slices.as_mut() {
-                sl.flush();
+                sl.flush(&mut t.counter);
             }
         }
         slot.store(std::ptr::null_mut(), Ordering::Release);
