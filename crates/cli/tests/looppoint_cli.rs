@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
 use crate::collect_cli::build;
-use crate::common::bbv;
+use crate::common::{bbv, json};
 
 fn omp(dir: &Path) -> PathBuf {
     build(
@@ -29,10 +29,6 @@ fn run(dir: &Path, threads: &str, args: &[&str], guest: &[&str]) -> Output {
         .stdout(Stdio::null())
         .output()
         .unwrap()
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// Runs, replays from another directory, and checks the bar on the result.

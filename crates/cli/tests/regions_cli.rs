@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
-use crate::common::bbv;
+use crate::common::{bbv, json};
 
 /// A compressible input of about 2.4 MB (phases: text runs, then counters).
 fn input(dir: &Path) -> PathBuf {
@@ -50,10 +50,6 @@ fn replay(dir: &Path, run: &Path, args: &[&str], prog: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .unwrap()
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]

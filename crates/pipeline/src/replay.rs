@@ -226,9 +226,7 @@ type Events = HashMap<usize, (u64, Vec<(u32, u64)>)>;
 fn read_events(path: &Path) -> Result<Events, PipelineError> {
     let text = std::fs::read_to_string(path).map_err(|e| PipelineError::io(path, e))?;
     let mut out = Events::new();
-    // A process killed while appending leaves its last line unfinished.
-    let whole = text.rfind('\n').map_or(0, |i| i + 1);
-    for (n, line) in text[..whole].lines().enumerate() {
+    for (n, line) in rundir::whole_lines(&text).lines().enumerate() {
         let bad = || PipelineError::Parse {
             path: path.into(),
             line: n + 1,
@@ -237,11 +235,7 @@ fn read_events(path: &Path) -> Result<Events, PipelineError> {
         let mut f = line.split(' ');
         let event: usize = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
         let pos: u64 = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-        let mut pairs = Vec::new();
-        for t in f {
-            let (a, b) = t.split_once(':').ok_or_else(bad)?;
-            pairs.push((a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?));
-        }
+        let pairs = rundir::parse_id_pairs(f, bad)?;
         out.entry(event).or_insert((pos, pairs));
     }
     Ok(out)

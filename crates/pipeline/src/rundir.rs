@@ -432,3 +432,23 @@ pub fn read_pairs<T: std::str::FromStr>(path: &Path) -> Result<Vec<(T, usize)>, 
     })?;
     Ok(out)
 }
+
+/// Parses `id:count` tokens (`bad` makes the error naming the file and line).
+pub fn parse_id_pairs<'a, A: std::str::FromStr, B: std::str::FromStr>(
+    tokens: impl IntoIterator<Item = &'a str>,
+    bad: impl Fn() -> PipelineError,
+) -> Result<Vec<(A, B)>, PipelineError> {
+    tokens
+        .into_iter()
+        .map(|t| {
+            let (a, b) = t.split_once(':').ok_or_else(&bad)?;
+            Ok((a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?))
+        })
+        .collect()
+}
+
+/// The complete lines of a file a process appends to: one killed while appending leaves its
+/// last line unfinished, which is left out.
+pub fn whole_lines(text: &str) -> &str {
+    &text[..text.rfind('\n').map_or(0, |i| i + 1)]
+}

@@ -62,9 +62,7 @@ pub fn read_cuts(path: &Path) -> Result<(u64, Cuts, Windows), PipelineError> {
     let mut start = None;
     let mut cuts = BTreeMap::new();
     let mut windows = Windows::new();
-    // A process killed while appending leaves its last line unfinished.
-    let whole = text.rfind('\n').map_or(0, |i| i + 1);
-    for (n, line) in text[..whole].lines().enumerate() {
+    for (n, line) in rundir::whole_lines(&text).lines().enumerate() {
         let bad = || PipelineError::Parse {
             path: path.into(),
             line: n + 1,
@@ -74,12 +72,7 @@ pub fn read_cuts(path: &Path) -> Result<(u64, Cuts, Windows), PipelineError> {
         match f.as_slice() {
             ["win", s, events @ ..] => {
                 let s: u64 = s.parse().map_err(|_| bad())?;
-                let mut v = Vec::new();
-                for e in events {
-                    let (a, b) = e.split_once(':').ok_or_else(bad)?;
-                    v.push((a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?));
-                }
-                windows.insert(s, v);
+                windows.insert(s, rundir::parse_id_pairs(events.iter().copied(), bad)?);
             }
             ["start", k] if start.is_none() => start = Some(k.parse().map_err(|_| bad())?),
             ["cut", s, t, b] => {
@@ -137,12 +130,7 @@ impl ThreadLines {
             return Err(bad());
         }
         self.last = Some(s);
-        let mut pairs = Vec::new();
-        for t in f {
-            let (a, b) = t.split_once(':').ok_or_else(bad)?;
-            pairs.push((a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?));
-        }
-        Ok(Some((s, filtered, pairs)))
+        Ok(Some((s, filtered, rundir::parse_id_pairs(f, bad)?)))
     }
 }
 
