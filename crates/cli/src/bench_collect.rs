@@ -104,9 +104,18 @@ fn prepare_replay(bbv: &Path, w: &Workload, dir: &Path, scale: f64) -> Result<()
 /// Runs the benchmark; `scale` multiplies the input sizes.
 pub fn run(runs: usize, dir: &Path, scale: f64) -> Result<()> {
     let runs = runs.max(1);
-    let root = dir.join(format!("bbv-collect-bench-{}", std::process::id()));
+    in_temp_root(dir, "collect", |root| bench(runs, root, scale))
+}
+
+/// Runs `f` in a folder `bbv-NAME-bench-PID` made under `dir`, removed afterwards.
+pub(crate) fn in_temp_root<T>(
+    dir: &Path,
+    name: &str,
+    f: impl FnOnce(&Path) -> Result<T>,
+) -> Result<T> {
+    let root = dir.join(format!("bbv-{name}-bench-{}", std::process::id()));
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
-    let result = bench(runs, &root, scale);
+    let result = f(&root);
     let _ = std::fs::remove_dir_all(&root);
     result
 }

@@ -7,15 +7,13 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::bench::measure_bbv_with;
-use crate::bench_collect::{make_input, median, time, tool, Workload};
+use crate::bench_collect::{in_temp_root, make_input, median, time, tool, Workload};
 
 /// Runs the benchmark in a temporary folder under `dir`.
 pub fn run(intervals: u64, runs: usize, dir: &Path) -> Result<()> {
-    let root = dir.join(format!("bbv-regions-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
-    let result = bench(intervals.max(1), runs.max(1), &root);
-    let _ = std::fs::remove_dir_all(&root);
-    result
+    in_temp_root(dir, "regions", |root| {
+        bench(intervals.max(1), runs.max(1), root)
+    })
 }
 
 /// A number field of a finished run's `summary.json`.

@@ -8,15 +8,11 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench_collect::{median, time, tool, Workload};
+use crate::bench_collect::{in_temp_root, median, time, tool, Workload};
 
 /// Runs the benchmark in a temporary folder under `dir`.
 pub fn run(runs: usize, dir: &Path) -> Result<()> {
-    let root = dir.join(format!("bbv-threads-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
-    let result = bench(runs.max(1), &root);
-    let _ = std::fs::remove_dir_all(&root);
-    result
+    in_temp_root(dir, "threads", |root| bench(runs.max(1), root))
 }
 
 /// The OpenMP program of the tests, built with gcc -fopenmp.

@@ -37,3 +37,23 @@ pub fn files_in(dir: &Path) -> Vec<String> {
 pub fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
+
+/// Asserts a command's exit status, showing its stderr when it differs.
+pub fn assert_status(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The JSON report `bbv replay --json` prints at the end of stdout, after the guest's own
+/// output.
+pub fn replay_report(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let at = stdout
+        .rfind("{\"regions\":")
+        .expect("a JSON report at the end");
+    serde_json::from_str(stdout[at..].trim_end()).unwrap()
+}

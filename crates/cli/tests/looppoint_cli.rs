@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
 use crate::collect_cli::build;
-use crate::common::{bbv, json};
+use crate::common::{assert_status, bbv, json, replay_report};
 
 fn omp(dir: &Path) -> PathBuf {
     build(
@@ -87,17 +87,8 @@ fn profile_and_replay(threads: &str, rounds: &str, extra: &[&str]) {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: serde_json::Value = serde_json::from_str(
-        stdout[stdout.rfind("{\"regions\":").expect("a JSON report")..].trim_end(),
-    )
-    .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_status(&out, 0);
+    let report = replay_report(&out);
     let mut extrapolated = 0.0;
     for c in report["regions"].as_array().unwrap() {
         assert_eq!(c["start_found"], true, "{c}");

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
-use crate::common::{bbv, json};
+use crate::common::{assert_status, bbv, json, replay_report};
 
 /// A compressible input of about 2.4 MB (phases: text runs, then counters).
 fn input(dir: &Path) -> PathBuf {
@@ -147,18 +147,9 @@ fn markers_are_reached_on_replay_in_another_environment() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_status(&out, 0);
     // The guest's own output (compressed bytes, no final newline) comes first on stdout.
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let at = stdout
-        .rfind("{\"regions\":")
-        .expect("a JSON report at the end");
-    let report: serde_json::Value = serde_json::from_str(stdout[at..].trim_end()).unwrap();
+    let report = replay_report(&out);
     assert_eq!(report["tolerance_pct"], 1.0);
     let checks = report["regions"].as_array().unwrap();
     assert_eq!(checks.len(), points.len());
@@ -371,12 +362,7 @@ fn markers_in_the_programs_own_library() {
         .stdout(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_status(&out, 0);
     let run = dir.path().join("out");
     let summary = json(&run.join("summary.json"));
     let points = summary["points"].as_array().unwrap();
@@ -392,12 +378,7 @@ fn markers_in_the_programs_own_library() {
     assert!(in_lzma > 0, "no start marker in liblzma: {points:?}");
     let path = inp.to_string_lossy();
     let out = replay(dir.path(), &run, &[], &["xz", "-6", "-c", &path]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_status(&out, 0);
 }
 
 /// `python3` is a symlink to `python3.11`: a warmup reaching before the first cut starts at the
@@ -422,12 +403,7 @@ fn warmup_from_the_entry_point_of_a_symlinked_command() {
         .stdout(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_status(&out, 0);
     let summary = json(&dir.path().join("out/summary.json"));
     let points = summary["points"].as_array().unwrap();
     assert!(!points.is_empty());

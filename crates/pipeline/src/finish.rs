@@ -50,6 +50,23 @@ pub(crate) fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineEr
     Ok((chosen, labels.into_iter().map(|(l, _)| l).collect()))
 }
 
+/// Refuses a chosen point beyond the `n` rows (`unit`s: intervals or slices) clustered.
+pub(crate) fn check_chosen(
+    dir: &Path,
+    chosen: &[Chosen],
+    n: u64,
+    unit: &str,
+) -> Result<(), PipelineError> {
+    match chosen.iter().find(|c| c.interval >= n) {
+        Some(c) => Err(PipelineError::Invalid(format!(
+            "{}: {unit} {} is beyond the {n} {unit}s of the run",
+            dir.join("simpoint.simpoints").display(),
+            c.interval
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Blocks that threads other than thread 1 ran.
 fn other_threads(dir: &Path, s: &Summary) -> Result<HashSet<u32>, PipelineError> {
     let mut ids = HashSet::new();
@@ -116,16 +133,9 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
             )));
         }
         let n_warm = regions::warmup_intervals(summary.warmup, summary.interval);
+        check_chosen(dir, &chosen, summary.intervals, "interval")?;
         let mut cuts = BTreeSet::new();
         for c in &chosen {
-            if c.interval >= summary.intervals {
-                return Err(PipelineError::Invalid(format!(
-                    "{}: interval {} is beyond the {} intervals of the run",
-                    dir.join("simpoint.simpoints").display(),
-                    c.interval,
-                    summary.intervals
-                )));
-            }
             let from = c.interval.saturating_sub(2 * n_warm);
             cuts.extend(from..=c.interval + 1);
         }

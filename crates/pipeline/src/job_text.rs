@@ -11,21 +11,29 @@ fn show(m: &Marker) -> String {
     format!("{}+{} #{}", m.image, m.offset, m.count)
 }
 
-/// The three functions holding the most instructions of an interval, with their shares.
-fn hottest(v: &[(u32, u64)], blocks: &[BlockRow]) -> String {
+/// Instructions per function in a vector (blocks without a symbol named `image+offset`),
+/// most first.
+pub(crate) fn function_totals(v: &[(u32, u64)], blocks: &[BlockRow]) -> Vec<(String, u64)> {
     let mut by_fn: HashMap<String, u64> = HashMap::new();
-    let mut total = 0u64;
     for &(id, x) in v {
-        total += x;
         let name = match blocks.get((id as usize).wrapping_sub(1)) {
-            Some(b) if b.function != "-" => b.function.clone(),
-            Some(b) => format!("{}+{:#x}", b.image.as_deref().unwrap_or("?"), b.offset),
+            Some(b) if b.function != "-" && !b.function.is_empty() => b.function.clone(),
+            Some(b) => format!(
+                "{}+{:#x}",
+                b.image.as_deref().unwrap_or("anonymous"),
+                b.offset
+            ),
             None => format!("block {id}"),
         };
         *by_fn.entry(name).or_default() += x;
     }
     let mut list: Vec<(String, u64)> = by_fn.into_iter().collect();
     list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    list
+}
+
+/// The three functions holding the most instructions, with their shares of `total`.
+fn top3(list: &[(String, u64)], total: u64) -> String {
     list.iter()
         .take(3)
         .map(|(n, x)| format!("{n} {:.0}%", 100.0 * *x as f64 / total.max(1) as f64))
@@ -111,18 +119,12 @@ pub fn summary_text(dir: &Path, s: &Summary, profile: &Profile, blocks: &[BlockR
     );
     for p in &s.points {
         let hot = if looppoint {
-            let total = p.length.max(1) as f64;
-            p.functions
-                .iter()
-                .take(3)
-                .map(|(f, x)| format!("{f} {:.0}%", 100.0 * *x as f64 / total))
-                .collect::<Vec<_>>()
-                .join(", ")
+            top3(&p.functions, p.length)
         } else {
             profile
                 .kept
                 .get(&p.interval)
-                .map(|v| hottest(v, blocks))
+                .map(|v| top3(&function_totals(v, blocks), v.iter().map(|x| x.1).sum()))
                 .unwrap_or_default()
         };
         let _ = writeln!(

@@ -26,24 +26,80 @@ pub struct GlobalRead {
     pub before: HashMap<u64, Vec<u64>>,
     /// Merged vectors of the slices asked for.
     pub kept: Kept,
-    /// Per-thread instructions per block id of the slices asked for (index = thread - 1).
-    pub per_thread: HashMap<u64, Vec<Vec<u64>>>,
+    /// When asked for, per block id how unevenly its first instruction runs: the coefficient
+    /// of variation of its executions per filtered instruction over every (slice, thread) in
+    /// which the thread ran a significant share of the slice (zeros included; infinite for a
+    /// block never run).
+    pub spread: Vec<f64>,
 }
 
-/// Reads `global.bb` (`threads` threads of `n_blocks` blocks): the merged counts before each
-/// slice in `at`, the merged vectors of the slices in `keep`, and the per-thread vectors of the
-/// slices in `split`.
+/// Per-block sums of execution rates over (slice, thread) observations.
+struct Rates<'a> {
+    rows: &'a [SliceRow],
+    blocks: &'a [BlockRow],
+    sum: Vec<f64>,
+    sumsq: Vec<f64>,
+    observations: u64,
+}
+
+impl Rates<'_> {
+    /// Adds slice `j`'s vector (thread-shifted ids, `nb` blocks per thread).
+    fn add(&mut self, j: usize, v: &[bbv_profile::Token], nb: usize) {
+        let Some(row) = self.rows.get(j) else { return };
+        let significant = |t: usize| {
+            let f = row.threads.get(t).copied().unwrap_or(0);
+            f > 0 && f as f64 >= SIGNIFICANT * row.filtered as f64
+        };
+        self.observations += (0..row.threads.len()).filter(|&t| significant(t)).count() as u64;
+        for x in v {
+            let (t, id) = ((x.id as usize - 1) / nb, ((x.id as usize - 1) % nb) + 1);
+            if !significant(t) || id >= self.sum.len() {
+                continue;
+            }
+            let insns = self.blocks.get(id - 1).map_or(1, |b| b.instructions.max(1));
+            let r = (x.value as u64 / insns) as f64 / row.threads[t] as f64;
+            self.sum[id] += r;
+            self.sumsq[id] += r * r;
+        }
+    }
+
+    fn spread(&self) -> Vec<f64> {
+        let m = self.observations.max(1) as f64;
+        self.sum
+            .iter()
+            .zip(&self.sumsq)
+            .map(|(&s, &q)| {
+                let mean = s / m;
+                if mean <= 0.0 {
+                    return f64::INFINITY;
+                }
+                ((q / m - mean * mean).max(0.0)).sqrt() / mean
+            })
+            .collect()
+    }
+}
+
+/// Reads `global.bb` (`n_blocks` blocks per thread) once: the merged counts before each slice
+/// in `at`, the merged vectors of the slices in `keep`, and with `rates` (the slice table and
+/// the blocks) each block's rate spread.
 pub fn read_global(
     dir: &Path,
     n_blocks: usize,
-    threads: usize,
-    want: [&BTreeSet<u64>; 3],
+    at: &BTreeSet<u64>,
+    keep: &BTreeSet<u64>,
+    rates: Option<(&[SliceRow], &[BlockRow])>,
 ) -> Result<GlobalRead, PipelineError> {
-    let [at, keep, split] = want;
     let path = dir.join("global.bb");
     let mut reader = bbv_profile::BbvReader::open(&path)?;
     let mut cum = vec![0u64; n_blocks + 1];
     let mut g = GlobalRead::default();
+    let mut rates = rates.map(|(rows, blocks)| Rates {
+        rows,
+        blocks,
+        sum: vec![0.0; n_blocks + 1],
+        sumsq: vec![0.0; n_blocks + 1],
+        observations: 0,
+    });
     let mut v = Vec::new();
     let mut j = 0u64;
     let nb = n_blocks.max(1);
@@ -55,77 +111,25 @@ pub fn read_global(
             break;
         }
         let mut merged: HashMap<u32, u64> = HashMap::new();
-        let mut per = split
-            .contains(&j)
-            .then(|| vec![vec![0u64; n_blocks + 1]; threads.max(1)]);
         for t in &v {
-            let (thread, id) = ((t.id as usize - 1) / nb, ((t.id as usize - 1) % nb) + 1);
+            let id = ((t.id as usize - 1) % nb) + 1;
             cum[id] += t.value as u64;
             if keep.contains(&j) {
                 *merged.entry(id as u32).or_default() += t.value as u64;
             }
-            if let Some(row) = per.as_mut().and_then(|p| p.get_mut(thread)) {
-                row[id] += t.value as u64;
-            }
+        }
+        if let Some(r) = rates.as_mut() {
+            r.add(j as usize, &v, nb);
         }
         if keep.contains(&j) {
             let mut m: Vec<(u32, u64)> = merged.into_iter().collect();
             m.sort_unstable();
             g.kept.insert(j, m);
         }
-        if let Some(p) = per {
-            g.per_thread.insert(j, p);
-        }
         j += 1;
     }
+    g.spread = rates.map_or_else(Vec::new, |r| r.spread());
     Ok(g)
-}
-
-/// Per block id, how unevenly its first instruction runs: the coefficient of variation of its
-/// executions per filtered instruction over every (slice, thread) in which the thread ran a
-/// significant share of the slice (zeros included; infinite for a block never run).
-fn rate_spread(
-    dir: &Path,
-    rows: &[SliceRow],
-    blocks: &[BlockRow],
-) -> Result<Vec<f64>, PipelineError> {
-    let nb = blocks.len().max(1);
-    let mut reader = bbv_profile::BbvReader::open(&dir.join("global.bb"))?;
-    let (mut sum, mut sumsq) = (vec![0f64; nb + 1], vec![0f64; nb + 1]);
-    let mut observations = 0u64;
-    let mut v = Vec::new();
-    let mut j = 0usize;
-    while reader.next_vector(&mut v)? {
-        let Some(row) = rows.get(j) else { break };
-        let significant = |t: usize| {
-            let f = row.threads.get(t).copied().unwrap_or(0);
-            f > 0 && f as f64 >= SIGNIFICANT * row.filtered as f64
-        };
-        observations += (0..row.threads.len()).filter(|&t| significant(t)).count() as u64;
-        for x in &v {
-            let (t, id) = ((x.id as usize - 1) / nb, ((x.id as usize - 1) % nb) + 1);
-            if !significant(t) {
-                continue;
-            }
-            let insns = blocks.get(id - 1).map_or(1, |b| b.instructions.max(1));
-            let r = (x.value as u64 / insns) as f64 / row.threads[t] as f64;
-            sum[id] += r;
-            sumsq[id] += r * r;
-        }
-        j += 1;
-    }
-    let m = observations.max(1) as f64;
-    Ok(sum
-        .iter()
-        .zip(&sumsq)
-        .map(|(&s, &q)| {
-            let mean = s / m;
-            if mean <= 0.0 {
-                return f64::INFINITY;
-            }
-            ((q / m - mean * mean).max(0.0)).sqrt() / mean
-        })
-        .collect())
 }
 
 /// Warmup slices before each region: the warmup instructions over the per-thread interval,
@@ -145,7 +149,7 @@ struct Ctx<'a> {
     cum: &'a HashMap<u64, Vec<u64>>,
     /// The plugin's windows after its cuts.
     windows: &'a crate::slices::Windows,
-    /// Per block id, [`rate_spread`].
+    /// Per block id, [`GlobalRead::spread`].
     spread: &'a [f64],
 }
 
@@ -270,16 +274,9 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
     }
     let chosen = substitute_last(dir, chosen, &labels, rows.len())?;
     let n_warm = warmup_slices(s);
+    crate::finish::check_chosen(dir, &chosen, s.intervals, "slice")?;
     let mut needed = BTreeSet::new();
     for c in &chosen {
-        if c.interval >= s.intervals {
-            return Err(PipelineError::Invalid(format!(
-                "{}: slice {} is beyond the {} complete slices",
-                dir.join("simpoint.simpoints").display(),
-                c.interval,
-                s.intervals
-            )));
-        }
         needed.extend(c.interval.saturating_sub(n_warm)..=c.interval + 1);
     }
     let (cut_needs, prefix_needs): (BTreeSet<u64>, BTreeSet<u64>) = needed
@@ -296,15 +293,13 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
     let mut keep: BTreeSet<u64> = chosen.iter().map(|c| c.interval).collect();
     keep.extend(orphan);
     let n_blocks = input.blocks.len();
-    let n_threads = rows.first().map_or(1, |r| r.threads.len());
+    // The rate spread picks markers at the plugin's cuts only.
+    let rates = (!cut_needs.is_empty()).then_some((&rows[..], input.blocks));
     let GlobalRead {
-        before: cum, kept, ..
-    } = read_global(
-        dir,
-        n_blocks,
-        n_threads,
-        [&cut_needs, &keep, &BTreeSet::new()],
-    )?;
+        before: cum,
+        kept,
+        spread,
+    } = read_global(dir, n_blocks, &cut_needs, &keep, rates)?;
     let cuts = dir.join("slices.cuts");
     let windows = if cuts.exists() {
         crate::slices::read_cuts(&cuts)?.2
@@ -330,11 +325,6 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
         &prefix_needs,
         &BTreeSet::new(),
     )?;
-    let spread = if cut_needs.is_empty() {
-        Vec::new()
-    } else {
-        rate_spread(dir, &rows, input.blocks)?
-    };
     // Before slicing began only thread 1 ran: its counts are the global counts.
     let placer = Placer::new(
         input.blocks,
@@ -386,7 +376,12 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
                 multiplier: cluster as f64 / length as f64,
                 end_relative: end.count.saturating_sub(end_before),
                 thread_instructions: rows[sl as usize].threads.clone(),
-                functions: hottest(kept.get(&sl).map_or(&[][..], |v| v), input.blocks),
+                functions: {
+                    let v = kept.get(&sl).map_or(&[][..], |v| v);
+                    let mut f = crate::job_text::function_totals(v, input.blocks);
+                    f.truncate(10);
+                    f
+                },
             })
         })
         .collect()
@@ -499,27 +494,6 @@ fn warmup(
             cut: sl.saturating_sub(n_warm),
         }),
     }
-}
-
-/// The ten functions with the most instructions in a slice's merged vector.
-fn hottest(v: &[(u32, u64)], blocks: &[BlockRow]) -> Vec<(String, u64)> {
-    let mut by: HashMap<String, u64> = HashMap::new();
-    for &(id, n) in v {
-        let name = match blocks.get(id as usize - 1) {
-            Some(b) if b.function != "-" && !b.function.is_empty() => b.function.clone(),
-            Some(b) => format!(
-                "{}+{:#x}",
-                b.image.as_deref().unwrap_or("anonymous"),
-                b.offset
-            ),
-            None => format!("block {id}"),
-        };
-        *by.entry(name).or_default() += n;
-    }
-    let mut all: Vec<(String, u64)> = by.into_iter().collect();
-    all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    all.truncate(10);
-    all
 }
 
 #[cfg(test)]

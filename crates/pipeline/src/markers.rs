@@ -318,15 +318,9 @@ impl<'a> Placer<'a> {
                 break;
             }
             let Some(b) = self.block(id) else { continue };
-            let Some(tier) = tier(b, &self.images) else {
+            let Some(tier) = self.tier_of(id) else {
                 continue;
             };
-            if b.image
-                .as_deref()
-                .is_some_and(|i| bbv_profile::image_matches(i, &self.excluded))
-            {
-                continue;
-            }
             let containers = self.containers(b);
             let Some(inexact) = self.run_through_after(&containers, cumulative, used) else {
                 continue;

@@ -279,8 +279,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
     let profile = if looppoint {
         // The slices' vectors merged over threads: threads share work differently on replay.
         let none = BTreeSet::new();
-        let kept =
-            crate::looppoint::read_global(&req.dir, blocks.len(), 1, [&none, &keep, &none])?.kept;
+        let kept = crate::looppoint::read_global(&req.dir, blocks.len(), &none, &keep, None)?.kept;
         let mut p = Profile::default();
         p.kept = kept;
         p

@@ -134,15 +134,18 @@ pub fn analyze<'a>(
         l.vaddr + l.bytes.len() as u64
     };
     let bytes = end.saturating_sub(first.vaddr);
-    let back = if cfg.x86 {
-        x86::backward_target(last.bytes, last.vaddr)
-    } else if cfg.aarch64 {
-        crate::decode::aarch64_backward_target(last.bytes, last.vaddr)
-    } else {
-        None
-    };
     let key = maps::locate(haddr).unwrap_or((ANON, first.vaddr));
-    let (own, excluded) = match maps::file_name(key.0).filter(|_| key.0 != ANON) {
+    // Loop heads and image kinds serve slicing only.
+    let slicing = cfg.slices > 0;
+    let back = match (slicing, cfg.x86, cfg.aarch64) {
+        (true, true, _) => x86::backward_target(last.bytes, last.vaddr),
+        (true, _, true) => crate::decode::aarch64_backward_target(last.bytes, last.vaddr),
+        _ => None,
+    };
+    let name = (slicing && key.0 != ANON)
+        .then(|| maps::file_name(key.0))
+        .flatten();
+    let (own, excluded) = match name {
         Some(name) => {
             let excluded = bbv_profile::image_matches(&name, &cfg.exclude);
             let own = !excluded && bbv_profile::image_kind(&name) == bbv_profile::ImageKind::Own;

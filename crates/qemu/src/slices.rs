@@ -36,36 +36,16 @@ use crate::report_error;
 /// counter is touched once per this many, not per block).
 const FLUSH: u64 = 1 << 14;
 
-/// What every block reads, alone in its cache line: a line other threads write often (the
-/// global count, the locks) would be fetched again at every block.
-#[repr(align(128))]
-struct Hot {
-    /// The slice the multi-threaded part is in (written at boundaries).
-    slice: AtomicU64,
-    /// Slicing has begun (a second thread exists).
-    on: AtomicBool,
-    /// The current slice has reached its budget: the next loop head ends it.
-    due: AtomicBool,
-    /// A window after a cut is open.
-    window_open: AtomicBool,
-}
-
-static HOT: Hot = Hot {
-    slice: AtomicU64::new(0),
-    on: AtomicBool::new(false),
-    due: AtomicBool::new(false),
-    window_open: AtomicBool::new(false),
-};
-static SLICE: &AtomicU64 = &HOT.slice;
-static ON: &AtomicBool = &HOT.on;
-static DUE: &AtomicBool = &HOT.due;
-static WINDOW_OPEN: &AtomicBool = &HOT.window_open;
-
-/// Filtered instructions of all threads, added in batches (in its own line).
-#[repr(align(128))]
-struct Padded(AtomicU64);
-static FILTERED_CELL: Padded = Padded(AtomicU64::new(0));
-static FILTERED: &AtomicU64 = &FILTERED_CELL.0;
+/// The slice the multi-threaded part is in (read at every block, written at boundaries).
+static SLICE: AtomicU64 = AtomicU64::new(0);
+/// Slicing has begun (a second thread exists).
+static ON: AtomicBool = AtomicBool::new(false);
+/// The current slice has reached its budget: the next loop head ends it.
+static DUE: AtomicBool = AtomicBool::new(false);
+/// A window after a cut is open.
+static WINDOW_OPEN: AtomicBool = AtomicBool::new(false);
+/// Filtered instructions of all threads, added in batches.
+static FILTERED: AtomicU64 = AtomicU64::new(0);
 
 /// What changes only at boundaries and joins, under one lock (these are rare).
 struct Global {
@@ -240,20 +220,15 @@ impl ThreadSlices {
         })
     }
 
-    /// Slicing begins while this thread (thread 1) has run `filtered` instructions of its
-    /// unfinished interval, which belongs to the first slice.
-    pub fn begin_with(&mut self, filtered: u64) {
+    /// Adds filtered instructions counted outside [`on_block`](Self::on_block): thread 1's
+    /// unfinished interval when slicing begins, or what the fast path counted for a thread
+    /// before it counted per block. Joins the current slice first.
+    pub fn add_filtered(&mut self, filtered: u64) {
         if self.slice == u64::MAX && ON.load(Ordering::Acquire) {
             self.join(SLICE.load(Ordering::Acquire));
         }
         self.filtered += filtered;
         self.pending += filtered;
-    }
-
-    /// The fast path counted `insns` instructions for this thread (before it counted per
-    /// block): they are filtered instructions of its slice.
-    pub fn seed(&mut self, insns: u64) {
-        self.begin_with(insns);
     }
 
     /// The thread's interval counter hands out an interval: its counts since the slice began

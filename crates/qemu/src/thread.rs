@@ -46,6 +46,16 @@ struct Thread {
     slices: Option<ThreadSlices>,
 }
 
+impl Thread {
+    /// The thread or the guest ends: writes its open marker window and its last slice.
+    fn close_files(&mut self) {
+        self.watch.close();
+        if let Some(sl) = self.slices.as_mut() {
+            sl.flush(&mut self.counter);
+        }
+    }
+}
+
 /// Most blocks recorded after one cut: enough choice for a marker in the program's own code
 /// even when the cut falls in library code.
 const WATCH_BLOCKS: usize = 128;
@@ -224,7 +234,7 @@ fn take_over_first() {
             // Thread 1's finished intervals are the slices before this one, which starts
             // with its unfinished interval.
             slices::begin(&cfg.dir, cfg.slices, t.counter.intervals());
-            sl.begin_with(t.counter.total() - t.counter.last_cut());
+            sl.add_filtered(t.counter.total() - t.counter.last_cut());
         }
     }
 }
@@ -259,7 +269,7 @@ fn harvest(t: &mut Thread) {
         counter.absorb(id, n);
         counter.store_mut().header().total += n;
         if let Some(sl) = sl.as_mut() {
-            sl.seed(n);
+            sl.add_filtered(n);
         }
     });
     t.counter.store_mut().header().fldcw += fldcw;
@@ -500,11 +510,7 @@ pub fn finish_all() {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {
             // SAFETY: at exit no other guest thread runs blocks any more.
-            let t = unsafe { &mut *p };
-            t.watch.close();
-            if let Some(sl) = t.slices.as_mut() {
-                sl.flush(&mut t.counter);
-            }
+            unsafe { (*p).close_files() };
         }
     }
 }
@@ -533,11 +539,7 @@ pub fn finish_vcpu(vcpu: u32) {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {
             // SAFETY: called on the exiting thread, the state's only user.
-            let t = unsafe { &mut *p };
-            t.watch.close();
-            if let Some(sl) = t.slices.as_mut() {
-                sl.flush(&mut t.counter);
-            }
+            unsafe { (*p).close_files() };
         }
         slot.store(std::ptr::null_mut(), Ordering::Release);
     }
