@@ -117,6 +117,11 @@ pub struct RunArgs {
     /// (a file-name prefix, e.g. libgomp; repeatable; default: libgomp and libiomp5).
     #[arg(long = "exclude-image", value_name = "NAME")]
     pub exclude_image: Vec<String>,
+    /// Pace the threads of a multi-threaded program: none runs more than N instructions ahead
+    /// of the slowest running one, in the run and in its replay, so that global markers mean
+    /// the same work each time (0 = threads run unpaced; default: a fifth of the interval).
+    #[arg(long = "flow-quantum", value_name = "N")]
+    pub flow_quantum: Option<u64>,
     #[command(flatten)]
     pub guest: GuestArgs,
 }
@@ -145,6 +150,7 @@ fn request(
         watch: 0,
         slices: 0,
         exclude: Vec::new(),
+        flow: 0,
         markers: None,
         work_dir: work_dir.to_path_buf(),
     })
@@ -289,9 +295,17 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
     if regions == bbv_pipeline::RegionsMode::Looppoint && a.threads == "all" {
         bail!("--regions looppoint already covers every thread; --threads all is for --regions intervals");
     }
+    if a.flow_quantum.is_some()
+        && (regions == bbv_pipeline::RegionsMode::Intervals || a.threads == "all")
+    {
+        bail!("--flow-quantum paces the threads for multi-threaded regions: it needs --regions auto or looppoint (and --threads main)");
+    }
     if regions != bbv_pipeline::RegionsMode::Intervals && a.threads == "main" {
         // Recorded whenever a second thread runs, so that auto can choose at the end.
         collect.slices = a.interval;
+        collect.flow = a
+            .flow_quantum
+            .unwrap_or_else(|| bbv_pipeline::flow_quantum(a.interval));
         collect.exclude = if a.exclude_image.is_empty() {
             bbv_pipeline::DEFAULT_EXCLUDE.map(String::from).to_vec()
         } else {

@@ -31,21 +31,42 @@ fn run(dir: &Path, threads: &str, args: &[&str], guest: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Runs, replays from another directory, and checks the bar on the result.
+/// Runs the OpenMP program, replays from another directory, and checks the bar.
 fn profile_and_replay(threads: &str, rounds: &str, extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let prog = omp(dir.path());
     let prog = prog.to_str().unwrap();
+    let n: usize = threads.parse().unwrap();
+    let summary = profile(dir.path(), threads, extra, &[prog, rounds]);
+    assert_eq!(summary["threads"].as_array().unwrap().len(), n);
+    let d = dir.path().join("out");
+    // Every CSV row is global; markers are in the program's own code, never in libgomp.
+    let csv = std::fs::read_to_string(d.join("regions.csv")).unwrap();
+    for row in csv.lines().skip(1) {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!(f[1], "global", "{row}");
+        assert!(
+            !f[4].starts_with("libgomp") && !f[8].starts_with("libgomp"),
+            "{row}"
+        );
+    }
+    replay_meets_the_bar(dir.path(), threads, &[prog, rounds]);
+}
+
+/// `bbv run --interval 1e7 -o out` of `guest` in `dir`: checks what every looppoint run
+/// gives and returns its summary.
+fn profile(dir: &Path, threads: &str, extra: &[&str], guest: &[&str]) -> serde_json::Value {
     let mut args = vec!["--interval", "10000000", "-o", "out"];
     args.extend(extra);
-    let out = run(dir.path(), threads, &args, &[prog, rounds]);
+    let out = run(dir, threads, &args, guest);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let d = dir.path().join("out");
+    let d = dir.join("out");
     let summary = json(&d.join("summary.json"));
     assert_eq!(summary["regions_mode"], "looppoint", "{err}");
-    let n: usize = threads.parse().unwrap();
-    assert_eq!(summary["threads"].as_array().unwrap().len(), n);
+    // Paced by default at a fifth of the interval, and replayed with the same pace.
+    assert_eq!(summary["flow_quantum"], 2_000_000);
+    let n = summary["threads"].as_array().unwrap().len();
     let global = std::fs::read_to_string(d.join("global.bb")).unwrap();
     assert_eq!(
         global.lines().next().unwrap(),
@@ -57,16 +78,17 @@ fn profile_and_replay(threads: &str, rounds: &str, extra: &[&str]) {
         filtered <= total && filtered > 0.5 * total,
         "{filtered} of {total}"
     );
-    // Every CSV row is global; markers are in the program's own code, never in libgomp.
-    let csv = std::fs::read_to_string(d.join("regions.csv")).unwrap();
-    for row in csv.lines().skip(1) {
-        let f: Vec<&str> = row.split(',').collect();
-        assert_eq!(f[1], "global", "{row}");
-        assert!(
-            !f[4].starts_with("libgomp") && !f[8].starts_with("libgomp"),
-            "{row}"
-        );
-    }
+    summary
+}
+
+/// Replays `dir/out` from another directory with more environment: every marker reached,
+/// lengths within 5%, the regions' sum within 2% of the filtered total, and per-thread
+/// instructions estimated from the regions close to the run's.
+fn replay_meets_the_bar(dir: &Path, threads: &str, guest: &[&str]) {
+    let d = dir.join("out");
+    let summary = json(&d.join("summary.json"));
+    let n = summary["threads"].as_array().unwrap().len();
+    let filtered = summary["filtered_instructions"].as_f64().unwrap();
     let regions = json(&d.join("regions.json"));
     let points = summary["points"].as_array().unwrap();
     assert!(!points.is_empty());
@@ -75,7 +97,7 @@ fn profile_and_replay(threads: &str, rounds: &str, extra: &[&str]) {
         assert!(!r["functions"].as_array().unwrap().is_empty(), "{r}");
     }
 
-    let other = dir.path().join("elsewhere");
+    let other = dir.join("elsewhere");
     std::fs::create_dir(&other).unwrap();
     let out = bbv()
         .current_dir(&other)
@@ -83,7 +105,8 @@ fn profile_and_replay(threads: &str, rounds: &str, extra: &[&str]) {
         .env("BBV_TEST_PADDING", "x".repeat(3000))
         .arg("replay")
         .arg(&d)
-        .args(["--json", "--tolerance", "5", "--", prog, rounds])
+        .args(["--json", "--tolerance", "5", "--"])
+        .args(guest)
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -120,6 +143,11 @@ fn profile_and_replay(threads: &str, rounds: &str, extra: &[&str]) {
         // the machine's 2 cores, how a slice's work splits among threads follows the host's
         // scheduling, and about one run in ten came out at 3.05% on one thread: 5% there.
         let limit = if n > 2 { 0.05 } else { 0.03 };
+        // A thread with a negligible share (xz's main thread: 0.03%) falls in few slices, and
+        // its estimate says nothing.
+        if full < 0.01 * filtered {
+            continue;
+        }
         assert!(
             (est - full).abs() / full < limit,
             "thread {}: {est} estimated, {full} in the run",
@@ -140,6 +168,26 @@ fn openmp_four_threads() {
     // As many slices as with 2 threads (a slice holds 4 threads' share of the budget), so
     // that the estimates average over as many.
     profile_and_replay("4", "200", &["--regions", "looppoint"]);
+}
+
+#[test]
+fn xz_with_two_worker_threads() {
+    // A real threaded program not written by us, whose workers never meet between blocks:
+    // without pacing, the replayed lengths drifted by 10-30%.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input");
+    let data = std::fs::read("/usr/bin/qemu-x86_64").unwrap();
+    std::fs::write(&input, &data[..data.len().min(6_000_000)]).unwrap();
+    let input = input.to_str().unwrap();
+    let guest = ["xz", "-T2", "--block-size=1MiB", "-6", "-c", input];
+    let summary = profile(dir.path(), "1", &[], &guest);
+    let threads = summary["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 3, "the main thread and two workers");
+    assert!(summary["regions_reason"]
+        .as_str()
+        .unwrap()
+        .contains("thread"));
+    replay_meets_the_bar(dir.path(), "1", &guest);
 }
 
 #[test]
@@ -176,6 +224,8 @@ fn looppoint_on_one_thread_and_an_unmapped_exclusion() {
         &["--regions", "sometimes"][..],
         &["--exclude-image", "a,b"][..],
         &["--regions", "looppoint", "--threads", "all"][..],
+        &["--regions", "intervals", "--flow-quantum", "1000"][..],
+        &["--flow-quantum", "-1"][..],
     ] {
         let out = run(dir.path(), "1", bad, &[prog.to_str().unwrap(), "1"]);
         assert_eq!(out.status.code(), Some(2), "{bad:?}");

@@ -58,6 +58,9 @@ pub struct Request {
     pub slices: u64,
     /// Image file-name prefixes whose instructions do not count toward slices.
     pub exclude: Vec<String>,
+    /// Flow control of a multi-threaded guest: no running thread more than this many
+    /// instructions ahead of the slowest (0 = none; see the bbv-qemu crate's `flow`).
+    pub flow: u64,
     /// Directory to hold the plugin's files while the guest runs (best on the same file
     /// system as the final outputs, so they can be renamed into place).
     pub work_dir: PathBuf,
@@ -217,9 +220,12 @@ impl Prepared {
         }
         if r.slices > 0 {
             plugin.push(format!(",slices={}", r.slices));
-            if !r.exclude.is_empty() {
-                plugin.push(format!(",exclude={}", r.exclude.join(":")));
-            }
+        }
+        if (r.slices > 0 || r.flow > 0) && !r.exclude.is_empty() {
+            plugin.push(format!(",exclude={}", r.exclude.join(":")));
+        }
+        if r.flow > 0 {
+            plugin.push(format!(",flow={}", r.flow));
         }
         if let Some(m) = &r.markers {
             plugin.push(",markers=");

@@ -277,6 +277,7 @@ fn run_facts(
         regions_reason: String::new(),
         exclude: r.exclude.clone(),
         filtered_instructions: None,
+        flow_quantum: r.flow,
         points: Vec::new(),
     })
 }

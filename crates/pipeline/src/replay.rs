@@ -310,7 +310,12 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         rep_iterations: s.count_rep == "iteration",
         watch: 0,
         slices: 0,
-        exclude: Vec::new(),
+        exclude: if looppoint {
+            s.exclude.clone()
+        } else {
+            Vec::new()
+        },
+        flow: if looppoint { s.flow_quantum } else { 0 },
         markers: Some(markers),
         work_dir: work.path().to_path_buf(),
     };

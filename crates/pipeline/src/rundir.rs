@@ -65,8 +65,16 @@ pub struct Summary {
     /// Instructions of all threads outside the excluded images (looppoint mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filtered_instructions: Option<u64>,
+    /// Flow control of the threads during the run: no running thread was more than this many
+    /// instructions ahead of the slowest (0 = none); replay paces them the same way.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub flow_quantum: u64,
     /// The simulation points, heaviest first.
     pub points: Vec<Point>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 fn intervals_mode() -> String {

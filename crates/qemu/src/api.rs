@@ -76,7 +76,32 @@ fn register_all(id: qemu_plugin_id_t) {
         sys::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit));
         sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
         sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
+        if CONFIG.get().is_some_and(|c| c.flow > 0) {
+            sys::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
+            sys::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_ret));
+        }
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn on_syscall(
+    _id: qemu_plugin_id_t,
+    vcpu: c_uint,
+    _num: i64,
+    _a1: u64,
+    _a2: u64,
+    _a3: u64,
+    _a4: u64,
+    _a5: u64,
+    _a6: u64,
+    _a7: u64,
+    _a8: u64,
+) {
+    thread::syscall(vcpu, true);
+}
+
+extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, _num: i64, _ret: i64) {
+    thread::syscall(vcpu, false);
 }
 
 extern "C" fn on_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {

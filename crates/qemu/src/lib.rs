@@ -15,6 +15,8 @@
 //! * with `slices=N`, once a second thread runs: `slices` (the global slice boundaries) and
 //!   `thread.N.slices` (each thread's vector per slice), see [`slices`].
 //!
+//! * with `flow=Q`, threads advance in step (see [`flow`]).
+//!
 //! Everything is on disk or in the page cache at every moment, so the host can complete the
 //! files (closing comment, `--tail`) even when QEMU dies by a signal without telling plugins.
 //!
@@ -49,6 +51,7 @@ mod api {
 mod blocks;
 mod decode;
 mod fast;
+mod flow;
 mod maps;
 mod replay;
 mod slices;
@@ -83,6 +86,9 @@ pub(crate) struct Config {
     pub slices: u64,
     /// Image file-name prefixes whose instructions do not count toward slices.
     pub exclude: Vec<String>,
+    /// Flow control: no running thread more than this many instructions ahead of the slowest
+    /// (0 = none; see [`flow`]).
+    pub flow: u64,
 }
 
 pub(crate) static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -103,6 +109,7 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
         markers: None,
         slices: 0,
         exclude: Vec::new(),
+        flow: 0,
     };
     let flag = |k: &str, v: &str| match v {
         "on" | "yes" | "true" => Ok(true),
@@ -142,6 +149,11 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
                 cfg.slices = v
                     .parse()
                     .map_err(|_| format!("plugin argument slices={v}: expected a whole number"))?
+            }
+            "flow" => {
+                cfg.flow = v
+                    .parse()
+                    .map_err(|_| format!("plugin argument flow={v}: expected a whole number"))?
             }
             // Colon-separated: QEMU splits plugin arguments at commas.
             "exclude" => {
@@ -209,6 +221,13 @@ mod tests {
         );
         assert!(parse_args(&args(&["dir=a", "count_rep=some"]), "x86_64").is_err());
         assert!(parse_args(&args(&["dir=a", "watch=-1"]), "x86_64").is_err());
+        assert!(parse_args(&args(&["dir=a", "flow=fast"]), "x86_64").is_err());
+        assert_eq!(
+            parse_args(&args(&["dir=a", "flow=1000"]), "x86_64")
+                .unwrap()
+                .flow,
+            1000
+        );
         assert!(
             parse_args(&args(&["interval=5"]), "x86_64").is_err(),
             "dir is required"

@@ -12,6 +12,7 @@ use bbv_profile::{BbvWriter, CountStore, CutMode, IntervalCounter};
 
 use crate::blocks::TbInfo;
 use crate::fast::{self, NEXT_CUT, TOTAL};
+use crate::flow::Pace;
 use crate::slices::{self, ThreadSlices};
 use crate::state::Shared;
 use crate::{report_error, CONFIG};
@@ -44,6 +45,8 @@ struct Thread {
     watch: Watch,
     /// LoopPoint-style slices (`slices=N`), once a second thread runs.
     slices: Option<ThreadSlices>,
+    /// Flow control (`flow=Q`).
+    pace: Option<Pace>,
 }
 
 impl Thread {
@@ -193,6 +196,7 @@ pub fn start(vcpu: u32) {
         } else {
             None
         },
+        pace: (cfg.flow > 0).then(|| Pace::new(number, cfg.flow)),
     });
     let t = Box::into_raw(t);
     if number == 1 {
@@ -385,6 +389,9 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     }
     // SAFETY: only the vCPU's own host thread executes its blocks, and states are never freed.
     let t = unsafe { &mut *p };
+    if let Some(pace) = t.pace.as_mut() {
+        pace.on_block(tb.insns, tb.excluded);
+    }
     let again = tb.rep_first && t.last_rep == tb.pc;
     if again {
         // Another iteration of the rep instance the previous block started.
@@ -533,13 +540,34 @@ fn write_vector(
     Ok(())
 }
 
+/// The thread running on `vcpu` enters (`entering`) or leaves a system call: flow control
+/// does not wait for it meanwhile.
+pub fn syscall(vcpu: u32, entering: bool) {
+    let Some(p) = THREADS
+        .get(vcpu as usize)
+        .map(|s| s.load(Ordering::Acquire))
+        .filter(|p| !p.is_null())
+    else {
+        return;
+    };
+    // SAFETY: called on the vCPU's own host thread; states are never freed.
+    if let Some(pace) = unsafe { (*p).pace.as_mut() } {
+        pace.syscall(entering);
+    }
+}
+
 /// The thread running on `vcpu` is exiting; its files are already complete.
 pub fn finish_vcpu(vcpu: u32) {
     if let Some(slot) = THREADS.get(vcpu as usize) {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {
             // SAFETY: called on the exiting thread, the state's only user.
-            unsafe { (*p).close_files() };
+            unsafe {
+                (*p).close_files();
+                if let Some(pace) = (*p).pace.as_mut() {
+                    pace.exit();
+                }
+            }
         }
         slot.store(std::ptr::null_mut(), Ordering::Release);
     }
