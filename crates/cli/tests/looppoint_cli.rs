@@ -64,8 +64,8 @@ fn profile(dir: &Path, threads: &str, extra: &[&str], guest: &[&str]) -> serde_j
     let d = dir.join("out");
     let summary = json(&d.join("summary.json"));
     assert_eq!(summary["regions_mode"], "looppoint", "{err}");
-    // Paced by default at a fifth of the interval, and replayed with the same pace.
-    assert_eq!(summary["flow_quantum"], 2_000_000);
+    // Paced by default at a tenth of the interval, and replayed with the same pace.
+    assert_eq!(summary["flow_quantum"], 1_000_000);
     let n = summary["threads"].as_array().unwrap().len();
     let global = std::fs::read_to_string(d.join("global.bb")).unwrap();
     assert_eq!(

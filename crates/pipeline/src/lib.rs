@@ -29,12 +29,13 @@ pub use finish::{finish, Finished};
 pub use job::{cluster_file, run, RegionsMode, RunOutcome, RunRequest};
 
 /// Default flow-control quantum of multi-threaded runs (instructions; see the bbv-qemu
-/// crate's `flow`): a fifth of an interval, small against a slice (an interval per thread),
-/// so that the threads' progress at a marker differs little from run to run (xz -T2 and pigz:
-/// replayed lengths within 2.3%; at two fifths, 16%), and large enough that a thread the host
-/// preempts for a few milliseconds does not stop the others.
+/// crate's `flow`): a tenth of an interval, small against a slice (an interval per thread),
+/// so that the threads' progress at a marker differs little from run to run (xz -T2 and
+/// pigz: replayed lengths within 2.2% over three runs; at a fifth, up to 5.8%; at two fifths,
+/// 16%), and large enough that a thread the host preempts for a few milliseconds rarely stops
+/// the others.
 pub fn flow_quantum(interval: u64) -> u64 {
-    (interval / 5).max(1)
+    (interval / 10).max(1)
 }
 /// Images excluded from slices unless told otherwise: the OpenMP runtimes, whose spinning and
 /// synchronisation say nothing about the program's work.

@@ -77,6 +77,9 @@ struct Watch {
     cut_at: u64,
     end: u64,
     seen: Vec<u32>,
+    /// Bit per block id: in `seen` (a scan of `seen` at every block cost more than all the
+    /// counting when the start window holds thousands).
+    in_seen: Vec<u64>,
     /// Blocks kept in this window.
     cap: usize,
     line: String,
@@ -91,6 +94,7 @@ impl Watch {
             cut_at: 0,
             end: 0,
             seen: Vec::new(),
+            in_seen: Vec::new(),
             cap: WATCH_BLOCKS,
             line: String::new(),
             file,
@@ -114,7 +118,9 @@ impl Watch {
         };
         self.end = cut_at + self.span * reach;
         self.cap = cap;
-        self.seen.clear();
+        for id in self.seen.drain(..) {
+            self.in_seen[id as usize / 64] &= !(1 << (id % 64));
+        }
         self.line.clear();
         use std::fmt::Write as _;
         let _ = write!(self.line, "{index} {cut_at}");
@@ -126,9 +132,17 @@ impl Watch {
         if before >= self.end || self.seen.len() >= self.cap {
             return self.close();
         }
-        if tb.rep_first || self.seen.contains(&tb.id) {
+        if tb.rep_first {
             return;
         }
+        let (word, bit) = (tb.id as usize / 64, 1u64 << (tb.id % 64));
+        if word >= self.in_seen.len() {
+            self.in_seen.resize((word + 1).next_power_of_two(), 0);
+        }
+        if self.in_seen[word] & bit != 0 {
+            return;
+        }
+        self.in_seen[word] |= bit;
         self.seen.push(tb.id);
         use std::fmt::Write as _;
         let _ = write!(self.line, " {}:{}", tb.id, before - self.cut_at);
