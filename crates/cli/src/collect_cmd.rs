@@ -119,7 +119,7 @@ pub struct RunArgs {
     pub exclude_image: Vec<String>,
     /// Pace the threads of a multi-threaded program: none runs more than N instructions ahead
     /// of the slowest running one, in the run and in its replay, so that global markers mean
-    /// the same work each time (0 = threads run unpaced; default: a tenth of the interval).
+    /// the same work each time (0 = threads run unpaced; default: a twentieth of the interval).
     #[arg(long = "flow-quantum", value_name = "N")]
     pub flow_quantum: Option<u64>,
     #[command(flatten)]

@@ -71,8 +71,17 @@ pub fn summary_text(dir: &Path, s: &Summary, profile: &Profile, blocks: &[BlockR
         );
         let _ = writeln!(
             r,
-            "slices: {} complete, of {} filtered instructions per thread that ran",
-            s.intervals, s.interval
+            "slices: {} complete, of {} filtered instructions per thread that ran; {}",
+            s.intervals,
+            s.interval,
+            if s.flow_quantum > 0 {
+                format!(
+                    "threads paced within {} instructions (replay paces them alike)",
+                    s.flow_quantum
+                )
+            } else {
+                "threads unpaced".to_string()
+            }
         );
     } else {
         if n > 1 {

@@ -29,13 +29,13 @@ pub use finish::{finish, Finished};
 pub use job::{cluster_file, run, RegionsMode, RunOutcome, RunRequest};
 
 /// Default flow-control quantum of multi-threaded runs (instructions; see the bbv-qemu
-/// crate's `flow`): a tenth of an interval, small against a slice (an interval per thread),
-/// so that the threads' progress at a marker differs little from run to run (xz -T2 and
-/// pigz: replayed lengths within 2.2% over three runs; at a fifth, up to 5.8%; at two fifths,
+/// crate's `flow`): a twentieth of an interval, small against a slice (an interval per
+/// thread), so that the threads' progress at a marker differs little from run to run (xz -T2
+/// replayed within 1.7% over six runs; at a tenth, one run in ten over 5%; at two fifths,
 /// 16%), and large enough that a thread the host preempts for a few milliseconds rarely stops
 /// the others.
 pub fn flow_quantum(interval: u64) -> u64 {
-    (interval / 10).max(1)
+    (interval / 20).max(1)
 }
 /// Images excluded from slices unless told otherwise: the OpenMP runtimes, whose spinning and
 /// synchronisation say nothing about the program's work.
