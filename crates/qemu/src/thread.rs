@@ -391,18 +391,21 @@ fn rep_iterations_count() -> bool {
     CONFIG.get().is_some_and(|c| c.rep_iterations)
 }
 
+/// The state of the thread running on `vcpu`. Only that vCPU's own host thread may call this
+/// (it is the state's only user), and states are never freed.
+#[inline]
+fn own_thread(vcpu: u32) -> Option<&'static mut Thread> {
+    let p = THREADS.get(vcpu as usize)?.load(Ordering::Relaxed);
+    // SAFETY: see above; a null slot is a thread not (or no longer) counted.
+    unsafe { p.as_mut() }
+}
+
 /// Counts one execution of a translated block on `vcpu`, in the thread's own state.
 #[inline]
 fn exec(vcpu: u32, tb: &TbInfo) {
-    let Some(slot) = THREADS.get(vcpu as usize) else {
+    let Some(t) = own_thread(vcpu) else {
         return;
     };
-    let p = slot.load(Ordering::Relaxed);
-    if p.is_null() {
-        return;
-    }
-    // SAFETY: only the vCPU's own host thread executes its blocks, and states are never freed.
-    let t = unsafe { &mut *p };
     if let Some(pace) = t.pace.as_mut() {
         pace.on_block(tb.insns, tb.excluded);
     }
@@ -460,14 +463,7 @@ pub fn position(vcpu: u32) -> u64 {
     if !MULTI.load(Ordering::Relaxed) {
         return TOTAL.load(Ordering::Relaxed);
     }
-    match THREADS
-        .get(vcpu as usize)
-        .map(|s| s.load(Ordering::Relaxed))
-    {
-        // SAFETY: called on the vCPU's own host thread; states are never freed.
-        Some(p) if !p.is_null() => unsafe { (*p).counter.total() },
-        _ => 0,
-    }
+    own_thread(vcpu).map_or(0, |t| t.counter.total())
 }
 
 /// The instructions each block has run on `vcpu`'s thread so far, by block id (for replay,
@@ -476,17 +472,10 @@ pub fn snapshot(vcpu: u32, mut each: impl FnMut(u32, u64)) {
     if !MULTI.load(Ordering::Relaxed) {
         return fast::cumulative(each);
     }
-    if let Some(p) = THREADS
-        .get(vcpu as usize)
-        .map(|s| s.load(Ordering::Relaxed))
-    {
-        if !p.is_null() {
-            // SAFETY: as in position.
-            let t = unsafe { &mut *p };
-            for (id, &c) in t.counter.store_mut().counts().iter().enumerate() {
-                if c != 0 {
-                    each(id as u32, c);
-                }
+    if let Some(t) = own_thread(vcpu) {
+        for (id, &c) in t.counter.store_mut().counts().iter().enumerate() {
+            if c != 0 {
+                each(id as u32, c);
             }
         }
     }
@@ -557,15 +546,7 @@ fn write_vector(
 /// The thread running on `vcpu` enters (`entering`) or leaves a system call: flow control
 /// does not wait for it meanwhile.
 pub fn syscall(vcpu: u32, entering: bool) {
-    let Some(p) = THREADS
-        .get(vcpu as usize)
-        .map(|s| s.load(Ordering::Acquire))
-        .filter(|p| !p.is_null())
-    else {
-        return;
-    };
-    // SAFETY: called on the vCPU's own host thread; states are never freed.
-    if let Some(pace) = unsafe { (*p).pace.as_mut() } {
+    if let Some(pace) = own_thread(vcpu).and_then(|t| t.pace.as_mut()) {
         pace.syscall(entering);
     }
 }
