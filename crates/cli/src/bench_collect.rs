@@ -75,7 +75,10 @@ fn remove_outputs(root: &Path) -> Result<()> {
     for e in std::fs::read_dir(root)? {
         let p = e?.path();
         let n = p.file_name().unwrap_or_default().to_string_lossy();
-        if n.starts_with("bb.") || n.starts_with("pc.") || n.starts_with("vg.") {
+        if ["bb.", "pc.", "vg.", "metrics."]
+            .iter()
+            .any(|p| n.starts_with(p))
+        {
             let _ = std::fs::remove_file(&p);
         }
     }
@@ -169,15 +172,17 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
         "collect --exact",
         "exp-bbv",
         "replay",
+        "collect --metrics",
     ];
     println!(
         "bbv bench collect: median wall time of {runs} run(s) per cell, slowdown = time / native"
     );
     println!("(anchors: bare QEMU 1.8-9.1x and exp-bbv 16-47x on this machine kind; targets: default within");
     println!(" 1.5x of bare QEMU's slowdown, >= 4x faster than exp-bbv; --exact >= 2x faster than exp-bbv;");
-    println!(" bbv replay of a bbv run profile (interval 1e8) <= 1.1x collect)\n");
+    println!(" bbv replay of a bbv run profile (interval 1e8) <= 1.1x collect; --metrics-out-file (bbv run");
+    println!(" --validate's metrics) <= 4x bare QEMU, geomean)\n");
     println!(
-        "{:<14} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11}",
+        "{:<14} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}",
         "program",
         "native s",
         "qemu",
@@ -185,13 +190,15 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
         "--exact",
         "exp-bbv",
         "replay",
+        "metrics",
         "coll/qemu",
         "expbbv/coll",
         "expbbv/exact",
-        "replay/coll"
+        "replay/coll",
+        "metr/qemu"
     );
     let (mut over_qemu, mut vs_exp, mut vs_exp_exact) = (Vec::new(), Vec::new(), Vec::new());
-    let mut replay_ratio = Vec::new();
+    let (mut replay_ratio, mut metrics_ratio) = (Vec::new(), Vec::new());
     for (i, w) in workloads.iter().enumerate() {
         let profile = root.join(format!("profile-{i}"));
         prepare_replay(&bbv, w, &profile, scale)?;
@@ -201,7 +208,7 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
                 let mut argv: Vec<String> = match mode {
                     "native" => vec![],
                     "qemu" => vec![qemu.clone()],
-                    "collect" | "collect --exact" => {
+                    "collect" | "collect --exact" | "collect --metrics" => {
                         let mut v = vec![
                             s(&bbv),
                             "collect".into(),
@@ -211,6 +218,9 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
                         v.extend(["--pc-out-file".into(), "pc.%p".into()]);
                         if mode == "collect --exact" {
                             v.push("--exact".into());
+                        }
+                        if mode == "collect --metrics" {
+                            v.extend(["--metrics-out-file".into(), "metrics.%p".into()]);
                         }
                         v.push("--".into());
                         v
@@ -238,13 +248,14 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
         }
         let med: Vec<f64> = times.into_iter().map(median).collect();
         let sd: Vec<f64> = med.iter().map(|t| t / med[0]).collect();
-        let (q, c, e, v, r) = (sd[1], sd[2], sd[3], sd[4], sd[5]);
+        let (q, c, e, v, r, m) = (sd[1], sd[2], sd[3], sd[4], sd[5], sd[6]);
+        metrics_ratio.push(m / q);
         over_qemu.push(c / q);
         vs_exp.push(v / c);
         vs_exp_exact.push(v / e);
         replay_ratio.push(r / c);
         println!(
-            "{:<14} {:>8.2} {:>7.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>10.2}x {:>10.2}x {:>11.2}x {:>10.2}x",
+            "{:<14} {:>8.2} {:>7.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>10.2}x {:>10.2}x {:>11.2}x {:>10.2}x {:>10.2}x",
             w.name,
             med[0],
             q,
@@ -252,10 +263,12 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
             e,
             v,
             r,
+            m,
             c / q,
             v / c,
             v / e,
-            r / c
+            r / c,
+            m / q
         );
     }
     let worst = |v: &[f64], max: bool| {
@@ -283,6 +296,11 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
         "replay / default:              geomean {:.2}x, worst {:.2}x (target <= 1.1x)",
         geomean(&replay_ratio),
         worst(&replay_ratio, true)
+    );
+    println!(
+        "--metrics-out-file / bare QEMU: geomean {:.2}x (target <= 4x), worst {:.2}x",
+        geomean(&metrics_ratio),
+        worst(&metrics_ratio, true)
     );
     Ok(())
 }

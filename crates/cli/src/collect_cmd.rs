@@ -4,7 +4,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use bbv_collect::{Collected, GuestStatus, Outcome, Request};
+use bbv_collect::{CacheModel, Collected, GuestStatus, Outcome, Request};
+use bbv_profile::CacheGeometry;
 
 use bbv_pipeline::AtomicFiles;
 
@@ -21,6 +22,15 @@ fn positive(v: &str) -> Result<u64, String> {
         Ok(n) if n > 0 => Ok(n),
         _ => Err(format!(
             "expected a positive whole number of instructions, not {v:?}"
+        )),
+    }
+}
+
+fn percent(v: &str) -> Result<f64, String> {
+    match v.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(p / 100.0),
+        _ => Err(format!(
+            "expected a percentage above 0 and at most 100, not {v:?}"
         )),
     }
 }
@@ -42,6 +52,13 @@ pub struct GuestArgs {
     #[arg(long = "count-rep", value_name = "instance|iteration", default_value = "instance",
           value_parser = ["instance", "iteration"])]
     pub count_rep: String,
+    /// The metrics' L1 data cache: SIZE,WAYS,LINE (sizes may end in K or M; power-of-two size
+    /// and line).
+    #[arg(long, value_name = "SIZE,WAYS,LINE", default_value = "32K,8,64", value_parser = CacheGeometry::parse)]
+    pub l1d: CacheGeometry,
+    /// The metrics' L2 cache (data only), with the L1D's line size.
+    #[arg(long, value_name = "SIZE,WAYS,LINE", default_value = "1M,16,64", value_parser = CacheGeometry::parse)]
+    pub l2: CacheGeometry,
     /// Print the totals and the files written after the guest ends.
     #[arg(short, long)]
     pub verbose: bool,
@@ -81,6 +98,10 @@ pub struct CollectArgs {
     /// Instructions per interval.
     #[arg(long = "interval-size", value_name = "N", default_value = "100000000", value_parser = positive)]
     pub interval_size: u64,
+    /// Per-interval metrics (instructions, loads, stores, taken branches, pages, L1D and L2
+    /// misses, branch mispredictions) of all threads, cut as thread 1's vectors, as CSV.
+    #[arg(long = "metrics-out-file", value_name = "FILE")]
+    pub metrics_out_file: Option<String>,
     /// Only count instructions (totals on stderr); no vector or PC files.
     #[arg(long = "instr-count-only", value_name = "yes|no", num_args = 0..=1, require_equals = true,
           default_missing_value = "yes", default_value = "no", value_parser = yes_no)]
@@ -101,6 +122,15 @@ pub struct RunArgs {
     /// Directory for every file of the run.
     #[arg(short = 'o', value_name = "DIR", default_value = "bbv-out")]
     pub output: PathBuf,
+    /// Also measure per-interval metrics (DIR/metrics.csv) and report how well the chosen
+    /// points estimate each (DIR/validation.json and the summary's error table).
+    #[arg(long)]
+    pub validate: bool,
+    /// Choose k as the smallest (up to --max-k) whose estimate of every metric is within PCT
+    /// percent of the full run (or 0.01 per 1000 instructions), instead of SimPoint's BIC
+    /// rule; implies --validate.
+    #[arg(long = "target-error", value_name = "PCT", value_parser = percent)]
+    pub target_error: Option<f64>,
     /// Cluster the main thread's intervals (main) or every thread's together (all).
     #[arg(long, value_name = "main|all", default_value = "main", value_parser = ["main", "all"])]
     pub threads: String,
@@ -152,8 +182,32 @@ fn request(
         exclude: Vec::new(),
         flow: 0,
         markers: None,
+        metrics: None,
         work_dir: work_dir.to_path_buf(),
     })
+}
+
+/// The metrics' cache model, when metrics are asked for (`asked`); the cache options without
+/// them are a mistake worth reporting.
+fn cache_model(g: &GuestArgs, asked: bool, flag: &str) -> Result<Option<CacheModel>> {
+    let model = CacheModel {
+        l1d: g.l1d,
+        l2: g.l2,
+    };
+    if !asked {
+        if model != CacheModel::default() {
+            bail!("--l1d and --l2 shape the metrics' cache model: they need {flag}");
+        }
+        return Ok(None);
+    }
+    if g.l1d.line != g.l2.line {
+        bail!(
+            "--l1d and --l2: the line sizes differ ({} and {} bytes); the model needs one line size",
+            g.l1d.line,
+            g.l2.line
+        );
+    }
+    Ok(Some(model))
 }
 
 fn dir_of(path: &Path) -> PathBuf {
@@ -195,6 +249,16 @@ pub fn collect(a: CollectArgs) -> Result<GuestExit> {
         }
     }
     let bb_dir = dir_of(Path::new(&a.bb_out_file));
+    if let Some(m) = &a.metrics_out_file {
+        bbv_collect::expand(m, None)?;
+        if a.instr_count_only {
+            bail!(
+                "--metrics-out-file needs the vectors' cuts: it cannot go with --instr-count-only"
+            );
+        }
+        check_writable(&dir_of(Path::new(m)))?;
+    }
+    let metrics = cache_model(&a.guest, a.metrics_out_file.is_some(), "--metrics-out-file")?;
     if !a.instr_count_only {
         check_writable(&bb_dir)?;
         check_writable(&dir_of(Path::new(&a.pc_out_file)))?;
@@ -204,13 +268,14 @@ pub fn collect(a: CollectArgs) -> Result<GuestExit> {
     } else {
         bb_dir
     };
-    let req = request(
+    let mut req = request(
         &a.guest,
         a.interval_size,
         a.instr_count_only,
         a.guest.tail,
         &work,
     )?;
+    req.metrics = metrics;
     let outcome = launch(req)?;
     let status = outcome.status;
     let failure = (|| -> Result<()> {
@@ -228,7 +293,17 @@ pub fn collect(a: CollectArgs) -> Result<GuestExit> {
             .as_deref()
             .map(|f| bbv_collect::expand(f, Some(outcome.pid)).map(PathBuf::from))
             .transpose()?;
-        let written = place(&collected, &bb, &pc, blocks.as_deref())?;
+        let metrics = a
+            .metrics_out_file
+            .as_deref()
+            .map(|f| bbv_collect::expand(f, Some(outcome.pid)).map(PathBuf::from))
+            .transpose()?;
+        let mut written = place(&collected, &bb, &pc, blocks.as_deref())?;
+        if let (Some(path), Some(rows)) = (metrics, collected.metrics_rows()?) {
+            let mut files = AtomicFiles::default();
+            files.write(&path, |w| bbv_pipeline::write_metrics(w, &rows))?;
+            written.extend(files.commit()?);
+        }
         if a.guest.verbose {
             for t in &collected.threads {
                 eprint!("{}", t.summary);
@@ -281,10 +356,13 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
     if a.max_k == 0 {
         bail!("--max-k must be at least 1");
     }
+    let validate = a.validate || a.target_error.is_some();
+    let metrics = cache_model(&a.guest, validate, "--validate")?;
     std::fs::create_dir_all(&a.output)
         .with_context(|| format!("cannot create the output directory {}", a.output.display()))?;
     check_writable(&a.output)?;
     let mut collect = request(&a.guest, a.interval, false, a.guest.tail, &a.output)?;
+    collect.metrics = metrics;
     // Markers must fall within 0.5% of an interval of each cut.
     collect.watch = (a.interval as f64 * bbv_pipeline::markers::TOLERANCE) as u64;
     let regions = match a.regions.as_str() {
@@ -328,6 +406,7 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
         } else {
             regions
         },
+        target_error: a.target_error,
     };
     let progress = crate::progress::Clustering::new();
     let outcome = bbv_pipeline::run(&req, &progress)?;

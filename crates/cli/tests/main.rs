@@ -8,3 +8,4 @@ mod gpu_cli;
 mod looppoint_cli;
 mod regions_cli;
 mod simpoint_cli;
+mod validate_cli;

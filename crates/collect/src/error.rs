@@ -56,6 +56,9 @@ pub enum CollectError {
     /// QEMU stopped without letting the plugin finish (failed to start the guest, or killed).
     #[error("{0}")]
     Incomplete(String),
+    /// The plugin's metrics file is malformed.
+    #[error("{0}")]
+    Metrics(bbv_profile::ProfileError),
     /// The plugin reported a failure.
     #[error("the QEMU plugin failed: {0}")]
     Plugin(String),

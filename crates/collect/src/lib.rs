@@ -61,9 +61,29 @@ pub struct Request {
     /// Flow control of a multi-threaded guest: no running thread more than this many
     /// instructions ahead of the slowest (0 = none; see the bbv-qemu crate's `flow`).
     pub flow: u64,
+    /// Per-interval metrics with this cache model (see the bbv-qemu crate's `metrics`).
+    pub metrics: Option<CacheModel>,
     /// Directory to hold the plugin's files while the guest runs (best on the same file
     /// system as the final outputs, so they can be renamed into place).
     pub work_dir: PathBuf,
+}
+
+/// The caches of the metrics' model (`--l1d`, `--l2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheModel {
+    /// The first-level data cache.
+    pub l1d: bbv_profile::CacheGeometry,
+    /// The second-level cache (data only).
+    pub l2: bbv_profile::CacheGeometry,
+}
+
+impl Default for CacheModel {
+    fn default() -> Self {
+        CacheModel {
+            l1d: bbv_profile::CacheGeometry::L1D,
+            l2: bbv_profile::CacheGeometry::L2,
+        }
+    }
 }
 
 /// A request whose program, QEMU and plugin were found.
@@ -184,6 +204,28 @@ pub struct Collected {
     pub images: Vec<Image>,
     /// The slice boundaries (`slices`), when a second thread ran with slices asked for.
     pub slices: Option<PathBuf>,
+    /// The per-interval metrics (`metrics`), when asked for.
+    pub metrics: Option<PathBuf>,
+}
+
+impl Collected {
+    /// The per-interval metrics, one row per vector of thread 1. Rows past thread 1's last
+    /// vector (other threads' work after its last cut) are dropped as the vectors drop it.
+    pub fn metrics_rows(&self) -> Result<Option<Vec<bbv_profile::MetricsRow>>, CollectError> {
+        let Some(path) = &self.metrics else {
+            return Ok(None);
+        };
+        let mut rows = bbv_profile::read_metrics(path).map_err(CollectError::Metrics)?;
+        let want = self.threads.first().map_or(0, |t| t.intervals) as usize;
+        if rows.len() < want {
+            return Err(CollectError::Incomplete(format!(
+                "the metrics have {} rows for {want} intervals: the guest ended without running the plugin's exit (killed by a signal?), so the last interval's metrics were never written",
+                rows.len()
+            )));
+        }
+        rows.truncate(want);
+        Ok(Some(rows))
+    }
 }
 
 /// The guest's end and, if the plugin completed its files, what it collected.
@@ -226,6 +268,13 @@ impl Prepared {
         }
         if r.flow > 0 {
             plugin.push(format!(",flow={}", r.flow));
+        }
+        if let Some(m) = &r.metrics {
+            plugin.push(format!(
+                ",metrics=on,l1d={},l2={}",
+                m.l1d.plugin_arg(),
+                m.l2.plugin_arg()
+            ));
         }
         if let Some(m) = &r.markers {
             plugin.push(",markers=");
@@ -336,12 +385,19 @@ fn read_results(
     }
     threads.sort_by_key(|t| t.number);
     let slices = Some(d.join("slices")).filter(|p| p.exists());
+    let metrics = Some(d.join("metrics")).filter(|p| p.exists());
+    if request.metrics.is_some() && metrics.is_none() {
+        return Err(CollectError::Incomplete(
+            "the plugin wrote no metrics file".into(),
+        ));
+    }
     Ok(Collected {
         dir,
         threads,
         blocks,
         images,
         slices,
+        metrics,
     })
 }
 

@@ -171,7 +171,8 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
         summary.k = labels.iter().max().map_or(0, |&m| m + 1);
     }
     summary.points = points;
-    let text = crate::job_text::summary_text(dir, &summary, &profile, &blocks);
+    let validation = crate::validate::read(dir)?;
+    let text = crate::job_text::summary_text(dir, &summary, &profile, &blocks, validation.as_ref());
     write_all(dir, &summary, &images, &text)?;
     Ok(Finished { summary, text })
 }

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use bbv_collect::{Collected, GuestStatus};
-use bbv_simpoint::{Observer, Options, PostResult, Prepared, Projection};
+use bbv_profile::MetricsRow;
+use bbv_simpoint::Observer;
 
 use crate::finish::{finish, Finished};
 use crate::rundir::{self, ImageRow, Program, Summary, ThreadTotal, LAYOUT};
@@ -25,6 +26,9 @@ pub struct RunRequest {
     pub warmup: Option<u64>,
     /// How regions are formed.
     pub regions: RegionsMode,
+    /// `--target-error` (a fraction): choose the smallest k whose estimates are all this
+    /// close (needs metrics, `collect.metrics`).
+    pub target_error: Option<f64>,
 }
 
 /// How regions are formed (`bbv run --regions`).
@@ -60,15 +64,22 @@ pub fn run(req: &RunRequest, observer: &dyn Observer) -> Result<RunOutcome, Pipe
     let mut warnings = Vec::new();
     let finished = (|| {
         let c = outcome.collected?;
-        place(&c, &req.out)?;
+        let rows = match c.metrics_rows() {
+            Ok(rows) => rows,
+            Err(e) => {
+                warnings.push(format!("--validate: {e}; no validation"));
+                None
+            }
+        };
+        place(&c, &req.out, rows.as_deref())?;
         let facts = run_facts(req, &c, &program, qemu)?;
         let (mode, reason) = choose_mode(req.regions, &facts);
         let first = cluster_as(
             req,
             &c,
             facts.clone(),
-            mode,
-            reason,
+            (mode, reason),
+            rows.as_deref(),
             &mut warnings,
             observer,
         )
@@ -82,7 +93,16 @@ pub fn run(req: &RunRequest, observer: &dyn Observer) -> Result<RunOutcome, Pipe
                 let why = format!(
                     "intervals mode found no marker at cut {cut} of the main thread (its code also runs on other threads)"
                 );
-                cluster_as(req, &c, facts, "looppoint", why, &mut warnings, observer)?;
+                let mode = ("looppoint", why);
+                cluster_as(
+                    req,
+                    &c,
+                    facts,
+                    mode,
+                    rows.as_deref(),
+                    &mut warnings,
+                    observer,
+                )?;
                 finish(&req.out, None)
             }
             other => other,
@@ -96,18 +116,27 @@ pub fn run(req: &RunRequest, observer: &dyn Observer) -> Result<RunOutcome, Pipe
 }
 
 /// Writes the clustering input of `mode` (`global.bb` for looppoint), `summary.json`, and
-/// clusters.
-#[allow(clippy::too_many_arguments)]
+/// clusters (and validates the points against `rows`, the metrics, when given).
 fn cluster_as(
     req: &RunRequest,
     c: &Collected,
     mut summary: Summary,
-    mode: &str,
-    reason: String,
+    (mode, reason): (&str, String),
+    rows: Option<&[MetricsRow]>,
     warnings: &mut Vec<String>,
     observer: &dyn Observer,
 ) -> Result<(), PipelineError> {
     let r = &req.collect;
+    let metrics = match rows {
+        Some(_) if mode == "looppoint" || req.threads_all => {
+            warnings.push(format!(
+                "--validate: the metrics follow the main thread's intervals, but this run clustered {}: metrics.csv is written, validation.json is not",
+                if mode == "looppoint" { "slices of all threads" } else { "every thread's intervals" }
+            ));
+            None
+        }
+        other => other,
+    };
     summary.regions_mode = mode.into();
     summary.regions_reason = reason;
     let rows = if mode == "looppoint" {
@@ -115,7 +144,7 @@ fn cluster_as(
         let threads: Vec<u32> = c.threads.iter().map(|t| t.number).collect();
         let slices = crate::slices::build(&req.out, &threads, &blocks, &r.exclude)?;
         summary.filtered_instructions = Some(slices.iter().map(|s| s.filtered).sum());
-        *warnings = unmapped(c, &r.exclude);
+        warnings.extend(unmapped(c, &r.exclude));
         slices.len() as u64
     } else if req.threads_all {
         concatenate(c, &req.out, &req.out.join("bb.all"))?
@@ -136,13 +165,21 @@ fn cluster_as(
         } else {
             (req.out.join("bb.out"), false)
         };
-        cluster_file(
+        let validate = metrics.map(|rows| crate::cluster::Validate {
+            rows,
+            target_error: req.target_error,
+        });
+        let v = crate::cluster::cluster_validated(
             &input,
             req.max_k,
             &req.out.join("simpoint"),
             var_length,
             observer,
+            validate.as_ref(),
         )?;
+        if let Some(v) = v.filter(|v| v.k_rule.contains("not met")) {
+            warnings.push(format!("--target-error: {}", v.k_rule));
+        }
     }
     Ok(())
 }
@@ -189,9 +226,15 @@ fn unmapped(c: &Collected, exclude: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Moves the collected files into the run directory and writes the block and image tables.
-fn place(c: &Collected, dir: &Path) -> Result<(), PipelineError> {
+/// Moves the collected files into the run directory and writes the block and image tables
+/// (and the metrics, or removes those of an earlier run).
+fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), PipelineError> {
     let mut files = AtomicFiles::default();
+    match rows {
+        Some(rows) => files.write(&dir.join("metrics.csv"), |w| crate::write_metrics(w, rows))?,
+        None => remove_stale(dir, "metrics.csv")?,
+    }
+    remove_stale(dir, "validation.json")?;
     files.write(&dir.join("pc.out"), |w| bbv_collect::write_pc(w, &c.blocks))?;
     files.write(&dir.join("blocks.tsv"), |w| {
         bbv_collect::write_blocks_tsv(w, &c.blocks, &c.images)
@@ -322,38 +365,11 @@ fn concatenate(c: &Collected, dir: &Path, out: &Path) -> Result<u64, PipelineErr
     Ok(rows)
 }
 
-/// Clusters a BBV file as `bbv simpoint FILE --max-k K -o PREFIX` does (SimPoint 3.2's
-/// defaults) and writes `PREFIX.simpoints`, `.weights` and `.labels`.
-pub fn cluster_file(
-    input: &Path,
-    max_k: usize,
-    prefix: &Path,
-    var_length: bool,
-    observer: &dyn Observer,
-) -> Result<(), PipelineError> {
-    let projection = Projection::Random {
-        dim: bbv_simpoint::DEFAULT_DIM,
-        seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
-    };
-    let mut data = bbv_simpoint::load_file(input, &projection, |_| {})?.vectors;
-    if !var_length {
-        let w = 1.0 / data.rows() as f64;
-        data.weights.iter_mut().for_each(|x| *x = w);
+/// Removes `dir/name` if an earlier run left it.
+fn remove_stale(dir: &Path, name: &str) -> Result<(), PipelineError> {
+    let p = dir.join(name);
+    match std::fs::remove_file(&p) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(PipelineError::io(&p, e)),
+        _ => Ok(()),
     }
-    let opts = Options {
-        k: bbv_simpoint::KChoice::Search {
-            max_k: max_k.min(data.rows()),
-        },
-        ..Options::default()
-    };
-    let prep = Prepared::new(&data, &opts)?;
-    let result = bbv_simpoint::cluster(&prep, &opts, observer)?;
-    let post = PostResult::new(&data, &result.runs[result.best].centres);
-    let name = |ext: &str| prefix.with_extension(ext);
-    let mut files = AtomicFiles::default();
-    files.write(&name("simpoints"), |w| post.write_simpoints(w, 1.0))?;
-    files.write(&name("weights"), |w| post.write_weights(w, 1.0))?;
-    files.write(&name("labels"), |w| post.write_labels(w))?;
-    files.commit()?;
-    Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::markers::Profile;
 use crate::rundir::{BlockRow, Marker, Summary};
+use crate::validate::Validation;
 
 fn show(m: &Marker) -> String {
     format!("{}+{} #{}", m.image, m.offset, m.count)
@@ -42,7 +43,13 @@ fn top3(list: &[(String, u64)], total: u64) -> String {
 }
 
 /// The text summary of a finished run directory.
-pub fn summary_text(dir: &Path, s: &Summary, profile: &Profile, blocks: &[BlockRow]) -> String {
+pub fn summary_text(
+    dir: &Path,
+    s: &Summary,
+    profile: &Profile,
+    blocks: &[BlockRow],
+    validation: Option<&Validation>,
+) -> String {
     let mut r = String::new();
     let n = s.threads.len();
     let _ = writeln!(
@@ -115,9 +122,13 @@ pub fn summary_text(dir: &Path, s: &Summary, profile: &Profile, blocks: &[BlockR
         );
         return r;
     }
+    let rule = match validation {
+        Some(v) if v.target_error.is_some() => "by --target-error",
+        _ => "by BIC",
+    };
     let _ = writeln!(
         r,
-        "simpoints: {} (k chosen by BIC, --max-k {})",
+        "simpoints: {} (k chosen {rule}, --max-k {})",
         s.points.len(),
         s.max_k
     );
@@ -154,11 +165,15 @@ pub fn summary_text(dir: &Path, s: &Summary, profile: &Profile, blocks: &[BlockR
             None => r.push('\n'),
         }
     }
+    if let Some(v) = validation {
+        r.push_str(&crate::validate::table(v));
+    }
     let _ = writeln!(
         r,
-        "files: {}/ (summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, {}bb.out, pc.out, simpoint.*)",
+        "files: {}/ (summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, {}bb.out, pc.out, simpoint.*{})",
         dir.display(),
-        if looppoint { "global.bb, slices.tsv, " } else { "" }
+        if looppoint { "global.bb, slices.tsv, " } else { "" },
+        if validation.is_some() { ", metrics.csv, validation.json" } else { "" }
     );
     r
 }

@@ -14,6 +14,7 @@
 //! * Errors are [`PipelineError`]; bad input names the file and line.
 
 mod atomic;
+mod cluster;
 mod finish;
 mod job;
 mod job_text;
@@ -23,10 +24,24 @@ pub mod regions;
 mod replay;
 pub mod rundir;
 pub mod slices;
+pub mod validate;
 
 pub use atomic::AtomicFiles;
+pub use cluster::{cluster_file, cluster_validated, Validate};
 pub use finish::{finish, Finished};
-pub use job::{cluster_file, run, RegionsMode, RunOutcome, RunRequest};
+pub use job::{run, RegionsMode, RunOutcome, RunRequest};
+
+/// Writes `metrics.csv` (see `bbv_profile::MetricsWriter`).
+pub fn write_metrics(
+    out: &mut impl std::io::Write,
+    rows: &[bbv_profile::MetricsRow],
+) -> std::io::Result<()> {
+    let mut w = bbv_profile::MetricsWriter::new(out)?;
+    for r in rows {
+        w.row(r)?;
+    }
+    Ok(())
+}
 
 /// Default flow-control quantum of multi-threaded runs (instructions; see the bbv-qemu
 /// crate's `flow`): a twentieth of an interval, small against a slice (an interval per

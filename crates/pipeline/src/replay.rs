@@ -316,6 +316,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             Vec::new()
         },
         flow: if looppoint { s.flow_quantum } else { 0 },
+        metrics: None,
         markers: Some(markers),
         work_dir: work.path().to_path_buf(),
     };

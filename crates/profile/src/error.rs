@@ -25,6 +25,16 @@ pub enum ProfileError {
         /// Underlying error.
         source: io::Error,
     },
+    /// A line of a table file (such as `metrics.csv`) is wrong.
+    #[error("{path}:{line}: {message}")]
+    Table {
+        /// File concerned.
+        path: PathBuf,
+        /// 1-based line number.
+        line: u64,
+        /// What was wrong and what was expected.
+        message: String,
+    },
     /// A line does not follow the BBV syntax.
     #[error("{path}:{line}:{column}: {message}")]
     Syntax {

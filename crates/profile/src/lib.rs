@@ -17,6 +17,7 @@ mod error;
 mod images;
 mod input;
 mod intervals;
+mod metrics;
 pub mod plugin_state;
 mod reader;
 mod writer;
@@ -25,6 +26,10 @@ pub use error::ProfileError;
 pub use images::{image_kind, image_matches, ImageKind};
 pub use input::{open_input, Compression, Input};
 pub use intervals::{CountStore, CutMode, IntervalCounter};
+pub use metrics::{
+    metrics_header, read_metrics, read_metrics_from, CacheGeometry, MetricsRow, MetricsWriter,
+    METRIC_COLUMNS,
+};
 pub use reader::{BbvReader, Token};
 pub use writer::BbvWriter;
 

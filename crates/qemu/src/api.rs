@@ -55,7 +55,14 @@ impl Register for BbvPlugin {
                 return Ok(());
             }
         }
+        if cfg.metrics {
+            if let Err(e) = crate::metrics::init(&cfg) {
+                let _ = std::fs::write(cfg.dir.join("error"), format!("creating metrics: {e}"));
+                return Ok(());
+            }
+        }
         INLINE.store(!cfg.exact, Ordering::Relaxed);
+        thread::METRICS.store(cfg.metrics, Ordering::Relaxed);
         let _ = CONFIG.set(cfg);
         PLUGIN_ID.store(id, Ordering::Relaxed);
         register_all(id);
@@ -146,6 +153,55 @@ extern "C" fn on_tb_exec(vcpu: c_uint, udata: *mut c_void) {
     thread::exec_fast(vcpu, tb);
 }
 
+extern "C" fn on_metrics_block(vcpu: c_uint, udata: *mut c_void) {
+    // SAFETY: as in on_tb_exec.
+    let tb = unsafe { &*(udata as *const TbInfo) };
+    thread::metrics_block(vcpu, tb);
+}
+
+/// Decoded access descriptions (size shift, store bit), by QEMU's `meminfo` value: there are
+/// few distinct values, and asking QEMU twice per access cost 7% of a metrics run.
+static MEMINFO: [AtomicU64; 64] = [const { AtomicU64::new(u64::MAX) }; 64];
+
+#[inline]
+fn decode_meminfo(info: sys::qemu_plugin_meminfo_t) -> (u32, bool) {
+    let slot = &MEMINFO[(info.wrapping_mul(0x9e37_79b1) >> 26) as usize];
+    let cached = slot.load(Ordering::Relaxed);
+    if cached >> 8 == u64::from(info) {
+        return ((cached & 0x7f) as u32, cached & 0x80 != 0);
+    }
+    // SAFETY: plain queries of the access QEMU describes.
+    let (shift, store) = unsafe {
+        (
+            sys::qemu_plugin_mem_size_shift(info),
+            sys::qemu_plugin_mem_is_store(info),
+        )
+    };
+    slot.store(
+        u64::from(info) << 8 | u64::from(shift & 0x7f) | if store { 0x80 } else { 0 },
+        Ordering::Relaxed,
+    );
+    (shift, store)
+}
+
+extern "C" fn on_mem(vcpu: c_uint, info: sys::qemu_plugin_meminfo_t, vaddr: u64, _: *mut c_void) {
+    let (shift, store) = decode_meminfo(info);
+    thread::metrics_access(vcpu, vaddr, 1 << shift, store);
+}
+
+/// Registers the metrics callback of every memory access of a block's counted instructions.
+///
+/// # Safety
+/// `tb` is the block being translated.
+unsafe fn register_accesses(tb: *mut qemu_plugin_tb, counted: usize) {
+    let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+    for i in 0..counted {
+        let p = sys::qemu_plugin_tb_get_insn(tb, i);
+        let rw = sys::qemu_plugin_mem_rw::QEMU_PLUGIN_MEM_RW;
+        sys::qemu_plugin_register_vcpu_mem_cb(p, Some(on_mem), flags, rw, std::ptr::null_mut());
+    }
+}
+
 extern "C" fn on_rep_exec(vcpu: c_uint, udata: *mut c_void) {
     // SAFETY: as in on_tb_exec.
     let tb = unsafe { &*(udata as *const TbInfo) };
@@ -204,19 +260,30 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         };
         let rep = info.rep_first || info.rep_last != 0;
         let udata = info as *const TbInfo as *mut c_void;
-        if INLINE.load(Ordering::Relaxed) && !rep {
+        let inline = INLINE.load(Ordering::Relaxed) && !rep;
+        // The block's metrics are counted by its counting callback (per-block counting, cuts
+        // after the block that crosses a boundary: the block's metrics first) or by the cut
+        // check (inline counting, cuts before the block: the cut first), so that the metrics
+        // see the block on the same side of a cut as the vectors; other inline blocks get a
+        // callback of their own.
+        if inline {
             let add = sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64;
             sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, info.execs as *mut c_void, 1);
             let total = crate::fast::TOTAL.as_ptr() as *mut c_void;
             sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, total, info.insns);
+            let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
             if info.may_loop {
-                let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
                 sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_candidate), flags, udata);
+            } else if cfg.metrics {
+                sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_metrics_block), flags, udata);
             }
         } else {
             let cb: extern "C" fn(c_uint, *mut c_void) = if rep { on_rep_exec } else { on_tb_exec };
             let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
             sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(cb), flags, udata);
+        }
+        if cfg.metrics {
+            register_accesses(tb, info.insns as usize);
         }
         if crate::replay::active() {
             // Registered after the block's own counting, so the block's instructions are

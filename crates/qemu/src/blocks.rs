@@ -19,6 +19,10 @@ pub struct TbInfo {
     pub insns: u64,
     /// Guest address of the first instruction.
     pub pc: u64,
+    /// Guest address just past the last counted instruction (where execution falls through).
+    pub end: u64,
+    /// Address of the last instruction if it is a conditional branch, else 0.
+    pub branch: u64,
     /// The first instruction is a `rep` string instruction (x86).
     pub rep_first: bool,
     /// Address of the last instruction if it is a `rep` string instruction, else 0.
@@ -49,7 +53,7 @@ unsafe impl Send for TbInfo {}
 const ANON: u32 = u32::MAX;
 
 /// What makes two translations of a block count the same way.
-type Variant = (u32, u64, bool, u64, u64, bool);
+type Variant = (u32, u64, bool, u64, u64, bool, u64);
 
 struct Table {
     ids: HashMap<(u32, u64), u32>,
@@ -115,6 +119,15 @@ pub fn analyze<'a>(
         }
     }
     let (mut rep_first, mut rep_last, mut fldcw, mut may_loop) = (false, 0, 0, true);
+    let cond = if insns != n {
+        false
+    } else if cfg.x86 {
+        x86::is_cond_branch(last.bytes)
+    } else if cfg.aarch64 {
+        crate::decode::aarch64_is_cond_branch(last.bytes)
+    } else {
+        cfg.riscv64 && crate::decode::riscv64_is_cond_branch(last.bytes)
+    };
     if cfg.x86 {
         rep_first = x86::is_rep_string(first.bytes);
         if insns == n && x86::is_rep_string(last.bytes) {
@@ -197,7 +210,17 @@ pub fn analyze<'a>(
             }
         }
     }
-    let variant = (id, insns as u64, rep_first, rep_last, fldcw, may_loop);
+    // The address is part of the variant: a module mapped twice runs the same block at two
+    // addresses, with two fall-through addresses.
+    let variant = (
+        id,
+        insns as u64,
+        rep_first,
+        rep_last,
+        fldcw,
+        may_loop,
+        first.vaddr,
+    );
     if let Some(info) = table.infos.get(&variant) {
         return Some(info);
     }
@@ -209,6 +232,8 @@ pub fn analyze<'a>(
         id,
         insns: insns as u64,
         pc: first.vaddr,
+        end,
+        branch: if cond { last.vaddr } else { 0 },
         rep_first,
         rep_last,
         fldcw,

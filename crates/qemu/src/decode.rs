@@ -43,6 +43,28 @@ pub fn aarch64_backward_target(bytes: &[u8], vaddr: u64) -> Option<u64> {
     (disp <= 0).then(|| vaddr.wrapping_add((disp * 4) as u64))
 }
 
+/// AArch64: a conditional branch (B.cond, CBZ/CBNZ, TBZ/TBNZ).
+pub fn aarch64_is_cond_branch(bytes: &[u8]) -> bool {
+    let Some(w) = bytes
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    else {
+        return false;
+    };
+    w & 0xff00_0010 == 0x5400_0000
+        || w & 0x7e00_0000 == 0x3400_0000
+        || w & 0x7e00_0000 == 0x3600_0000
+}
+
+/// RISC-V: a conditional branch (BEQ..BGEU, C.BEQZ, C.BNEZ).
+pub fn riscv64_is_cond_branch(bytes: &[u8]) -> bool {
+    match bytes.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]])) {
+        Some(h) if h & 3 != 3 => h & 3 == 1 && matches!(h >> 13, 0b110 | 0b111),
+        Some(h) => h & 0x7f == 0x63,
+        None => false,
+    }
+}
+
 /// RISC-V (RV64GC): the block's last instruction, 2 or 4 bytes.
 pub fn riscv64_may_loop(bytes: &[u8]) -> bool {
     let Some(h) = bytes.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]])) else {
@@ -99,5 +121,18 @@ mod tests {
         assert!(riscv64_may_loop(&0xa001u16.to_le_bytes())); // c.j .
         assert!(riscv64_may_loop(&0xbffdu16.to_le_bytes())); // c.j .-2
         assert!(!riscv64_may_loop(&0x0000_8463u32.to_le_bytes())); // beqz ra, .+8
+    }
+
+    #[test]
+    fn conditional_branches() {
+        assert!(aarch64_is_cond_branch(&0x54ff_ffe1u32.to_le_bytes())); // b.ne
+        assert!(aarch64_is_cond_branch(&0xb400_0040u32.to_le_bytes())); // cbz x0
+        assert!(aarch64_is_cond_branch(&0x3600_0040u32.to_le_bytes())); // tbz w0
+        assert!(!aarch64_is_cond_branch(&0x17ff_ffffu32.to_le_bytes())); // b
+        assert!(!aarch64_is_cond_branch(&0xd65f_03c0u32.to_le_bytes())); // ret
+        assert!(riscv64_is_cond_branch(&0x0002_9063u32.to_le_bytes())); // bnez t0
+        assert!(riscv64_is_cond_branch(&0xc111u16.to_le_bytes())); // c.beqz a0
+        assert!(!riscv64_is_cond_branch(&0xa001u16.to_le_bytes())); // c.j
+        assert!(!riscv64_is_cond_branch(&0x8082u16.to_le_bytes())); // ret
     }
 }

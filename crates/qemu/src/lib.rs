@@ -16,6 +16,8 @@
 //!   `thread.N.slices` (each thread's vector per slice), see [`slices`].
 //!
 //! * with `flow=Q`, threads advance in step (see [`flow`]).
+//! * with `metrics=on` (`l1d=S:W:L`, `l2=S:W:L`), `metrics`: one row of per-interval metrics
+//!   per cut of thread 1 (see [`metrics`]).
 //!
 //! Everything is on disk or in the page cache at every moment, so the host can complete the
 //! files (closing comment, `--tail`) even when QEMU dies by a signal without telling plugins.
@@ -49,10 +51,12 @@ mod api {
     }
 }
 mod blocks;
+mod cache;
 mod decode;
 mod fast;
 mod flow;
 mod maps;
+mod metrics;
 mod replay;
 mod slices;
 mod state;
@@ -89,6 +93,10 @@ pub(crate) struct Config {
     /// Flow control: no running thread more than this many instructions ahead of the slowest
     /// (0 = none; see [`flow`]).
     pub flow: u64,
+    /// Per-interval metrics (see [`metrics`]), with these cache geometries.
+    pub metrics: bool,
+    pub l1d: bbv_profile::CacheGeometry,
+    pub l2: bbv_profile::CacheGeometry,
 }
 
 pub(crate) static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -110,6 +118,9 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
         slices: 0,
         exclude: Vec::new(),
         flow: 0,
+        metrics: false,
+        l1d: bbv_profile::CacheGeometry::L1D,
+        l2: bbv_profile::CacheGeometry::L2,
     };
     let flag = |k: &str, v: &str| match v {
         "on" | "yes" | "true" => Ok(true),
@@ -128,6 +139,9 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
             "exact" => cfg.exact = flag(k, v)?,
             "count_only" => cfg.count_only = flag(k, v)?,
             "tail" => cfg.tail = flag(k, v)?,
+            "metrics" => cfg.metrics = flag(k, v)?,
+            "l1d" => cfg.l1d = metrics::geometry(k, v)?,
+            "l2" => cfg.l2 = metrics::geometry(k, v)?,
             "count_rep" => {
                 cfg.rep_iterations = match v {
                     "iteration" => true,
@@ -165,6 +179,12 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
             }
             _ => return Err(format!("unknown plugin argument {arg}")),
         }
+    }
+    if cfg.l1d.line != cfg.l2.line {
+        return Err(format!(
+            "plugin arguments l1d and l2: line sizes {} and {} differ",
+            cfg.l1d.line, cfg.l2.line
+        ));
     }
     if cfg.dir.as_os_str().is_empty() {
         return Err("plugin argument dir=DIR is required".into());
@@ -234,6 +254,10 @@ mod tests {
         );
         assert!(parse_args(&args(&["dir=a", "interval=0"]), "x86_64").is_err());
         assert!(parse_args(&args(&["dir=a", "exact=maybe"]), "x86_64").is_err());
+        let c = parse_args(&args(&["dir=a", "metrics", "l1d=16K:4:64"]), "x86_64").unwrap();
+        assert!(c.metrics && c.l1d.size == 16384 && c.l2 == bbv_profile::CacheGeometry::L2);
+        assert!(parse_args(&args(&["dir=a", "l1d=48K:12:64"]), "x86_64").is_err());
+        assert!(parse_args(&args(&["dir=a", "l2=1M:16:128"]), "x86_64").is_err());
         assert!(parse_args(&args(&["dir=a", "colour=red"]), "x86_64").is_err());
         let c = parse_args(&args(&["dir=a"]), "aarch64-linux-user").unwrap();
         assert!(c.aarch64 && !c.x86 && c.interval == 100_000_000);

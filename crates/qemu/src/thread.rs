@@ -13,6 +13,7 @@ use bbv_profile::{BbvWriter, CountStore, CutMode, IntervalCounter};
 use crate::blocks::TbInfo;
 use crate::fast::{self, NEXT_CUT, TOTAL};
 use crate::flow::Pace;
+use crate::metrics::ThreadMetrics;
 use crate::slices::{self, ThreadSlices};
 use crate::state::Shared;
 use crate::{report_error, CONFIG};
@@ -32,6 +33,9 @@ static MULTI: AtomicBool = AtomicBool::new(false);
 /// total at that moment (a continuation iteration adds nothing to the total).
 static LAST_REP_PC: AtomicU64 = AtomicU64::new(0);
 static LAST_REP_TOTAL: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Per-interval metrics are on (`metrics=on`): the counting callbacks also count each block's
+/// metrics (see `api::on_tb_trans` for which side of a cut they fall on).
+pub static METRICS: AtomicBool = AtomicBool::new(false);
 /// Between the second thread's creation and the flush that ends inline counting.
 static SWITCHING: AtomicBool = AtomicBool::new(false);
 /// The thread whose creation started the switch.
@@ -47,6 +51,10 @@ struct Thread {
     slices: Option<ThreadSlices>,
     /// Flow control (`flow=Q`).
     pace: Option<Pace>,
+    /// Per-interval metrics (`metrics=on`).
+    metrics: Option<ThreadMetrics>,
+    /// Thread 1's cuts also cut the metrics of all threads.
+    main: bool,
 }
 
 impl Thread {
@@ -211,8 +219,14 @@ pub fn start(vcpu: u32) {
             None
         },
         pace: (cfg.flow > 0).then(|| Pace::new(number, cfg.flow)),
+        metrics: cfg.metrics.then(|| ThreadMetrics::new(cfg)),
+        main: number == 1,
     });
     let t = Box::into_raw(t);
+    // SAFETY: thread states are never freed or moved.
+    if let Some(m) = unsafe { (*t).metrics.as_ref() } {
+        m.register();
+    }
     if number == 1 {
         // SAFETY: just created, not yet shared.
         NEXT_CUT.store(unsafe { next_stop(&*t) }, Ordering::Relaxed);
@@ -272,10 +286,13 @@ pub fn after_reset() {
 /// Inline counting: a block that may close a loop checks whether a cut is due. QEMU runs a
 /// block's callbacks before its inline adds, so the total does not hold the block yet.
 #[inline]
-pub fn check_cut(_vcpu: u32, tb: &TbInfo) {
+pub fn check_cut(vcpu: u32, tb: &TbInfo) {
     let total = TOTAL.load(Ordering::Relaxed);
     if total >= NEXT_CUT.load(Ordering::Relaxed) && !MULTI.load(Ordering::Relaxed) {
         single_cut(tb, total);
+    }
+    if METRICS.load(Ordering::Relaxed) {
+        metrics_block(vcpu, tb);
     }
 }
 
@@ -326,8 +343,12 @@ fn single_cut(tb: &TbInfo, before: u64) {
         let Thread {
             counter, out, line, ..
         } = t;
+        let before = counter.intervals();
         let _ = counter.cut_pending(tb.id, &mut |pairs| write_vector(out, line, pairs));
         let intervals = counter.intervals();
+        if t.metrics.is_some() {
+            (before..intervals).for_each(|_| crate::metrics::cut());
+        }
         counter.store_mut().header().intervals = intervals;
         let cut_at = t.counter.last_cut();
         t.watch.start(intervals, cut_at);
@@ -350,6 +371,9 @@ fn count_fast(tb: &TbInfo) -> u64 {
 /// Counts one execution of an ordinary translated block.
 #[inline]
 pub fn exec_fast(vcpu: u32, tb: &TbInfo) {
+    if METRICS.load(Ordering::Relaxed) {
+        metrics_block(vcpu, tb);
+    }
     if MULTI.load(Ordering::Relaxed) {
         return exec(vcpu, tb);
     }
@@ -358,6 +382,9 @@ pub fn exec_fast(vcpu: u32, tb: &TbInfo) {
 
 /// Counts one execution of a block that starts or ends with a rep string instruction.
 pub fn exec_rep(vcpu: u32, tb: &TbInfo) {
+    if METRICS.load(Ordering::Relaxed) {
+        metrics_block(vcpu, tb);
+    }
     if MULTI.load(Ordering::Relaxed) {
         return exec(vcpu, tb);
     }
@@ -452,6 +479,9 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     h.total = total;
     if intervals != before {
         h.intervals = intervals;
+        if t.main && t.metrics.is_some() {
+            (before..intervals).for_each(|_| crate::metrics::cut());
+        }
         let cut_at = t.counter.last_cut();
         t.watch.start(intervals, cut_at);
     }
@@ -516,6 +546,10 @@ pub fn snapshot_all(mut each: impl FnMut(u32, u64)) -> u64 {
 /// The guest is exiting: write out the windows still open.
 pub fn finish_all() {
     slices::finish();
+    if CONFIG.get().is_some_and(|c| c.metrics && c.tail) {
+        // The row of the unfinished interval, for the host's tail vector.
+        crate::metrics::cut();
+    }
     for slot in THREADS.iter() {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {
@@ -541,6 +575,22 @@ fn write_vector(
         }
     }
     Ok(())
+}
+
+/// A block starts on `vcpu` (metrics only).
+#[inline]
+pub fn metrics_block(vcpu: u32, tb: &TbInfo) {
+    if let Some(m) = own_thread(vcpu).and_then(|t| t.metrics.as_mut()) {
+        m.block(tb);
+    }
+}
+
+/// A memory access on `vcpu` (metrics only).
+#[inline]
+pub fn metrics_access(vcpu: u32, vaddr: u64, size: u64, store: bool) {
+    if let Some(m) = own_thread(vcpu).and_then(|t| t.metrics.as_mut()) {
+        m.access(vaddr, size, store);
+    }
 }
 
 /// The thread running on `vcpu` enters (`entering`) or leaves a system call: flow control

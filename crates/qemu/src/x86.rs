@@ -51,6 +51,17 @@ pub fn may_loop(bytes: &[u8]) -> bool {
     }
 }
 
+/// Whether the instruction is a conditional branch (Jcc, LOOP*, JCXZ): its direction feeds
+/// the branch predictor of `metrics`.
+pub fn is_cond_branch(bytes: &[u8]) -> bool {
+    let (_, i) = prefixes(bytes);
+    match bytes.get(i) {
+        Some(0x70..=0x7f | 0xe0..=0xe3) => true,
+        Some(0x0f) => matches!(bytes.get(i + 1), Some(0x80..=0x8f)),
+        _ => false,
+    }
+}
+
 /// The target of a backward direct jump or conditional jump (the instruction `bytes` at
 /// `vaddr`): a loop head, where multi-threaded slices may end.
 pub fn backward_target(bytes: &[u8], vaddr: u64) -> Option<u64> {
@@ -112,5 +123,15 @@ mod tests {
             Some(0x10)
         );
         assert_eq!(backward_target(&[0xc3], 0x10), None); // ret
+    }
+
+    #[test]
+    fn conditional_branches() {
+        assert!(is_cond_branch(&[0x75, 0xfb])); // jne
+        assert!(is_cond_branch(&[0x0f, 0x84, 0, 0, 0, 0])); // je rel32
+        assert!(is_cond_branch(&[0xe2, 0xfe])); // loop
+        assert!(!is_cond_branch(&[0xeb, 0xfe])); // jmp
+        assert!(!is_cond_branch(&[0xc3])); // ret
+        assert!(!is_cond_branch(&[0x0f, 0x05])); // syscall
     }
 }

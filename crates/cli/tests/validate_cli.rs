@@ -1,0 +1,332 @@
+//! Per-interval metrics (`bbv collect --metrics-out-file`, `bbv run --validate`): the cache
+//! model against valgrind's cachegrind on a real program, the instruction column against the
+//! vectors, `validation.json` recomputed independently from the run's files, `--target-error`'s
+//! choice, and bad options.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::common::{assert_status, bbv, json};
+
+/// A text file of `bytes` pseudo-random hex words (compressible, like real text).
+fn text_input(path: &Path, bytes: usize) {
+    let words: Vec<String> = (0..3000u64)
+        .map(|i| format!("{:x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40))
+        .collect();
+    let mut text = String::new();
+    let mut x = 777u64;
+    while text.len() < bytes {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(&words[(x >> 33) as usize % words.len()]);
+        text.push(if x & 15 == 0 { '\n' } else { ' ' });
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// The rows of a metrics.csv as maps from column to value.
+fn csv_rows(path: &Path) -> Vec<HashMap<String, f64>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let head: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    lines
+        .map(|l| {
+            head.iter()
+                .cloned()
+                .zip(l.split(',').map(|v| v.parse::<f64>().unwrap()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Instructions of each vector of an exp-bbv file.
+fn vector_sums(path: &Path) -> Vec<f64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with('T'))
+        .map(|l| {
+            l[1..]
+                .split_whitespace()
+                .map(|t| t.rsplit(':').next().unwrap().parse::<f64>().unwrap())
+                .sum()
+        })
+        .collect()
+}
+
+/// A number from cachegrind's summary line `==pid== NAME: 1,234 (...)`.
+fn cachegrind_total(stderr: &str, name: &str) -> f64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no '{name}' in cachegrind's output:\n{stderr}"));
+    let after = line.split(&format!("{name}:")).nth(1).unwrap().trim_start();
+    let digits: String = after
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(|c| *c != ',')
+        .collect();
+    digits.parse().unwrap()
+}
+
+#[test]
+fn metrics_agree_with_cachegrind_and_the_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    text_input(&input, 2_000_000);
+    let gzip = ["gzip", "-6", "-c", input.to_str().unwrap()];
+    let out = bbv()
+        .current_dir(dir.path())
+        .args(["collect", "--tail", "--interval-size", "20000000"])
+        .args(["--bb-out-file", "bb", "--pc-out-file", "pc"])
+        .args(["--metrics-out-file", "m.csv", "--"])
+        .args(gzip)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_status(&out, 0);
+    let rows = csv_rows(&dir.path().join("m.csv"));
+    // Every interval's instructions, the tail included, are its vector's.
+    let sums = vector_sums(&dir.path().join("bb"));
+    assert!(sums.len() > 5);
+    let insns: Vec<f64> = rows.iter().map(|r| r["instructions"]).collect();
+    assert_eq!(insns, sums);
+    let total = |c: &str| rows.iter().map(|r| r[c]).sum::<f64>();
+    let cg = Command::new("valgrind")
+        .current_dir(dir.path())
+        .args([
+            "--tool=cachegrind",
+            "--cache-sim=yes",
+            "--cachegrind-out-file=/dev/null",
+        ])
+        .args(["--D1=32768,8,64", "--LL=1048576,16,64", "--I1=32768,8,64"])
+        .args(gzip)
+        .stdout(Stdio::null())
+        .output()
+        .expect("valgrind runs");
+    assert!(cg.status.success());
+    let cg = String::from_utf8_lossy(&cg.stderr);
+    let near = |ours: f64, theirs: f64, rel: f64, what: &str| {
+        assert!(
+            (ours - theirs).abs() <= rel * theirs,
+            "{what}: ours {ours}, cachegrind {theirs}"
+        );
+    };
+    near(
+        total("loads") + total("stores"),
+        cachegrind_total(&cg, "D   refs"),
+        0.03,
+        "loads + stores",
+    );
+    near(
+        total("l1d_misses"),
+        cachegrind_total(&cg, "D1  misses"),
+        0.05,
+        "L1D misses",
+    );
+    let l2 = total("l2_misses");
+    let cg_l2 = cachegrind_total(&cg, "LLd misses");
+    assert!(
+        (l2 - cg_l2).abs() <= (0.10 * cg_l2).max(0.01 * total("instructions") / 1000.0),
+        "L2 misses: ours {l2}, cachegrind {cg_l2}"
+    );
+    // Sanity of the other columns: gzip takes branches, mispredicts some, touches pages.
+    let per_k = |c: &str| 1000.0 * total(c) / total("instructions");
+    assert!(
+        (20.0..300.0).contains(&per_k("taken_branches")),
+        "{}",
+        per_k("taken_branches")
+    );
+    assert!(
+        per_k("branch_mispredicts") > 0.1 && per_k("branch_mispredicts") < per_k("taken_branches")
+    );
+    assert!(rows.iter().all(|r| r["pages"] >= 1.0));
+}
+
+/// Pairs `A B` per line of a SimPoint output file.
+fn pairs(path: &Path) -> Vec<(f64, usize)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut it = l.split_whitespace();
+            (
+                it.next().unwrap().parse().unwrap(),
+                it.next().unwrap().parse::<f64>().unwrap() as usize,
+            )
+        })
+        .collect()
+}
+
+/// validation.json's metric errors recomputed from metrics.csv, simpoint.simpoints,
+/// simpoint.weights and simpoint.labels, straight from the definitions in the README.
+fn recompute(dir: &Path) -> Vec<(String, [f64; 7])> {
+    let rows = csv_rows(&dir.join("metrics.csv"));
+    let points = pairs(&dir.join("simpoint.simpoints"));
+    let weights: HashMap<usize, f64> = pairs(&dir.join("simpoint.weights"))
+        .into_iter()
+        .map(|(w, c)| (c, w))
+        .collect();
+    let labels: Vec<usize> = pairs(&dir.join("simpoint.labels"))
+        .into_iter()
+        .map(|(l, _)| l as usize)
+        .collect();
+    let names = [
+        "loads",
+        "stores",
+        "taken_branches",
+        "pages",
+        "l1d_misses",
+        "l2_misses",
+        "branch_mispredicts",
+    ];
+    let mut out = Vec::new();
+    for name in names {
+        let rate: Vec<f64> = rows
+            .iter()
+            .map(|r| 1000.0 * r[name] / r["instructions"])
+            .collect();
+        let full = 1000.0 * rows.iter().map(|r| r[name]).sum::<f64>()
+            / rows.iter().map(|r| r["instructions"]).sum::<f64>();
+        let mut est = 0.0;
+        let mut var = 0.0;
+        let mut worst = 0.0;
+        for &(p, c) in &points {
+            let p = p as usize;
+            let w = weights[&c];
+            est += w * rate[p];
+            let members: Vec<f64> = (0..rows.len())
+                .filter(|&i| labels[i] == c)
+                .map(|i| rate[i])
+                .collect();
+            let n = members.len() as f64;
+            let mean = members.iter().sum::<f64>() / n;
+            var += w * w * members.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+            worst += w * members
+                .iter()
+                .map(|x| (x - rate[p]).abs())
+                .fold(0.0, f64::max);
+        }
+        let n = rate.len() as f64;
+        let mean = rate.iter().sum::<f64>() / n;
+        let sd = (rate.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+        let k = points.len() as f64;
+        out.push((
+            name.to_string(),
+            [
+                full,
+                est,
+                (est - full).abs(),
+                var.sqrt(),
+                1.96 * var.sqrt(),
+                worst,
+                sd / k.sqrt(),
+            ],
+        ));
+    }
+    out
+}
+
+#[test]
+fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    text_input(&input, 600_000);
+    let run = |out: &str, extra: &[&str]| {
+        let o = bbv()
+            .current_dir(dir.path())
+            .args(["run", "--interval", "2000000", "--max-k", "8", "-o", out])
+            .args(extra)
+            .args(["--", "gzip", "-9", "-c", input.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert_status(&o, 0);
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let text = run("v", &["--validate"]);
+    assert!(text.contains("estimate errors at k = "), "{text}");
+    let d = dir.path().join("v");
+    let v = json(&d.join("validation.json"));
+    let metrics = v["metrics"].as_array().unwrap();
+    let ours = recompute(&d);
+    assert_eq!(metrics.len(), ours.len());
+    for (m, (name, want)) in metrics.iter().zip(&ours) {
+        assert_eq!(m["name"], name.as_str());
+        let got = [
+            "full",
+            "estimate",
+            "abs_error",
+            "std_error",
+            "band95",
+            "worst_case",
+            "random_sampling_std_error",
+        ]
+        .map(|f| m[f].as_f64().unwrap());
+        for (g, w) in got.iter().zip(want) {
+            // simpoint.weights holds 6 significant digits: differences up to a few millionths
+            // of the rates' scale.
+            let scale = w.abs().max(want[0].abs()).max(1e-3);
+            assert!((g - w).abs() <= 1e-5 * scale, "{name}: {got:?} vs {want:?}");
+        }
+    }
+    assert!(v["bbv_error"].as_f64().unwrap() > 0.0);
+    let k = v["k"].as_u64().unwrap();
+    let s = json(&d.join("summary.json"));
+    assert_eq!(s["k"].as_u64(), Some(k));
+    // The default choice is SimPoint's: the same files as without --validate.
+    run("plain", &[]);
+    for f in ["simpoint.simpoints", "simpoint.weights", "simpoint.labels"] {
+        assert_eq!(
+            std::fs::read(d.join(f)).unwrap(),
+            std::fs::read(dir.path().join("plain").join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    assert!(!dir.path().join("plain/validation.json").exists());
+    // A loose target: the smallest k whose every metric meets it.
+    run("t", &["--target-error", "20"]);
+    let t = json(&dir.path().join("t/validation.json"));
+    let by_k = t["by_k"].as_array().unwrap();
+    assert_eq!(by_k.len(), 8, "every k from 1 to --max-k is tried");
+    let meets = |row: &serde_json::Value| {
+        row["metrics"].as_array().unwrap().iter().all(|m| {
+            m["abs_error"].as_f64().unwrap() <= 0.01
+                || m["rel_error"].as_f64().is_some_and(|e| e <= 0.20)
+        })
+    };
+    let first = by_k.iter().find(|r| meets(r)).expect("some k meets 20%");
+    assert_eq!(t["k"], first["k"]);
+    assert!(t["k_rule"].as_str().unwrap().contains("--target-error 20%"));
+}
+
+#[test]
+fn bad_metrics_options_exit_2_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [&[&str]; 6] = [
+        &["run", "--validate", "--l1d", "48K,12,64"],
+        &["run", "--validate", "--l2", "1M,16,128"],
+        &["run", "--l1d", "16K,4,64"],
+        &["run", "--target-error", "0"],
+        &["collect", "--metrics-out-file", "m", "--instr-count-only"],
+        &["collect", "--l2", "3M,16,64", "--metrics-out-file", "m"],
+    ];
+    for args in cases {
+        let out = bbv()
+            .current_dir(dir.path())
+            .args(args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_status(&out, 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.lines().count() <= 4, "{args:?}: {err}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing written"
+    );
+}

@@ -1,0 +1,198 @@
+//! Clustering a run's vectors as `bbv simpoint` does, optionally validating every k tried
+//! against the run's metrics and choosing k by `--target-error`.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use bbv_profile::MetricsRow;
+use bbv_simpoint::{KChoice, Observer, Options, PostResult, Prepared, Projection};
+
+use crate::validate::{self, Clusters, KRow, Validation};
+use crate::{AtomicFiles, PipelineError};
+
+/// What `--validate` adds to clustering.
+pub struct Validate<'a> {
+    /// One row per vector clustered.
+    pub rows: &'a [MetricsRow],
+    /// `--target-error` as a fraction.
+    pub target_error: Option<f64>,
+}
+
+/// Clusters a BBV file as `bbv simpoint FILE --max-k K -o PREFIX` does (SimPoint 3.2's
+/// defaults) and writes `PREFIX.simpoints`, `.weights` and `.labels`.
+pub fn cluster_file(
+    input: &Path,
+    max_k: usize,
+    prefix: &Path,
+    var_length: bool,
+    observer: &dyn Observer,
+) -> Result<(), PipelineError> {
+    cluster_validated(input, max_k, prefix, var_length, observer, None).map(drop)
+}
+
+/// The points of a clustering: each selected cluster's point, weights over the selection.
+fn clusters_of(post: &PostResult) -> Clusters {
+    let sel = post.selected(1.0);
+    let total: f64 = sel.iter().map(|&c| post.weights[c]).sum();
+    Clusters {
+        labels: post.labels.iter().map(|&l| l as usize).collect(),
+        points: sel
+            .iter()
+            .map(|&c| {
+                (
+                    post.simpoints[c] as usize,
+                    c,
+                    post.weights[c] / total.max(f64::MIN_POSITIVE),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// [`cluster_file`], and with `validate` also the error of every k tried (`PREFIX`'s folder
+/// gets `validation.json`). With a target error every k from 1 to `max_k` is tried and the
+/// smallest one meeting it is written; otherwise SimPoint's search and choice stand.
+pub fn cluster_validated(
+    input: &Path,
+    max_k: usize,
+    prefix: &Path,
+    var_length: bool,
+    observer: &dyn Observer,
+    validate: Option<&Validate>,
+) -> Result<Option<Validation>, PipelineError> {
+    let projection = Projection::Random {
+        dim: bbv_simpoint::DEFAULT_DIM,
+        seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
+    };
+    let mut data = bbv_simpoint::load_file(input, &projection, |_| {})?.vectors;
+    if !var_length {
+        let w = 1.0 / data.rows() as f64;
+        data.weights.iter_mut().for_each(|x| *x = w);
+    }
+    if let Some(v) = validate {
+        if v.rows.len() != data.rows() {
+            return Err(PipelineError::Invalid(format!(
+                "the metrics have {} intervals but {} has {}",
+                v.rows.len(),
+                input.display(),
+                data.rows()
+            )));
+        }
+    }
+    let max_k = max_k.min(data.rows());
+    let target = validate.and_then(|v| v.target_error);
+    let opts = Options {
+        k: match target {
+            Some(_) => KChoice::List((1..=max_k).collect()),
+            None => KChoice::Search { max_k },
+        },
+        ..Options::default()
+    };
+    let prep = Prepared::new(&data, &opts)?;
+    let result = bbv_simpoint::cluster(&prep, &opts, observer)?;
+    let (best, validation) = match validate {
+        None => (result.best, None),
+        Some(v) => {
+            let posts: Vec<PostResult> = result
+                .runs
+                .iter()
+                .map(|r| PostResult::new(&data, &r.centres))
+                .collect();
+            let clusterings: Vec<Clusters> = posts.iter().map(clusters_of).collect();
+            let bbv = validate::bbv_errors(input, &clusterings)?;
+            let (lo, hi) = result
+                .runs
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
+                    (lo.min(r.bic), hi.max(r.bic))
+                });
+            let mut by_k = Vec::new();
+            for ((run, c), bbv_error) in result.runs.iter().zip(&clusterings).zip(bbv) {
+                let metrics = validate::metric_errors(v.rows, c)?;
+                let worst = metrics.iter().map(|m| m.rank()).fold(0.0, f64::max);
+                by_k.push(KRow {
+                    k: run.k,
+                    points: c.points.len(),
+                    bic: run.bic,
+                    bic_fraction: if hi > lo {
+                        (run.bic - lo) / (hi - lo)
+                    } else {
+                        1.0
+                    },
+                    worst_rel_error: worst.is_finite().then_some(worst),
+                    bbv_error,
+                    metrics,
+                });
+            }
+            let (best, rule) = match target {
+                None => (
+                    result.best,
+                    "SimPoint 3.2: the smallest k whose BIC reaches 90% of the range".to_string(),
+                ),
+                Some(t) => choose_by_target(&by_k, t),
+            };
+            let chosen = &by_k[best];
+            let mut order: Vec<KRow> = by_k.clone();
+            order.sort_by_key(|r| r.k);
+            let validation = Validation {
+                metrics: chosen.metrics.clone(),
+                bbv_error: chosen.bbv_error,
+                bic_fraction: chosen.bic_fraction,
+                k_rule: rule,
+                k: chosen.k,
+                target_error: target,
+                by_k: order,
+            };
+            (best, Some(validation))
+        }
+    };
+    let post = PostResult::new(&data, &result.runs[best].centres);
+    let name = |ext: &str| prefix.with_extension(ext);
+    let mut files = AtomicFiles::default();
+    files.write(&name("simpoints"), |w| post.write_simpoints(w, 1.0))?;
+    files.write(&name("weights"), |w| post.write_weights(w, 1.0))?;
+    files.write(&name("labels"), |w| post.write_labels(w))?;
+    if let Some(v) = &validation {
+        let path = prefix.with_file_name("validation.json");
+        files.write(&path, |w| {
+            serde_json::to_writer_pretty(&mut *w, v)?;
+            w.write_all(b"\n")
+        })?;
+    }
+    files.commit()?;
+    Ok(validation)
+}
+
+/// The smallest k meeting `target` on every metric, else the k with the smallest worst error;
+/// returns the index into `rows` (in run order) and the rule as said in the summary.
+fn choose_by_target(rows: &[KRow], target: f64) -> (usize, String) {
+    let pct = 100.0 * target;
+    let meeting = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.metrics.iter().all(|m| m.meets(target)))
+        .min_by_key(|(_, r)| r.k);
+    match meeting {
+        Some((i, _)) => (
+            i,
+            format!("--target-error {pct}%: the smallest k whose every metric is within {pct}%"),
+        ),
+        None => {
+            let rank = |r: &KRow| r.metrics.iter().map(|m| m.rank()).fold(0.0, f64::max);
+            let (i, r) = rows
+                .iter()
+                .enumerate()
+                .min_by(|a, b| rank(a.1).total_cmp(&rank(b.1)).then(a.1.k.cmp(&b.1.k)))
+                .expect("at least one k is tried");
+            (
+                i,
+                format!(
+                    "--target-error {pct}% not met by any k up to {}: k = {} has the smallest worst error, {:.2}%",
+                    rows.iter().map(|r| r.k).max().unwrap_or(0),
+                    r.k,
+                    100.0 * rank(r)
+                ),
+            )
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! How well the chosen points estimate the whole run (`bbv run --validate`): for every metric of
+//! `metrics.csv`, the weighted estimate from the points against the full run's value, with the
+//! error bands of stratified sampling, and the same for every k tried (`validation.json`).
+//!
+//! Definitions (rates per kilo-instruction; interval i has rate r_i = 1000 x value_i / insns_i):
+//! * full = 1000 x column total / instructions total; estimate = sum over points of weight x
+//!   the point's rate.
+//! * std_error = sqrt(sum over clusters of weight^2 x the population variance of the rate over
+//!   the cluster's intervals) (one sample per stratum); band95 = 1.96 x std_error.
+//! * worst_case = sum over clusters of weight x the largest |rate_i - the point's rate| over the
+//!   cluster's intervals: the error had every point been its cluster's least typical interval.
+//! * max_cluster_cv: the largest coefficient of variation of the rate within a cluster of at
+//!   least two intervals.
+//! * random_sampling_std_error: the rate's standard deviation over all intervals / sqrt(k), what
+//!   k intervals drawn at random would give.
+//! * bbv_error: sum over clusters of weight x the mean L1 distance between the normalised BBVs
+//!   of the cluster's intervals and its point's.
+//! * bic_fraction: (BIC_k - min) / (max - min) over the k tried (1 when all are equal).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use bbv_profile::{MetricsRow, METRIC_COLUMNS};
+use serde::{Deserialize, Serialize};
+
+use crate::PipelineError;
+
+/// A metric counts as estimated well enough by `--target-error` when its relative error is
+/// within the target, or its absolute error is below this many events per kilo-instruction
+/// (rare events, such as L2 misses of a program that fits in L2, have huge relative errors
+/// that mean nothing).
+pub const ABS_ERROR_FLOOR: f64 = 0.01;
+
+/// One metric's estimate and error.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MetricError {
+    /// Column of `metrics.csv`.
+    pub name: String,
+    /// Values are events per 1000 instructions.
+    pub per_kilo_instruction: bool,
+    /// The whole run's value.
+    pub full: f64,
+    /// The points' weighted estimate.
+    pub estimate: f64,
+    /// |estimate - full| / full (None when full is 0 and the estimate is not).
+    pub rel_error: Option<f64>,
+    /// |estimate - full|.
+    pub abs_error: f64,
+    /// Standard error of the estimate, from the variation within clusters.
+    pub std_error: f64,
+    /// 1.96 x std_error.
+    pub band95: f64,
+    /// The error had every point been its cluster's least typical interval.
+    pub worst_case: f64,
+    /// Largest coefficient of variation of the rate within one cluster.
+    pub max_cluster_cv: f64,
+    /// Standard error of k intervals drawn at random.
+    pub random_sampling_std_error: f64,
+}
+
+impl MetricError {
+    /// Whether the error is within `target` (a fraction) by [`ABS_ERROR_FLOOR`]'s rule.
+    pub fn meets(&self, target: f64) -> bool {
+        self.abs_error <= ABS_ERROR_FLOOR || self.rel_error.is_some_and(|e| e <= target)
+    }
+
+    /// The relative error for ranking (infinite when undefined, 0 under the floor).
+    pub fn rank(&self) -> f64 {
+        if self.abs_error <= ABS_ERROR_FLOOR {
+            0.0
+        } else {
+            self.rel_error.unwrap_or(f64::INFINITY)
+        }
+    }
+}
+
+/// One k tried.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct KRow {
+    /// Clusters asked for.
+    pub k: usize,
+    /// Points chosen (non-empty clusters).
+    pub points: usize,
+    /// SimPoint's BIC score of the clustering.
+    pub bic: f64,
+    /// Its place between the lowest and the highest BIC tried.
+    pub bic_fraction: f64,
+    /// The largest relative error over the metrics (by the floor rule; None if undefined).
+    pub worst_rel_error: Option<f64>,
+    /// BBV distance of the intervals to their points.
+    pub bbv_error: f64,
+    /// The metrics' errors at this k.
+    pub metrics: Vec<MetricError>,
+}
+
+/// `validation.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Validation {
+    /// The chosen k's metric errors.
+    pub metrics: Vec<MetricError>,
+    /// The chosen k's BBV error.
+    pub bbv_error: f64,
+    /// The chosen k's BIC fraction.
+    pub bic_fraction: f64,
+    /// How k was chosen.
+    pub k_rule: String,
+    /// The chosen k.
+    pub k: usize,
+    /// `--target-error` as a fraction, if given.
+    pub target_error: Option<f64>,
+    /// Every k tried, ascending.
+    pub by_k: Vec<KRow>,
+}
+
+/// A clustering's points: each interval's cluster, and (interval, cluster, weight) per point,
+/// weights summing to 1.
+#[derive(Clone, Debug)]
+pub struct Clusters {
+    /// Cluster of each interval.
+    pub labels: Vec<usize>,
+    /// The points.
+    pub points: Vec<(usize, usize, f64)>,
+}
+
+fn rate(value: u64, insns: u64) -> f64 {
+    if insns == 0 {
+        0.0
+    } else {
+        1000.0 * value as f64 / insns as f64
+    }
+}
+
+/// Mean and population variance.
+fn moments(v: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
+    let n = v.clone().count().max(1) as f64;
+    let mean = v.clone().sum::<f64>() / n;
+    let var = v.map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+    (mean, var)
+}
+
+/// Every metric's error for one clustering (`rows` are the intervals clustered).
+pub fn metric_errors(rows: &[MetricsRow], c: &Clusters) -> Result<Vec<MetricError>, PipelineError> {
+    if rows.len() != c.labels.len() {
+        return Err(PipelineError::Invalid(format!(
+            "metrics.csv has {} intervals but the clustering has {}",
+            rows.len(),
+            c.labels.len()
+        )));
+    }
+    if let Some(&(i, _, _)) = c.points.iter().find(|p| p.0 >= rows.len()) {
+        return Err(PipelineError::Invalid(format!(
+            "point {i} is beyond the {} intervals of metrics.csv",
+            rows.len()
+        )));
+    }
+    let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, &l) in c.labels.iter().enumerate() {
+        members.entry(l).or_default().push(i);
+    }
+    let insns_total: u64 = rows.iter().map(|r| r.instructions()).sum();
+    let k = c.points.len().max(1) as f64;
+    let mut out = Vec::new();
+    for (col, name) in METRIC_COLUMNS.iter().enumerate().skip(1) {
+        let r = |i: usize| rate(rows[i].0[col], rows[i].instructions());
+        let total: u64 = rows.iter().map(|row| row.0[col]).sum();
+        let full = rate(total, insns_total);
+        let (mut estimate, mut var, mut worst, mut cv) = (0.0, 0.0, 0.0f64, 0.0f64);
+        for &(p, cluster, w) in &c.points {
+            let rp = r(p);
+            estimate += w * rp;
+            let m = members.get(&cluster).map(Vec::as_slice).unwrap_or(&[]);
+            let (mean, v) = moments(m.iter().map(|&i| r(i)));
+            var += w * w * v;
+            worst += w * m.iter().map(|&i| (r(i) - rp).abs()).fold(0.0, f64::max);
+            if m.len() >= 2 && mean > 0.0 {
+                cv = cv.max(v.sqrt() / mean);
+            }
+        }
+        let (_, all_var) = moments((0..rows.len()).map(r));
+        let abs_error = (estimate - full).abs();
+        let std_error = var.sqrt();
+        out.push(MetricError {
+            name: name.to_string(),
+            per_kilo_instruction: true,
+            full,
+            estimate,
+            rel_error: if full != 0.0 {
+                Some(abs_error / full)
+            } else if abs_error == 0.0 {
+                Some(0.0)
+            } else {
+                None
+            },
+            abs_error,
+            std_error,
+            band95: 1.96 * std_error,
+            worst_case: worst,
+            max_cluster_cv: cv,
+            random_sampling_std_error: all_var.sqrt() / k.sqrt(),
+        });
+    }
+    Ok(out)
+}
+
+/// The BBV error of each clustering of the vectors in `bb` (two passes over the file: the
+/// points' vectors, then every interval's distance to its point).
+pub fn bbv_errors(bb: &Path, clusterings: &[Clusters]) -> Result<Vec<f64>, PipelineError> {
+    let normalised = |v: &[bbv_profile::Token]| -> HashMap<u32, f64> {
+        let sum: f64 = v.iter().map(|t| t.value).sum();
+        v.iter()
+            .map(|t| (t.id, if sum > 0.0 { t.value / sum } else { 0.0 }))
+            .collect()
+    };
+    let mut wanted: HashMap<usize, HashMap<u32, f64>> = HashMap::new();
+    for c in clusterings {
+        for &(p, _, _) in &c.points {
+            wanted.insert(p, HashMap::new());
+        }
+    }
+    let mut v = Vec::new();
+    let mut r = bbv_profile::BbvReader::open(bb)?;
+    let mut i = 0;
+    while r.next_vector(&mut v)? {
+        if let Some(slot) = wanted.get_mut(&i) {
+            *slot = normalised(&v);
+        }
+        i += 1;
+    }
+    // Per clustering: cluster -> (point, weight, distance sum, members).
+    let mut sums: Vec<HashMap<usize, (usize, f64, f64, u64)>> = clusterings
+        .iter()
+        .map(|c| {
+            c.points
+                .iter()
+                .map(|&(p, cl, w)| (cl, (p, w, 0.0, 0)))
+                .collect()
+        })
+        .collect();
+    let mut r = bbv_profile::BbvReader::open(bb)?;
+    let mut i = 0;
+    while r.next_vector(&mut v)? {
+        let x = normalised(&v);
+        for (c, s) in clusterings.iter().zip(sums.iter_mut()) {
+            let Some(e) = c.labels.get(i).and_then(|l| s.get_mut(l)) else {
+                continue;
+            };
+            let point = &wanted[&e.0];
+            let mut d: f64 = x
+                .iter()
+                .map(|(id, a)| (a - point.get(id).unwrap_or(&0.0)).abs())
+                .sum();
+            d += point
+                .iter()
+                .filter(|(id, _)| !x.contains_key(id))
+                .map(|(_, b)| b)
+                .sum::<f64>();
+            e.2 += d;
+            e.3 += 1;
+        }
+        i += 1;
+    }
+    Ok(sums
+        .iter()
+        .map(|s| {
+            s.values()
+                .map(|&(_, w, d, n)| if n > 0 { w * d / n as f64 } else { 0.0 })
+                .sum()
+        })
+        .collect())
+}
+
+/// Reads `dir/validation.json`, if the run has one.
+pub fn read(dir: &Path) -> Result<Option<Validation>, PipelineError> {
+    let path = dir.join("validation.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(PipelineError::io(&path, e)),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| PipelineError::Parse {
+            path,
+            line: e.line(),
+            what: format!("validation.json as bbv run --validate writes it ({e})"),
+        })
+}
+
+/// The text table of the summary.
+pub fn table(v: &Validation) -> String {
+    use std::fmt::Write as _;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "estimate errors at k = {} ({}); per 1000 instructions:",
+        v.k, v.k_rule
+    );
+    let _ = writeln!(
+        t,
+        "  {:<20} {:>12} {:>12} {:>9} {:>12} {:>12} {:>12}",
+        "metric", "full run", "estimate", "error", "95% band", "worst case", "random k"
+    );
+    for m in &v.metrics {
+        let rel = match m.rel_error {
+            Some(e) => format!("{:+.2}%", 100.0 * e * (m.estimate - m.full).signum()),
+            None => "n/a".into(),
+        };
+        let _ = writeln!(
+            t,
+            "  {:<20} {:>12.4} {:>12.4} {:>9} {:>12.4} {:>12.4} {:>12.4}",
+            m.name,
+            m.full,
+            m.estimate,
+            rel,
+            m.band95,
+            m.worst_case,
+            1.96 * m.random_sampling_std_error
+        );
+    }
+    let _ = writeln!(
+        t,
+        "  BBV distance to the points {:.4}; BIC at {:.0}% of its range over the k tried",
+        v.bbv_error,
+        100.0 * v.bic_fraction
+    );
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(insns: u64, loads: u64) -> MetricsRow {
+        MetricsRow([insns, loads, 0, 0, 0, 0, 0, 0])
+    }
+
+    #[test]
+    fn stratified_estimate_and_bands() {
+        // Two clusters: {0,1} rates 100 and 300, point 0; {2} rate 50, point 2.
+        let rows = [row(1000, 100), row(1000, 300), row(1000, 50)];
+        let c = Clusters {
+            labels: vec![0, 0, 1],
+            points: vec![(0, 0, 2.0 / 3.0), (2, 1, 1.0 / 3.0)],
+        };
+        let e = metric_errors(&rows, &c).unwrap();
+        let loads = &e[0];
+        assert_eq!(loads.name, "loads");
+        assert!((loads.full - 150.0).abs() < 1e-9);
+        assert!((loads.estimate - (2.0 / 3.0 * 100.0 + 50.0 / 3.0)).abs() < 1e-9);
+        // Cluster 0's variance is 100^2; weight 2/3.
+        assert!((loads.std_error - (4.0 / 9.0 * 10000.0f64).sqrt()).abs() < 1e-9);
+        assert!((loads.worst_case - 2.0 / 3.0 * 200.0).abs() < 1e-9);
+        assert!((loads.max_cluster_cv - 0.5).abs() < 1e-9);
+        let all_sd = ((2500.0 + 22500.0 + 10000.0) / 3.0f64).sqrt();
+        assert!((loads.random_sampling_std_error - all_sd / 2f64.sqrt()).abs() < 1e-9);
+        // A metric that is 0 everywhere is estimated exactly.
+        assert_eq!(e[1].rel_error, Some(0.0));
+        assert!(e[1].meets(0.0));
+        assert!(!loads.meets(0.01));
+    }
+
+    #[test]
+    fn mismatched_lengths_are_errors() {
+        let c = Clusters {
+            labels: vec![0],
+            points: vec![(0, 0, 1.0)],
+        };
+        assert!(metric_errors(&[row(1, 1), row(1, 1)], &c).is_err());
+    }
+}
