@@ -170,7 +170,7 @@ fn markers_are_reached_on_replay_in_another_environment() {
         (extrapolated - total).abs() / total < 0.02,
         "sum of multiplier x length {extrapolated} vs {total}"
     );
-    assert!(run.join("validation.json").is_file());
+    assert!(run.join("replay.json").is_file());
 
     // bbv regions rebuilds from the directory: without warmup, then as before.
     let before = std::fs::read_to_string(run.join("regions.csv")).unwrap();

@@ -276,16 +276,24 @@ fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
     let k = v["k"].as_u64().unwrap();
     let s = json(&d.join("summary.json"));
     assert_eq!(s["k"].as_u64(), Some(k));
-    // The default choice is SimPoint's: the same files as without --validate.
-    run("plain", &[]);
-    for f in ["simpoint.simpoints", "simpoint.weights", "simpoint.labels"] {
+    // The default choice is SimPoint's: `bbv simpoint` on the run's vectors writes the same files.
+    let out = bbv()
+        .current_dir(&d)
+        .args(["simpoint", "bb.out", "--max-k", "8", "-o", "again"])
+        .output()
+        .unwrap();
+    assert_status(&out, 0);
+    for ext in ["simpoints", "weights", "labels"] {
         assert_eq!(
-            std::fs::read(d.join(f)).unwrap(),
-            std::fs::read(dir.path().join("plain").join(f)).unwrap(),
-            "{f}"
+            std::fs::read(d.join(format!("simpoint.{ext}"))).unwrap(),
+            std::fs::read(d.join(format!("again.{ext}"))).unwrap(),
+            "{ext}"
         );
     }
+    // Without --validate there is no validation.
+    run("plain", &[]);
     assert!(!dir.path().join("plain/validation.json").exists());
+    assert!(!dir.path().join("plain/metrics.csv").exists());
     // A loose target: the smallest k whose every metric meets it.
     run("t", &["--target-error", "20"]);
     let t = json(&dir.path().join("t/validation.json"));

@@ -53,7 +53,7 @@ pub struct RegionCheck {
     pub warmup_found: Option<bool>,
 }
 
-/// The whole check (`validation.json`).
+/// The whole check (`replay.json`).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ReplayReport {
     /// Largest |deviation| accepted.
@@ -360,7 +360,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             },
         );
         let mut files = AtomicFiles::default();
-        files.write(&req.dir.join("validation.json"), |w| {
+        files.write(&req.dir.join("replay.json"), |w| {
             serde_json::to_writer_pretty(&mut *w, &report)?;
             std::io::Write::write_all(w, b"\n")
         })?;

@@ -10,7 +10,8 @@
 //! | `simpoint.*` | SimPoint's simpoints, weights and labels |
 //! | `summary.json`, `summary.txt` | the run's facts and points with their markers |
 //! | `regions.*`, `gem5/`, `nemu/` | the hand-off files ([`crate::regions`]) |
-//! | `validation.json` | the last `bbv replay`'s report |
+//! | `replay.json` | the last `bbv replay`'s report |
+//! | `metrics.csv`, `validation.json` | `--validate`: per-interval metrics and the points' estimate errors |
 //! | `slices.cuts`, `thread.N.slices` | multi-threaded runs: the plugin's slice boundaries and per-thread slice vectors |
 //! | `global.bb`, `slices.tsv` | the slices' concatenated vectors and their table ([`crate::slices`]) |
 
