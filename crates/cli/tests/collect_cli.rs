@@ -65,7 +65,7 @@ fn totals(text: &str, field: &str) -> Vec<u64> {
 }
 
 /// Vectors of a BBV file as (id, count) lists.
-fn vectors(path: &Path) -> Vec<Vec<(u32, u64)>> {
+pub(crate) fn vectors(path: &Path) -> Vec<Vec<(u32, u64)>> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()

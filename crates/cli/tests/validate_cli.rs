@@ -43,16 +43,9 @@ fn csv_rows(path: &Path) -> Vec<HashMap<String, f64>> {
 
 /// Instructions of each vector of an exp-bbv file.
 fn vector_sums(path: &Path) -> Vec<f64> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with('T'))
-        .map(|l| {
-            l[1..]
-                .split_whitespace()
-                .map(|t| t.rsplit(':').next().unwrap().parse::<f64>().unwrap())
-                .sum()
-        })
+    crate::collect_cli::vectors(path)
+        .iter()
+        .map(|v| v.iter().map(|&(_, n)| n as f64).sum())
         .collect()
 }
 
@@ -173,17 +166,9 @@ fn recompute(dir: &Path) -> Vec<(String, [f64; 7])> {
         .into_iter()
         .map(|(l, _)| l as usize)
         .collect();
-    let names = [
-        "loads",
-        "stores",
-        "taken_branches",
-        "pages",
-        "l1d_misses",
-        "l2_misses",
-        "branch_mispredicts",
-    ];
     let mut out = Vec::new();
-    for name in names {
+    // Every column after instructions is a rate metric.
+    for &name in &bbv_profile::METRIC_COLUMNS[1..] {
         let rate: Vec<f64> = rows
             .iter()
             .map(|r| 1000.0 * r[name] / r["instructions"])

@@ -90,10 +90,13 @@ pub fn cluster_validated(
     };
     let prep = Prepared::new(&data, &opts)?;
     let result = bbv_simpoint::cluster(&prep, &opts, observer)?;
-    let (best, validation) = match validate {
-        None => (result.best, None),
+    let (post, validation) = match validate {
+        None => (
+            PostResult::new(&data, &result.runs[result.best].centres),
+            None,
+        ),
         Some(v) => {
-            let posts: Vec<PostResult> = result
+            let mut posts: Vec<PostResult> = result
                 .runs
                 .iter()
                 .map(|r| PostResult::new(&data, &r.centres))
@@ -143,10 +146,9 @@ pub fn cluster_validated(
                 target_error: target,
                 by_k: order,
             };
-            (best, Some(validation))
+            (posts.swap_remove(best), Some(validation))
         }
     };
-    let post = PostResult::new(&data, &result.runs[best].centres);
     let name = |ext: &str| prefix.with_extension(ext);
     let mut files = AtomicFiles::default();
     files.write(&name("simpoints"), |w| post.write_simpoints(w, 1.0))?;

@@ -32,13 +32,6 @@ impl MetricsRow {
     pub fn instructions(&self) -> u64 {
         self.0[0]
     }
-
-    /// Adds `other` column by column.
-    pub fn add(&mut self, other: &MetricsRow) {
-        for (a, b) in self.0.iter_mut().zip(other.0) {
-            *a += b;
-        }
-    }
 }
 
 /// The CSV header line (without the newline).

@@ -13,11 +13,10 @@
 //! (inline counting), after. So thread 1's instructions per row are its vector's instructions.
 
 use std::fs::File;
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use bbv_profile::{CacheGeometry, MetricsRow};
+use bbv_profile::{CacheGeometry, MetricsRow, MetricsWriter};
 
 use crate::blocks::TbInfo;
 use crate::cache::{Cache, Gshare};
@@ -52,8 +51,8 @@ impl Counters {
 /// Every thread's counters and their values at the last cut.
 struct Rows {
     threads: Vec<(&'static Counters, MetricsRow)>,
-    file: Option<File>,
-    next: u64,
+    /// None after a failed write (reported once).
+    out: Option<MetricsWriter<File>>,
 }
 
 static ROWS: Mutex<Option<Rows>> = Mutex::new(None);
@@ -123,12 +122,10 @@ impl PageTable {
 
 /// Creates `metrics` with its header.
 pub fn init(cfg: &Config) -> std::io::Result<()> {
-    let mut f = File::create(cfg.dir.join("metrics"))?;
-    writeln!(f, "{}", bbv_profile::metrics_header())?;
+    let out = MetricsWriter::new(File::create(cfg.dir.join("metrics"))?)?;
     *ROWS.lock().unwrap_or_else(|e| e.into_inner()) = Some(Rows {
         threads: Vec::new(),
-        file: Some(f),
-        next: 0,
+        out: Some(out),
     });
     let _ = PAGE_TABLE.set(PageTable::new());
     Ok(())
@@ -283,17 +280,10 @@ pub fn cut() {
     }
     EPOCH.fetch_add(1, Ordering::Relaxed);
     row.0[PAGES] = PAGE_COUNT.swap(0, Ordering::Relaxed);
-    let mut line = rows.next.to_string();
-    for v in row.0 {
-        line.push(',');
-        line.push_str(&v.to_string());
-    }
-    line.push('\n');
-    rows.next += 1;
-    if let Some(f) = rows.file.as_mut() {
-        if let Err(e) = f.write_all(line.as_bytes()) {
+    if let Some(out) = rows.out.as_mut() {
+        if let Err(e) = out.row(&row) {
             report_error(&format!("writing the metrics file: {e}"));
-            rows.file = None;
+            rows.out = None;
         }
     }
 }
