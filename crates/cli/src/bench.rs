@@ -70,6 +70,19 @@ pub enum BenchCommand {
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
     },
+    /// The HTML report of real `bbv run --validate` runs of at least --intervals intervals:
+    /// `bbv report DIR`'s time, the page's size and chromium's time to its load event.
+    Report {
+        /// Intervals each recorded run must reach.
+        #[arg(long, default_value_t = 10_000)]
+        intervals: u64,
+        /// Runs per program (the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the inputs and outputs (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
     /// `bbv regions DIR` on real runs recorded with an interval that gives at least --intervals
     /// intervals (gzip -9, xz -6 and a python3 script): median time, peak memory, reading speed.
     Regions {
@@ -396,6 +409,11 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             runs,
             dir,
         } => crate::bench_regions::run(intervals, runs, &dir),
+        BenchCommand::Report {
+            intervals,
+            runs,
+            dir,
+        } => crate::bench_report::run(intervals, runs, &dir),
         BenchCommand::Gpu {
             mb,
             kernels,

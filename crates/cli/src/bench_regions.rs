@@ -28,7 +28,7 @@ fn summary_field(dir: &Path, field: &str) -> Result<u64> {
         .with_context(|| format!("{}: no {field}", path.display()))
 }
 
-fn bbv_run(interval: u64, out: &Path, argv: &[String], env: &[(&str, &str)]) -> Result<f64> {
+fn bbv_run(interval: u64, out: &Path, w: &Workload, extra: &[&str]) -> Result<f64> {
     let bbv = std::env::current_exe().context("cannot find the bbv binary")?;
     let mut all = vec![
         bbv.to_string_lossy().into_owned(),
@@ -37,13 +37,16 @@ fn bbv_run(interval: u64, out: &Path, argv: &[String], env: &[(&str, &str)]) -> 
         interval.to_string(),
         "-o".into(),
         out.to_string_lossy().into_owned(),
-        "--".into(),
     ];
-    all.extend(argv.iter().cloned());
-    time(&all, env, out.parent().unwrap_or(out))
+    all.extend(extra.iter().map(|s| s.to_string()));
+    all.push("--".into());
+    all.extend(w.argv.iter().cloned());
+    time(&all, &w.env, out.parent().unwrap_or(out))
 }
 
-fn bench(target: u64, runs: usize, root: &Path) -> Result<()> {
+/// The real programs both benches record: gzip -9, xz -6 (a 4 MB text under `root`) and a
+/// python3 script, whose interpreter runs many distinct blocks per interval.
+pub(crate) fn workloads(root: &Path) -> Result<Vec<Workload>> {
     let text = root.join("input.txt");
     make_input(&text, 4_000_000)?;
     let s = |p: &Path| p.to_string_lossy().into_owned();
@@ -51,10 +54,9 @@ fn bench(target: u64, runs: usize, root: &Path) -> Result<()> {
         p if p.is_file() => p.to_path_buf(),
         _ => tool("python3")?,
     };
-    // An interpreter runs many distinct blocks per interval, which makes bb.out large.
     let script = "d = {}\nfor i in range(400000):\n    d[str(i * 7919 % 100003)] = i\n\
                   print(sum(sorted(d.values())[::97]), len(sorted(d, key=len)))";
-    let workloads = [
+    Ok(vec![
         Workload {
             name: "gzip -9",
             argv: vec![s(&tool("gzip")?), "-9".into(), "-c".into(), s(&text)],
@@ -70,7 +72,48 @@ fn bench(target: u64, runs: usize, root: &Path) -> Result<()> {
             argv: vec![s(&python), "-c".into(), script.into()],
             env: vec![("PYTHONHASHSEED", "0")],
         },
-    ];
+    ])
+}
+
+/// A run recorded with at least the target number of intervals.
+pub(crate) struct Recorded {
+    pub out: std::path::PathBuf,
+    pub instructions: u64,
+    pub interval: u64,
+    pub intervals: u64,
+    pub k: u64,
+    pub seconds: f64,
+}
+
+/// Records `w` as `bbv run EXTRA` into `root/run-TAG`, with an interval giving at least
+/// `target` intervals (a coarse run finds the program's length first).
+pub(crate) fn record(
+    w: &Workload,
+    tag: usize,
+    target: u64,
+    root: &Path,
+    extra: &[&str],
+) -> Result<Recorded> {
+    let probe = root.join(format!("probe-{tag}"));
+    bbv_run(10_000_000, &probe, w, &[]).with_context(|| format!("cannot profile {}", w.name))?;
+    let instructions = summary_field(&probe, "instructions")?;
+    let _ = std::fs::remove_dir_all(&probe);
+    let interval = (instructions / (target + target / 50)).max(1000);
+    let out = root.join(format!("run-{tag}"));
+    let seconds =
+        bbv_run(interval, &out, w, extra).with_context(|| format!("cannot profile {}", w.name))?;
+    Ok(Recorded {
+        intervals: summary_field(&out, "intervals")?,
+        k: summary_field(&out, "k")?,
+        out,
+        instructions,
+        interval,
+        seconds,
+    })
+}
+
+fn bench(target: u64, runs: usize, root: &Path) -> Result<()> {
+    let s = |p: &Path| p.to_string_lossy().into_owned();
     println!("bbv bench regions: `bbv regions DIR` on real runs of at least {target} intervals,");
     println!("median of {runs} run(s) (target: under 1 s at 10,000 intervals)\n");
     println!(
@@ -87,24 +130,14 @@ fn bench(target: u64, runs: usize, root: &Path) -> Result<()> {
         "MB/s"
     );
     let mut worst = 0f64;
-    for (i, w) in workloads.iter().enumerate() {
-        let (name, argv, env) = (w.name, &w.argv, &w.env);
-        // A coarse run finds the length, so that the recorded run reaches the target.
-        let probe = root.join(format!("probe-{i}"));
-        bbv_run(10_000_000, &probe, argv, env).with_context(|| format!("cannot profile {name}"))?;
-        let total = summary_field(&probe, "instructions")?;
-        let _ = std::fs::remove_dir_all(&probe);
-        let interval = (total / (target + target / 50)).max(1000);
-        let out = root.join(format!("run-{i}"));
-        let run_s =
-            bbv_run(interval, &out, argv, env).with_context(|| format!("cannot profile {name}"))?;
-        let got = summary_field(&out, "intervals")?;
-        let k = summary_field(&out, "k")?;
+    for (i, w) in workloads(root)?.iter().enumerate() {
+        let r = record(w, i, target, root, &[])?;
+        let out = &r.out;
         let bb_mb = std::fs::metadata(out.join("bb.out"))?.len() as f64 / 1e6;
         let mut walls = Vec::new();
         let mut peak = 0f64;
         for _ in 0..runs {
-            let args = ["regions".to_string(), s(&out)];
+            let args = ["regions".to_string(), s(out)];
             let m = measure_bbv_with(&args, std::process::Stdio::null())?;
             walls.push(m.wall);
             peak = peak.max(m.max_rss_mb);
@@ -113,18 +146,18 @@ fn bench(target: u64, runs: usize, root: &Path) -> Result<()> {
         worst = worst.max(wall);
         println!(
             "{:<13} {:>14} {:>9} {:>9} {:>4} {:>9.1} {:>9.1} {:>10.3} {:>9.0} {:>8.0}",
-            name,
-            total,
-            interval,
-            got,
-            k,
+            w.name,
+            r.instructions,
+            r.interval,
+            r.intervals,
+            r.k,
             bb_mb,
-            run_s,
+            r.seconds,
             wall,
             peak,
             bb_mb / wall
         );
-        let _ = std::fs::remove_dir_all(&out);
+        let _ = std::fs::remove_dir_all(out);
     }
     println!("\nslowest `bbv regions`: {worst:.3} s (target < 1 s)");
     println!("(its time grows with bb.out, which it reads once; a run of 10,000 intervals of 1e8");

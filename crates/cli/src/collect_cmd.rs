@@ -417,7 +417,9 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
     let failure = match outcome.finished {
         Ok(f) => {
             eprint!("{}", f.text);
-            None
+            bbv_report::write_run_report(&a.output)
+                .err()
+                .map(anyhow::Error::from)
         }
         Err(e) => Some(e.into()),
     };

@@ -55,7 +55,7 @@ pub enum GpuCommand {
     Sample {
         /// kernelslist.g of the trace.
         list: PathBuf,
-        /// Output folder: kernelslist.g (chosen launches), weights.csv, report.
+        /// Output folder: kernelslist.g (chosen launches), weights.csv, report, report.html.
         #[arg(short = 'o', value_name = "DIR")]
         output: PathBuf,
         /// Cluster the launches' basic-block vectors, trying k up to K.
@@ -194,7 +194,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
             stratified,
             spread,
         } => {
-            use bbv_gpu::sample::{estimate, pick, Method};
+            use bbv_gpu::sample::{estimate, pick_scored, Method};
             if max_k == 0 {
                 bail!("--max-k must be at least 1");
             }
@@ -208,7 +208,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
             } else {
                 Method::Cluster { max_k }
             };
-            let picks = pick(&counts, &bv, method)?;
+            let (picks, bic) = pick_scored(&counts, &bv, method)?;
             let estimates = estimate(&counts, &picks);
             std::fs::create_dir_all(&output)
                 .with_context(|| format!("cannot create {}", output.display()))?;
@@ -267,6 +267,22 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 ));
             }
             files.write(&output.join("report"), |w| w.write_all(report.as_bytes()))?;
+            let page = bbv_report::html(&bbv_report::from_gpu_sample(
+                &list.display().to_string(),
+                &counts,
+                &bv,
+                &picks,
+                &estimates,
+                &bic,
+                if stratified {
+                    "stratified by kernel name and instruction count"
+                } else {
+                    "clustered basic-block vectors"
+                },
+            ));
+            files.write(&output.join("report.html"), |w| {
+                w.write_all(page.as_bytes())
+            })?;
             files.commit()?;
             print!("{report}");
             Ok(())

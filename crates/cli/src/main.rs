@@ -4,6 +4,7 @@ mod bench;
 mod bench_cc;
 mod bench_collect;
 mod bench_regions;
+mod bench_report;
 mod bench_threads;
 mod cc_cmd;
 mod collect_cmd;
@@ -39,6 +40,8 @@ enum Command {
     /// Place (PC, count) markers on a run's points and write the hand-off files (regions.csv,
     /// regions.json, gem5/, nemu/, regions.sniper.txt) from a `bbv run` directory.
     Regions(regions_cmd::RegionsArgs),
+    /// Rebuild a run's one-page HTML report (DIR/report.html) from its files.
+    Report(regions_cmd::ReportArgs),
     /// Run the program again watching only a run's markers: every region must start and end
     /// where the profile says. Exits 0 if so, 1 if not, 2 on bad input.
     Replay(regions_cmd::ReplayArgs),
@@ -151,6 +154,7 @@ fn main() -> ExitCode {
         Command::Collect(a) => return guest_exit(collect_cmd::collect(a)),
         Command::Run(a) => return guest_exit(collect_cmd::run(a)),
         Command::Regions(a) => regions_cmd::regions(a),
+        Command::Report(a) => regions_cmd::report(a),
         Command::Replay(a) => {
             return match regions_cmd::replay(a) {
                 Ok(code) => ExitCode::from(code),

@@ -1,4 +1,5 @@
-//! `bbv regions DIR` and `bbv replay DIR -- PROG ARGS`: thin wrappers over bbv-pipeline.
+//! `bbv regions DIR`, `bbv report DIR` and `bbv replay DIR -- PROG ARGS`: thin wrappers over
+//! bbv-pipeline and bbv-report.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -14,6 +15,13 @@ pub struct RegionsArgs {
     /// default: what the run used).
     #[arg(long, value_name = "N")]
     pub warmup: Option<u64>,
+}
+
+/// `bbv report`.
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    /// A `bbv run` output directory.
+    pub dir: PathBuf,
 }
 
 /// `bbv replay`.
@@ -42,7 +50,16 @@ pub struct ReplayArgs {
 /// `bbv regions DIR`.
 pub fn regions(a: RegionsArgs) -> Result<()> {
     let f = bbv_pipeline::finish(&a.dir, a.warmup)?;
+    // The report shows the points' markers: it follows them.
+    bbv_report::write_run_report(&a.dir)?;
     eprint!("{}", f.text);
+    Ok(())
+}
+
+/// `bbv report DIR`: rebuilds `DIR/report.html` and names it on stdout.
+pub fn report(a: ReportArgs) -> Result<()> {
+    let path = bbv_report::write_run_report(&a.dir)?;
+    println!("{}", path.display());
     Ok(())
 }
 

@@ -57,3 +57,20 @@ pub fn replay_report(out: &Output) -> serde_json::Value {
         .expect("a JSON report at the end");
     serde_json::from_str(stdout[at..].trim_end()).unwrap()
 }
+
+/// A text file of `bytes` pseudo-random hex words (compressible, like real text).
+pub fn text_input(path: &Path, bytes: usize) {
+    let words: Vec<String> = (0..3000u64)
+        .map(|i| format!("{:x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40))
+        .collect();
+    let mut text = String::new();
+    let mut x = 777u64;
+    while text.len() < bytes {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(&words[(x >> 33) as usize % words.len()]);
+        text.push(if x & 15 == 0 { '\n' } else { ' ' });
+    }
+    std::fs::write(path, text).unwrap();
+}

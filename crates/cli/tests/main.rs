@@ -7,5 +7,6 @@ mod golden;
 mod gpu_cli;
 mod looppoint_cli;
 mod regions_cli;
+mod report_cli;
 mod simpoint_cli;
 mod validate_cli;

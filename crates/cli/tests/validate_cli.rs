@@ -7,24 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::common::{assert_status, bbv, json};
-
-/// A text file of `bytes` pseudo-random hex words (compressible, like real text).
-fn text_input(path: &Path, bytes: usize) {
-    let words: Vec<String> = (0..3000u64)
-        .map(|i| format!("{:x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40))
-        .collect();
-    let mut text = String::new();
-    let mut x = 777u64;
-    while text.len() < bytes {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        text.push_str(&words[(x >> 33) as usize % words.len()]);
-        text.push(if x & 15 == 0 { '\n' } else { ' ' });
-    }
-    std::fs::write(path, text).unwrap();
-}
+use crate::common::{assert_status, bbv, json, text_input};
 
 /// The rows of a metrics.csv as maps from column to value.
 fn csv_rows(path: &Path) -> Vec<HashMap<String, f64>> {

@@ -24,6 +24,9 @@ pub enum Method {
     },
 }
 
+/// A k tried by [`Method::Cluster`] and its BIC.
+pub type KScore = (usize, f64);
+
 /// A chosen launch and what it stands for.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pick {
@@ -67,7 +70,17 @@ pub fn pick(
     bv: &BlockVectors,
     method: Method,
 ) -> Result<Vec<Pick>, GpuError> {
+    pick_scored(counts, bv, method).map(|(picks, _)| picks)
+}
+
+/// [`pick`], and with [`Method::Cluster`] also every k tried and its BIC (ascending k).
+pub fn pick_scored(
+    counts: &[KernelCount],
+    bv: &BlockVectors,
+    method: Method,
+) -> Result<(Vec<Pick>, Vec<KScore>), GpuError> {
     let n = counts.len();
+    let mut scores = Vec::new();
     if n == 0 {
         return Err(GpuError::Unsupported(
             "the kernel list launches no kernel".into(),
@@ -144,6 +157,8 @@ pub fn pick(
                 Prepared::new(&data, &opts).map_err(|e| GpuError::Unsupported(e.to_string()))?;
             let result =
                 cluster(&prep, &opts, &Quiet).map_err(|e| GpuError::Unsupported(e.to_string()))?;
+            scores = result.runs.iter().map(|r| (r.k, r.bic)).collect();
+            scores.sort_by_key(|s| s.0);
             let post = PostResult::new(&data, &result.runs[result.best].centres);
             let mut by_cluster: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
             for (i, &l) in post.labels.iter().enumerate() {
@@ -155,7 +170,7 @@ pub fn pick(
                 .collect()
         }
     };
-    Ok(groups
+    let picks = groups
         .into_iter()
         .map(|(rep, members)| {
             let total: u64 = members.iter().map(|&m| counts[m].warp_insts).sum();
@@ -166,7 +181,8 @@ pub fn pick(
                 weight: total as f64 / own as f64,
             }
         })
-        .collect())
+        .collect();
+    Ok((picks, scores))
 }
 
 /// Every counted metric, estimated from the picks.

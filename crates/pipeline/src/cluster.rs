@@ -50,7 +50,8 @@ fn clusters_of(post: &PostResult) -> Clusters {
 }
 
 /// [`cluster_file`], and with `validate` also the error of every k tried (`PREFIX`'s folder
-/// gets `validation.json`). With a target error every k from 1 to `max_k` is tried and the
+/// gets `validation.json`). `PREFIX`'s folder also gets `bic.csv`: every k tried, its BIC and
+/// its place in the range. With a target error every k from 1 to `max_k` is tried and the
 /// smallest one meeting it is written; otherwise SimPoint's search and choice stand.
 pub fn cluster_validated(
     input: &Path,
@@ -90,6 +91,7 @@ pub fn cluster_validated(
     };
     let prep = Prepared::new(&data, &opts)?;
     let result = bbv_simpoint::cluster(&prep, &opts, observer)?;
+    let fractions = bic_fractions(&result.runs);
     let (post, validation) = match validate {
         None => (
             PostResult::new(&data, &result.runs[result.best].centres),
@@ -103,25 +105,21 @@ pub fn cluster_validated(
                 .collect();
             let clusterings: Vec<Clusters> = posts.iter().map(clusters_of).collect();
             let bbv = validate::bbv_errors(input, &clusterings)?;
-            let (lo, hi) = result
+            let mut by_k = Vec::new();
+            for (((run, c), bbv_error), &bic_fraction) in result
                 .runs
                 .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
-                    (lo.min(r.bic), hi.max(r.bic))
-                });
-            let mut by_k = Vec::new();
-            for ((run, c), bbv_error) in result.runs.iter().zip(&clusterings).zip(bbv) {
+                .zip(&clusterings)
+                .zip(bbv)
+                .zip(&fractions)
+            {
                 let metrics = validate::metric_errors(v.rows, c)?;
                 let worst = metrics.iter().map(|m| m.rank()).fold(0.0, f64::max);
                 by_k.push(KRow {
                     k: run.k,
                     points: c.points.len(),
                     bic: run.bic,
-                    bic_fraction: if hi > lo {
-                        (run.bic - lo) / (hi - lo)
-                    } else {
-                        1.0
-                    },
+                    bic_fraction,
                     worst_rel_error: worst.is_finite().then_some(worst),
                     bbv_error,
                     metrics,
@@ -154,6 +152,20 @@ pub fn cluster_validated(
     files.write(&name("simpoints"), |w| post.write_simpoints(w, 1.0))?;
     files.write(&name("weights"), |w| post.write_weights(w, 1.0))?;
     files.write(&name("labels"), |w| post.write_labels(w))?;
+    files.write(&prefix.with_file_name("bic.csv"), |w| {
+        let mut runs: Vec<(usize, f64, f64)> = result
+            .runs
+            .iter()
+            .zip(&fractions)
+            .map(|(r, &f)| (r.k, r.bic, f))
+            .collect();
+        runs.sort_by_key(|r| r.0);
+        writeln!(w, "k,bic,bic_fraction")?;
+        for (k, bic, f) in runs {
+            writeln!(w, "{k},{bic},{f}")?;
+        }
+        Ok(())
+    })?;
     if let Some(v) = &validation {
         let path = prefix.with_file_name("validation.json");
         files.write(&path, |w| {
@@ -163,6 +175,24 @@ pub fn cluster_validated(
     }
     files.commit()?;
     Ok(validation)
+}
+
+/// Each run's BIC as a fraction of the range over the runs (1 when all are equal).
+fn bic_fractions(runs: &[bbv_simpoint::Run]) -> Vec<f64> {
+    let (lo, hi) = runs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
+            (lo.min(r.bic), hi.max(r.bic))
+        });
+    runs.iter()
+        .map(|r| {
+            if hi > lo {
+                (r.bic - lo) / (hi - lo)
+            } else {
+                1.0
+            }
+        })
+        .collect()
 }
 
 /// The smallest k meeting `target` on every metric, else the k with the smallest worst error;

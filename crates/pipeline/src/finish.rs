@@ -18,8 +18,9 @@ pub struct Finished {
     pub text: String,
 }
 
-/// The chosen points (from `simpoint.simpoints` and `.weights`) and every interval's cluster.
-pub(crate) fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
+/// The chosen points (from `simpoint.simpoints` and `.weights`), heaviest first, and every
+/// clustered unit's cluster (`simpoint.labels`).
+pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
     let prefix = dir.join("simpoint");
     let points = rundir::read_pairs::<u64>(&prefix.with_extension("simpoints"))?;
     let weights = rundir::read_pairs::<f64>(&prefix.with_extension("weights"))?;

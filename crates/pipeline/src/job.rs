@@ -158,13 +158,8 @@ fn cluster_as(
     })?;
     files.commit()?;
     if rows > 0 {
-        let (input, var_length) = if mode == "looppoint" {
-            (req.out.join("global.bb"), true)
-        } else if req.threads_all {
-            (req.out.join("bb.all"), false)
-        } else {
-            (req.out.join("bb.out"), false)
-        };
+        let input = rundir::clustered_input(&req.out, &summary);
+        let var_length = mode == "looppoint";
         let validate = metrics.map(|rows| crate::cluster::Validate {
             rows,
             target_error: req.target_error,
@@ -234,7 +229,10 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
         Some(rows) => files.write(&dir.join("metrics.csv"), |w| crate::write_metrics(w, rows))?,
         None => remove_stale(dir, "metrics.csv")?,
     }
-    remove_stale(dir, "validation.json")?;
+    // Written again by the clustering and the report when the run gets that far.
+    for stale in ["validation.json", "bic.csv", "report.html"] {
+        remove_stale(dir, stale)?;
+    }
     files.write(&dir.join("pc.out"), |w| bbv_collect::write_pc(w, &c.blocks))?;
     files.write(&dir.join("blocks.tsv"), |w| {
         bbv_collect::write_blocks_tsv(w, &c.blocks, &c.images)

@@ -170,7 +170,7 @@ pub fn summary_text(
     }
     let _ = writeln!(
         r,
-        "files: {}/ (summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, {}bb.out, pc.out, simpoint.*{})",
+        "files: {}/ (report.html, summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, {}bb.out, pc.out, simpoint.*{})",
         dir.display(),
         if looppoint { "global.bb, slices.tsv, " } else { "" },
         if validation.is_some() { ", metrics.csv, validation.json" } else { "" }

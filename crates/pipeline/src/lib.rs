@@ -28,7 +28,7 @@ pub mod validate;
 
 pub use atomic::AtomicFiles;
 pub use cluster::{cluster_file, cluster_validated, Validate};
-pub use finish::{finish, Finished};
+pub use finish::{chosen, finish, Finished};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
 
 /// Writes `metrics.csv` (see `bbv_profile::MetricsWriter`).

@@ -10,6 +10,7 @@
 //! | `simpoint.*` | SimPoint's simpoints, weights and labels |
 //! | `summary.json`, `summary.txt` | the run's facts and points with their markers |
 //! | `regions.*`, `gem5/`, `nemu/` | the hand-off files ([`crate::regions`]) |
+//! | `report.html`, `bic.csv` | the HTML report (bbv-report) and every k's BIC |
 //! | `replay.json` | the last `bbv replay`'s report |
 //! | `metrics.csv`, `validation.json` | `--validate`: per-interval metrics and the points' estimate errors |
 //! | `slices.cuts`, `thread.N.slices` | multi-threaded runs: the plugin's slice boundaries and per-thread slice vectors |
@@ -419,6 +420,18 @@ pub fn thread_file(dir: &Path, number: u32) -> PathBuf {
     } else {
         dir.join(format!("bb.out.{number}"))
     }
+}
+
+/// The vectors a run clustered: `global.bb` (slices, looppoint mode), `bb.all` (every
+/// thread's intervals, `--threads all`) or `bb.out`.
+pub fn clustered_input(dir: &Path, s: &Summary) -> PathBuf {
+    dir.join(if s.regions_mode == "looppoint" {
+        "global.bb"
+    } else if s.clustered == "all" {
+        "bb.all"
+    } else {
+        "bb.out"
+    })
 }
 
 /// Reads SimPoint's `VALUE INDEX` lines (or `LABEL DISTANCE`: the second number's value is

@@ -1,0 +1,165 @@
+//! A [`Report`] of a GPU sample: launches instead of intervals.
+
+use bbv_gpu::blocks::BlockVectors;
+use bbv_gpu::sample::{Estimate, Pick};
+use bbv_gpu::KernelCount;
+
+use crate::{Curve, ErrorRow, KScore, MatrixBuilder, Point, Report};
+
+/// Builds the report of `bbv gpu sample`: `picks` in their group order (group i is cluster i),
+/// `bic` every k tried when the launches were clustered, `method` how they were grouped.
+pub fn from_gpu_sample(
+    list: &str,
+    counts: &[KernelCount],
+    bv: &BlockVectors,
+    picks: &[Pick],
+    estimates: &[Estimate],
+    bic: &[(usize, f64)],
+    method: &str,
+) -> Report {
+    let n = counts.len();
+    let mut labels = vec![0usize; n];
+    for (g, p) in picks.iter().enumerate() {
+        for &m in &p.members {
+            if let Some(l) = labels.get_mut(m) {
+                *l = g;
+            }
+        }
+    }
+    let total: f64 = counts.iter().map(|c| c.warp_insts as f64).sum();
+    let mut points: Vec<Point> = picks
+        .iter()
+        .enumerate()
+        .map(|(g, p)| {
+            let represented: f64 = p.members.iter().map(|&m| counts[m].warp_insts as f64).sum();
+            Point {
+                cluster: g,
+                unit: p.launch,
+                weight: if total > 0.0 {
+                    represented / total
+                } else {
+                    0.0
+                },
+                detail: format!(
+                    "{}, multiplier {:.4}, {} launch(es) represented",
+                    counts[p.launch].header.name,
+                    p.weight,
+                    p.members.len()
+                ),
+            }
+        })
+        .collect();
+    points.sort_by(|a, b| b.weight.total_cmp(&a.weight).then(a.unit.cmp(&b.unit)));
+    let mut matrix = MatrixBuilder::new(&labels);
+    for v in &bv.vectors {
+        matrix.add(v.iter().map(|&(id, c)| (id, c as f64)));
+    }
+    Report {
+        title: format!("bbv gpu sample: {list}"),
+        unit: "launch".into(),
+        facts: vec![
+            ("kernel list".into(), list.into()),
+            ("launches".into(), n.to_string()),
+            (
+                "warp instructions".into(),
+                format!("{}", total as u64),
+            ),
+            ("launches chosen".into(), format!("{} ({method})", picks.len())),
+        ],
+        curves: curves(counts, picks),
+        curves_note: String::new(),
+        matrix: Some(matrix.finish()),
+        matrix_note: String::new(),
+        errors: estimates
+            .iter()
+            .map(|e| ErrorRow {
+                name: e.metric.clone(),
+                full: e.actual,
+                estimate: e.estimate,
+                rel_error: (e.actual != 0.0).then(|| (e.estimate - e.actual) / e.actual),
+                band95: None,
+            })
+            .collect(),
+        errors_note: "Totals over the whole trace against the chosen launches' values times their multipliers (no band: one launch per group is measured).".into(),
+        by_k: scores(bic),
+        chosen_k: (!bic.is_empty()).then_some(picks.len()),
+        bic_note: if bic.is_empty() {
+            "The launches were stratified, not clustered: there is no k search.".into()
+        } else {
+            "SimPoint 3.2's rule on the launches' vectors (weighted by instructions): the smallest k whose BIC reaches 90% of the range.".into()
+        },
+        labels,
+        points,
+    }
+}
+
+fn scores(bic: &[(usize, f64)]) -> Vec<KScore> {
+    let lo = bic.iter().map(|b| b.1).fold(f64::INFINITY, f64::min);
+    let hi = bic.iter().map(|b| b.1).fold(f64::NEG_INFINITY, f64::max);
+    bic.iter()
+        .map(|&(k, b)| KScore {
+            k,
+            bic_fraction: if hi > lo { (b - lo) / (hi - lo) } else { 1.0 },
+            worst_rel_error: None,
+            bbv_error: None,
+        })
+        .collect()
+}
+
+/// Per launch: warp instructions, memory instructions per 1000 and active lanes per warp
+/// instruction, with the whole trace's value and the picks' estimate.
+fn curves(counts: &[KernelCount], picks: &[Pick]) -> Vec<Curve> {
+    type Get = fn(&KernelCount) -> (f64, f64);
+    let series: [(&str, &str, f64, Get); 3] = [
+        ("warp instructions", "per launch", 1.0, |c| {
+            (c.warp_insts as f64, 1.0)
+        }),
+        (
+            "memory instructions",
+            "per 1000 warp instructions",
+            1000.0,
+            |c| (c.mem_insts as f64, c.warp_insts as f64),
+        ),
+        ("active threads", "per warp instruction", 1.0, |c| {
+            (c.thread_insts as f64, c.warp_insts_pred_on as f64)
+        }),
+    ];
+    let ratio = |num: f64, den: f64, scale: f64| if den > 0.0 { scale * num / den } else { 0.0 };
+    series
+        .iter()
+        .map(|&(name, unit, scale, get)| {
+            let (num, den) = counts
+                .iter()
+                .map(get)
+                .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+            let (enum_, eden) = picks.iter().fold((0.0, 0.0), |a, p| {
+                let (x, y) = get(&counts[p.launch]);
+                (a.0 + p.weight * x, a.1 + p.weight * y)
+            });
+            // Warp instructions per launch: the mean over launches, estimated likewise.
+            let per_launch = name == "warp instructions";
+            let n = counts.len().max(1) as f64;
+            Curve {
+                name: name.into(),
+                unit: unit.into(),
+                values: counts
+                    .iter()
+                    .map(|c| {
+                        let (x, y) = get(c);
+                        ratio(x, y, scale)
+                    })
+                    .collect(),
+                full: if per_launch {
+                    num / n
+                } else {
+                    ratio(num, den, scale)
+                },
+                estimate: Some(if per_launch {
+                    enum_ / n
+                } else {
+                    ratio(enum_, eden, scale)
+                }),
+            }
+        })
+        .collect()
+}
