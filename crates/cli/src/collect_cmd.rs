@@ -227,9 +227,9 @@ fn check_writable(dir: &Path) -> Result<()> {
 }
 
 /// Runs the guest; `Err` = bbv's own failure before the guest ran.
-fn launch(req: Request) -> Result<Outcome> {
+fn launch(req: Request, watcher: Option<&dyn bbv_collect::Watcher>) -> Result<Outcome> {
     let prepared = bbv_collect::prepare(req)?;
-    Ok(prepared.run()?)
+    Ok(prepared.run_watched(watcher)?)
 }
 
 /// Result of a command that ran a guest: the guest's status, or bbv's failure afterwards.
@@ -276,7 +276,11 @@ pub fn collect(a: CollectArgs) -> Result<GuestExit> {
         &work,
     )?;
     req.metrics = metrics;
-    let outcome = launch(req)?;
+    // -v: progress on a terminal while the guest runs.
+    let progress = crate::progress::Progress::new(None);
+    let outcome = launch(req, a.guest.verbose.then_some(&progress as _));
+    progress.done();
+    let outcome = outcome?;
     let status = outcome.status;
     let failure = (|| -> Result<()> {
         let collected = outcome.collected?;
@@ -351,7 +355,7 @@ fn place(c: &Collected, bb: &Path, pc: &Path, blocks: Option<&Path>) -> Result<V
     Ok(written)
 }
 
-/// `bbv run`: the pipeline's main job, with a spinner while clustering.
+/// `bbv run`: the pipeline's main job, with progress on a terminal.
 pub fn run(a: RunArgs) -> Result<GuestExit> {
     if a.max_k == 0 {
         bail!("--max-k must be at least 1");
@@ -408,9 +412,14 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
         },
         target_error: a.target_error,
     };
-    let progress = crate::progress::Clustering::new();
-    let outcome = bbv_pipeline::run(&req, &progress)?;
+    let k = match a.target_error {
+        Some(_) => bbv_simpoint::KChoice::List((1..=a.max_k).collect()),
+        None => bbv_simpoint::KChoice::Search { max_k: a.max_k },
+    };
+    let progress = crate::progress::Progress::new(Some(k.max_runs()));
+    let outcome = bbv_pipeline::run(&req, &progress, Some(&progress));
     progress.done();
+    let outcome = outcome?;
     for w in &outcome.warnings {
         eprintln!("bbv: warning: {w}");
     }

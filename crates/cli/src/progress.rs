@@ -1,27 +1,34 @@
-//! Progress on a terminal (nothing when stderr is piped): a spinner while clustering.
+//! Progress on a terminal, nothing when stderr is not one (indicatif hides its bars then): the
+//! guest's instructions, rate and intervals while it runs, then the clustering's runs.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use bbv_collect::Watcher;
 use bbv_simpoint::{Observer, Run};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Shows the clustering's progress once it starts (the guest's own output comes before).
-pub struct Clustering {
+/// One spinner line for a whole job, shown once there is something to say.
+pub struct Progress {
     bar: Mutex<Option<ProgressBar>>,
+    started: Instant,
+    /// Most runs the k search can take, when known.
+    max_runs: Option<usize>,
 }
 
-impl Clustering {
-    pub fn new() -> Clustering {
-        Clustering {
+impl Progress {
+    pub fn new(max_runs: Option<usize>) -> Progress {
+        Progress {
             bar: Mutex::new(None),
+            started: Instant::now(),
+            max_runs,
         }
     }
 
     fn say(&self, msg: String) {
         let mut guard = self.bar.lock().unwrap_or_else(|e| e.into_inner());
         let bar = guard.get_or_insert_with(|| {
-            let b = ProgressBar::new_spinner();
+            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed} {msg}") {
                 b.set_style(style);
             }
@@ -39,14 +46,45 @@ impl Clustering {
     }
 }
 
-impl Observer for Clustering {
+/// `1234567890` -> `1.23 G` (with the space before the unit).
+fn si(x: f64) -> String {
+    match x {
+        x if x >= 1e12 => format!("{:.2} T ", x / 1e12),
+        x if x >= 1e9 => format!("{:.2} G ", x / 1e9),
+        x if x >= 1e6 => format!("{:.1} M ", x / 1e6),
+        x if x >= 1e3 => format!("{:.1} k ", x / 1e3),
+        x => format!("{x:.0} "),
+    }
+}
+
+impl Watcher for Progress {
+    fn progress(&self, p: &bbv_collect::Progress) {
+        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        let threads = match p.threads {
+            0 | 1 => String::new(),
+            n => format!(", {n} threads"),
+        };
+        self.say(format!(
+            "guest running: {}instructions ({}instructions/s), {} intervals{threads}",
+            si(p.instructions as f64),
+            si(p.instructions as f64 / secs),
+            p.intervals
+        ));
+    }
+}
+
+impl Observer for Progress {
     fn run_started(&self, run: usize, k: usize) {
-        self.say(format!("clustering: run {}, k = {k}", run + 1));
+        let of = self
+            .max_runs
+            .map(|m| format!(" of at most {m}"))
+            .unwrap_or_default();
+        self.say(format!("clustering: k-means run {}{of}, k = {k}", run + 1));
     }
 
     fn run_finished(&self, run: usize, result: &Run) {
         self.say(format!(
-            "clustering: run {} (k = {}) done",
+            "clustering: k-means run {} (k = {}) done",
             run + 1,
             result.k
         ));

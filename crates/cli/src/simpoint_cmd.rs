@@ -523,8 +523,12 @@ impl Reporter {
 
 impl Observer for Reporter {
     fn run_started(&self, run: usize, k: usize) {
+        let of = self
+            .max_runs
+            .map(|m| format!(" of at most {m}"))
+            .unwrap_or_default();
         self.bar
-            .set_message(format!("clustering: run {}, k = {k}", run + 1));
+            .set_message(format!("clustering: k-means run {}{of}, k = {k}", run + 1));
     }
 
     fn run_finished(&self, run: usize, result: &Run) {
@@ -670,10 +674,7 @@ pub fn run(cfg: Config) -> Result<()> {
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
     bar.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("template"));
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    let max_runs = match cfg.opts.k {
-        KChoice::Search { max_k } => Some(3 + (max_k as f64).log2().floor().max(0.0) as usize),
-        KChoice::List(ref l) => Some(l.len()),
-    };
+    let max_runs = Some(cfg.opts.k.max_runs());
     let reporter = Reporter {
         bar: bar.clone(),
         log: cfg.log,

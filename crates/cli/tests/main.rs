@@ -6,6 +6,7 @@ mod common;
 mod golden;
 mod gpu_cli;
 mod looppoint_cli;
+mod progress_cli;
 mod regions_cli;
 mod report_cli;
 mod simpoint_cli;

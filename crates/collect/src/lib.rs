@@ -295,6 +295,12 @@ impl Prepared {
 
     /// Runs the guest to completion and reads the plugin's results.
     pub fn run(self) -> Result<Outcome, CollectError> {
+        self.run_watched(None)
+    }
+
+    /// [`Prepared::run`], telling `watcher` how far the guest got about every
+    /// [`PROGRESS_PERIOD`] while it runs.
+    pub fn run_watched(self, watcher: Option<&dyn Watcher>) -> Result<Outcome, CollectError> {
         let work = &self.request.work_dir;
         let mut dir = tempfile::Builder::new()
             .prefix(".bbv-collect-")
@@ -320,7 +326,10 @@ impl Prepared {
                 libc::signal(libc::SIGQUIT, libc::SIG_IGN),
             ]
         };
-        let waited = child.wait();
+        let waited = match watcher {
+            None => child.wait(),
+            Some(w) => watch(&mut child, dir.path(), w),
+        };
         unsafe {
             libc::signal(libc::SIGINT, saved[0]);
             libc::signal(libc::SIGQUIT, saved[1]);
@@ -338,6 +347,48 @@ impl Prepared {
             status,
             collected,
         })
+    }
+}
+
+/// How often [`Prepared::run_watched`] looks at the plugin's state.
+pub const PROGRESS_PERIOD: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How far a running guest got.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Instructions of every thread so far (each thread's as of its latest cut: the plugin
+    /// publishes a single-threaded guest's count once per interval).
+    pub instructions: u64,
+    /// Intervals thread 1 completed.
+    pub intervals: u64,
+    /// Threads started so far.
+    pub threads: u32,
+}
+
+/// Told a running guest's [`Progress`].
+pub trait Watcher {
+    /// Called about every [`PROGRESS_PERIOD`] while the guest runs.
+    fn progress(&self, p: &Progress);
+}
+
+/// Waits for QEMU, reporting the plugin's counts meanwhile.
+fn watch(
+    child: &mut std::process::Child,
+    dir: &Path,
+    w: &dyn Watcher,
+) -> std::io::Result<std::process::ExitStatus> {
+    // Short sleeps between checks of the child, so that the end of the guest is not delayed
+    // by a whole period.
+    let mut next = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if std::time::Instant::now() >= next {
+            w.progress(&state::progress(dir));
+            next = std::time::Instant::now() + PROGRESS_PERIOD;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

@@ -165,3 +165,36 @@ pub(crate) fn finish_thread(
         slices,
     })
 }
+
+/// What the plugin's shared state says while the guest runs: instructions of every thread (as
+/// of each thread's last cut or harvest), thread 1's intervals, and the threads seen.
+pub(crate) fn progress(dir: &Path) -> crate::Progress {
+    use std::io::Read;
+    let mut p = crate::Progress::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return p;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(number) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("thread."))
+            .and_then(|r| r.strip_suffix(".state"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let mut head = [0u8; HEADER_WORDS * 8];
+        let read = std::fs::File::open(entry.path()).and_then(|mut f| f.read_exact(&mut head));
+        let h: Vec<u64> = words(&head).collect();
+        if read.is_err() || h[thread::MAGIC] != THREAD_MAGIC {
+            continue;
+        }
+        p.threads += 1;
+        p.instructions += h[thread::TOTAL];
+        if number == 1 {
+            p.intervals = h[thread::INTERVALS];
+        }
+    }
+    p
+}

@@ -53,14 +53,19 @@ pub struct RunOutcome {
     pub warnings: Vec<String>,
 }
 
-/// Runs the main job: collect, place the raw files, cluster, then [`finish`].
+/// Runs the main job: collect, place the raw files, cluster, then [`finish`]. `watcher` hears
+/// how far the guest got while it runs, `observer` the clustering.
 /// `Err` = nothing ran (bad request); the guest's failures are in the outcome.
-pub fn run(req: &RunRequest, observer: &dyn Observer) -> Result<RunOutcome, PipelineError> {
+pub fn run(
+    req: &RunRequest,
+    observer: &dyn Observer,
+    watcher: Option<&dyn bbv_collect::Watcher>,
+) -> Result<RunOutcome, PipelineError> {
     let r = &req.collect;
     let prepared = bbv_collect::prepare(r.clone())?;
     let qemu = bbv_collect::qemu_version(&prepared.qemu).unwrap_or_else(|| "unknown".into());
     let program = prepared.program.clone();
-    let outcome = prepared.run()?;
+    let outcome = prepared.run_watched(watcher)?;
     let mut warnings = Vec::new();
     let finished = (|| {
         let c = outcome.collected?;

@@ -85,6 +85,17 @@ pub enum KChoice {
     List(Vec<usize>),
 }
 
+impl KChoice {
+    /// Most k-means runs this choice can take (the search: 1, `max_k` and the midpoints of
+    /// a binary search between them).
+    pub fn max_runs(&self) -> usize {
+        match self {
+            KChoice::Search { max_k } => 3 + (*max_k as f64).log2().floor().max(0.0) as usize,
+            KChoice::List(l) => l.len(),
+        }
+    }
+}
+
 /// k-means initialisation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Init {
