@@ -9,6 +9,20 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 
+/// Benchmarks on real runs recorded with many intervals.
+#[derive(clap::Args)]
+pub struct Recorded {
+    /// Intervals each recorded run must reach.
+    #[arg(long, default_value_t = 10_000)]
+    intervals: u64,
+    /// Measurements per program (the median is printed).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Where to record the runs (a temporary folder is made and removed there).
+    #[arg(long, default_value = "/tmp")]
+    dir: PathBuf,
+}
+
 /// What to benchmark.
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -72,30 +86,10 @@ pub enum BenchCommand {
     },
     /// The HTML report of real `bbv run --validate` runs of at least --intervals intervals:
     /// `bbv report DIR`'s time, the page's size and chromium's time to its load event.
-    Report {
-        /// Intervals each recorded run must reach.
-        #[arg(long, default_value_t = 10_000)]
-        intervals: u64,
-        /// Runs per program (the median is printed).
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        /// Where to write the inputs and outputs (a temporary folder is made and removed there).
-        #[arg(long, default_value = "/tmp")]
-        dir: PathBuf,
-    },
+    Report(Recorded),
     /// `bbv regions DIR` on real runs recorded with an interval that gives at least --intervals
     /// intervals (gzip -9, xz -6 and a python3 script): median time, peak memory, reading speed.
-    Regions {
-        /// Intervals each recorded run must reach.
-        #[arg(long, default_value_t = 10_000)]
-        intervals: u64,
-        /// Runs of `bbv regions` per program (the median is printed).
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        /// Where to record the runs (a temporary folder is made and removed there).
-        #[arg(long, default_value = "/tmp")]
-        dir: PathBuf,
-    },
+    Regions(Recorded),
     /// Scale: generate a large BBV (phased, sparse) and cluster it, printing time and peak memory.
     Scale {
         /// Intervals (vectors).
@@ -404,16 +398,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Cc { runs, dir } => crate::bench_cc::run(runs, &dir),
         BenchCommand::Collect { runs, scale, dir } => crate::bench_collect::run(runs, &dir, scale),
         BenchCommand::Threads { runs, dir } => crate::bench_threads::run(runs, &dir),
-        BenchCommand::Regions {
-            intervals,
-            runs,
-            dir,
-        } => crate::bench_regions::run(intervals, runs, &dir),
-        BenchCommand::Report {
-            intervals,
-            runs,
-            dir,
-        } => crate::bench_report::run(intervals, runs, &dir),
+        BenchCommand::Report(r) => crate::bench_report::run(r.intervals, r.runs, &r.dir),
+        BenchCommand::Regions(r) => crate::bench_regions::run(r.intervals, r.runs, &r.dir),
         BenchCommand::Gpu {
             mb,
             kernels,

@@ -246,15 +246,15 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 Ok(())
             })?;
             let mut report = String::new();
+            let how = if stratified {
+                "stratified by kernel name and instruction count"
+            } else {
+                "clustered basic-block vectors"
+            };
             report.push_str(&format!(
-                "{} of {} launches chosen ({})\n",
+                "{} of {} launches chosen ({how})\n",
                 picks.len(),
                 counts.len(),
-                if stratified {
-                    "stratified by kernel name and instruction count"
-                } else {
-                    "clustered basic-block vectors"
-                }
             ));
             report.push_str("metric | full trace | estimate | relative error\n");
             for e in &estimates {
@@ -274,11 +274,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 &picks,
                 &estimates,
                 &bic,
-                if stratified {
-                    "stratified by kernel name and instruction count"
-                } else {
-                    "clustered basic-block vectors"
-                },
+                how,
             ));
             files.write(&output.join("report.html"), |w| {
                 w.write_all(page.as_bytes())

@@ -73,13 +73,17 @@ impl Watcher for Progress {
     }
 }
 
+/// `clustering: k-means run 3 of at most 7, k = 15` (`run` 0-based).
+pub fn run_started(run: usize, max_runs: Option<usize>, k: usize) -> String {
+    let of = max_runs
+        .map(|m| format!(" of at most {m}"))
+        .unwrap_or_default();
+    format!("clustering: k-means run {}{of}, k = {k}", run + 1)
+}
+
 impl Observer for Progress {
     fn run_started(&self, run: usize, k: usize) {
-        let of = self
-            .max_runs
-            .map(|m| format!(" of at most {m}"))
-            .unwrap_or_default();
-        self.say(format!("clustering: k-means run {}{of}, k = {k}", run + 1));
+        self.say(run_started(run, self.max_runs, k));
     }
 
     fn run_finished(&self, run: usize, result: &Run) {

@@ -523,12 +523,8 @@ impl Reporter {
 
 impl Observer for Reporter {
     fn run_started(&self, run: usize, k: usize) {
-        let of = self
-            .max_runs
-            .map(|m| format!(" of at most {m}"))
-            .unwrap_or_default();
         self.bar
-            .set_message(format!("clustering: k-means run {}{of}, k = {k}", run + 1));
+            .set_message(crate::progress::run_started(run, self.max_runs, k));
     }
 
     fn run_finished(&self, run: usize, result: &Run) {
