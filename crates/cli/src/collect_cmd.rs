@@ -78,9 +78,15 @@ pub struct LaunchArgs {
     /// QEMU user-mode executable (default: qemu-<isa> from PATH, chosen from the ELF header).
     #[arg(long, value_name = "PATH")]
     pub qemu: Option<PathBuf>,
-    /// The plugin library (default: $BBV_PLUGIN, else libbbv_qemu.so next to bbv).
+    /// The plugin library (default: $BBV_PLUGIN, else the one for the QEMU's plugin API next
+    /// to bbv: libbbv_qemu.so for QEMU 6.0-8.2, libbbv_qemu_v3.so for 9.1 and later).
     #[arg(long, value_name = "PATH")]
     pub plugin: Option<PathBuf>,
+    /// The guest CPU model (QEMU's -cpu: Haswell, qemu64, cortex-a72, ...; `qemu-ARCH -cpu
+    /// help` lists them). The C library picks its string and memory routines by CPU features,
+    /// so the profile follows the CPU given (default: QEMU's own, `max`).
+    #[arg(long, value_name = "MODEL")]
+    pub cpu: Option<String>,
 }
 
 /// `bbv collect`: exp-bbv's options, defaults and files.
@@ -172,6 +178,7 @@ fn request(
         args: args.to_vec(),
         qemu: g.launch.qemu.clone(),
         plugin: g.launch.plugin.clone(),
+        cpu: g.launch.cpu.clone(),
         interval,
         exact: g.exact,
         count_only,

@@ -81,6 +81,7 @@ pub fn replay(a: ReplayArgs) -> Result<u8> {
         args: args.to_vec(),
         qemu: a.launch.qemu,
         plugin: a.launch.plugin,
+        cpu: a.launch.cpu,
         tolerance_pct: a.tolerance,
     };
     let outcome = bbv_pipeline::replay(&req)?;

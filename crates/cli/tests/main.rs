@@ -7,6 +7,7 @@ mod golden;
 mod gpu_cli;
 mod looppoint_cli;
 mod progress_cli;
+mod qemu10_cli;
 mod regions_cli;
 mod report_cli;
 mod simpoint_cli;

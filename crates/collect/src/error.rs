@@ -40,10 +40,18 @@ pub enum CollectError {
         name: String,
     },
     /// The plugin library is missing.
-    #[error("the QEMU plugin libbbv_qemu.so was not found (looked at {tried}); build it with `cargo build --release` (it lands next to the bbv binary) or set BBV_PLUGIN")]
+    #[error("the QEMU plugin {library} was not found (looked at {tried}); scripts/setup builds it next to the bbv binary (libbbv_qemu.so by `cargo build --release`, libbbv_qemu_v3.so by its own build), or set BBV_PLUGIN")]
     PluginNotFound {
+        /// The library for the QEMU's API level.
+        library: &'static str,
         /// Where we looked.
         tried: String,
+    },
+    /// The QEMU cannot load any plugin of bbv's.
+    #[error("{what}")]
+    Unsupported {
+        /// What is wrong, and what to use instead.
+        what: String,
     },
     /// A file-name pattern is malformed.
     #[error("file name {pattern:?}: {why}")]

@@ -14,12 +14,14 @@
 mod elf;
 mod error;
 mod pattern;
+mod qemu;
 mod state;
 mod table;
 
 pub use elf::{find_on_path, qemu_version, resolve_program, ElfFacts, Isa, ModuleSymbols};
 pub use error::CollectError;
 pub use pattern::expand;
+pub use qemu::{find_plugin, plugin_api, PluginApi};
 pub use table::{write_blocks_tsv, write_pc, Block, Image};
 
 use std::ffi::OsString;
@@ -37,6 +39,8 @@ pub struct Request {
     pub qemu: Option<PathBuf>,
     /// Plugin library to use instead of `$BBV_PLUGIN` or the one next to the running binary.
     pub plugin: Option<PathBuf>,
+    /// QEMU's guest CPU model (`-cpu`), instead of QEMU's default.
+    pub cpu: Option<String>,
     /// Instructions per interval.
     pub interval: u64,
     /// Cut intervals at exactly `interval` instructions, splitting blocks.
@@ -115,41 +119,16 @@ pub fn prepare(request: Request) -> Result<Prepared, CollectError> {
             name: isa.qemu_name().into(),
         })?,
     };
-    let plugin = find_plugin(request.plugin.as_deref())?;
+    let plugin = find_plugin(request.plugin.as_deref(), plugin_api(&qemu)?)?;
+    if let Some(cpu) = &request.cpu {
+        qemu::check_cpu(&qemu, cpu)?;
+    }
     Ok(Prepared {
         request,
         program,
         isa,
         qemu,
         plugin,
-    })
-}
-
-/// The plugin library: `explicit`, else `$BBV_PLUGIN`, else `libbbv_qemu.so` next to the
-/// running executable (or one directory up, where cargo puts binaries of integration tests).
-pub fn find_plugin(explicit: Option<&Path>) -> Result<PathBuf, CollectError> {
-    let mut tried = Vec::new();
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(p) = explicit {
-        candidates.push(p.into());
-    } else if let Some(p) = std::env::var_os("BBV_PLUGIN") {
-        candidates.push(p.into());
-    } else if let Ok(exe) = std::env::current_exe() {
-        if let Some(dir) = exe.parent() {
-            candidates.push(dir.join("libbbv_qemu.so"));
-            if let Some(up) = dir.parent() {
-                candidates.push(up.join("libbbv_qemu.so"));
-            }
-        }
-    }
-    for c in candidates {
-        if c.is_file() {
-            return Ok(c);
-        }
-        tried.push(c.display().to_string());
-    }
-    Err(CollectError::PluginNotFound {
-        tried: tried.join(", "),
     })
 }
 
@@ -282,12 +261,11 @@ impl Prepared {
         }
         plugin.push(",dir=");
         plugin.push(dir);
-        let mut v = vec![
-            self.qemu.clone().into_os_string(),
-            "-plugin".into(),
-            plugin,
-            "--".into(),
-        ];
+        let mut v = vec![self.qemu.clone().into_os_string()];
+        if let Some(cpu) = &r.cpu {
+            v.extend(["-cpu".into(), cpu.into()]);
+        }
+        v.extend(["-plugin".into(), plugin, "--".into()]);
         v.push(self.program.clone().into_os_string());
         v.extend(r.args.iter().cloned());
         v

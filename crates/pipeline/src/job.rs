@@ -301,6 +301,7 @@ fn run_facts(
         k: 0,
         max_k: req.max_k,
         qemu,
+        cpu: r.cpu.clone(),
         program: Program {
             path: program.display().to_string(),
             build_id: bbv_collect::ElfFacts::read(program).and_then(|f| f.build_id),

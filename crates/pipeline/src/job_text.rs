@@ -54,9 +54,13 @@ pub fn summary_text(
     let n = s.threads.len();
     let _ = writeln!(
         r,
-        "instructions: {} in {n} thread{}",
+        "instructions: {} in {n} thread{}{}",
         s.instructions,
-        if n == 1 { "" } else { "s" }
+        if n == 1 { "" } else { "s" },
+        s.cpu
+            .as_ref()
+            .map(|c| format!(" (guest CPU {c})"))
+            .unwrap_or_default()
     );
     if n > 1 {
         for t in &s.threads {

@@ -27,6 +27,8 @@ pub struct ReplayRequest {
     pub qemu: Option<PathBuf>,
     /// Plugin library to use.
     pub plugin: Option<PathBuf>,
+    /// Guest CPU model (None: the profiling run's).
+    pub cpu: Option<String>,
     /// Largest |deviation| accepted, in percent.
     pub tolerance_pct: f64,
 }
@@ -302,6 +304,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         args: req.args.clone(),
         qemu: req.qemu.clone(),
         plugin: req.plugin.clone(),
+        cpu: req.cpu.clone().or_else(|| s.cpu.clone()),
         // One interval that never closes: the counts are cumulative.
         interval: u64::MAX / 4,
         exact: false,

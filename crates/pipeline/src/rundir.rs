@@ -45,6 +45,9 @@ pub struct Summary {
     pub max_k: usize,
     /// QEMU's version.
     pub qemu: String,
+    /// The guest CPU model asked for (`--cpu`; None: QEMU's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
     /// The program profiled.
     pub program: Program,
     /// `instance` (exp-bbv) or `iteration` (gem5, Pin).

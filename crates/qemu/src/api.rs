@@ -1,4 +1,5 @@
-//! The plugin-API-v1-specific part: registration and the raw callbacks QEMU calls.
+//! The QEMU-facing part: registration and the raw callbacks QEMU calls, for plugin API v1
+//! (feature `api-v1`, QEMU 6.0-8.2) or v3 (feature `api-v3`, QEMU 9.1 and later).
 //!
 //! The qemu-plugin crate owns `qemu_plugin_install`; we override `register_default` so that only
 //! the callbacks we need are registered (its defaults take a global lock on every syscall), and
@@ -61,7 +62,7 @@ impl Register for BbvPlugin {
                 return Ok(());
             }
         }
-        INLINE.store(!cfg.exact, Ordering::Relaxed);
+        INLINE.store(!cfg.exact && INLINE_COUNTING, Ordering::Relaxed);
         thread::METRICS.store(cfg.metrics, Ordering::Relaxed);
         let _ = CONFIG.set(cfg);
         PLUGIN_ID.store(id, Ordering::Relaxed);
@@ -208,6 +209,83 @@ extern "C" fn on_rep_exec(vcpu: c_uint, udata: *mut c_void) {
     thread::exec_rep(vcpu, tb);
 }
 
+/// Inline counting of a block: one add to its slot, one to the total (API v1's global inline
+/// adds; QEMU 9.0 removed them).
+///
+/// # Safety
+/// `tb` is the block being translated.
+#[cfg(feature = "api-v1")]
+unsafe fn count_inline(tb: *mut qemu_plugin_tb, info: &TbInfo) {
+    let add = sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64;
+    sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, info.execs as *mut c_void, 1);
+    let total = crate::fast::TOTAL.as_ptr() as *mut c_void;
+    sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, total, info.insns);
+}
+
+/// API v3 has only per-vCPU inline adds into QEMU's scoreboards: until counting moves there,
+/// every block is counted by its callback ([`INLINE`] stays off).
+#[cfg(not(feature = "api-v1"))]
+unsafe fn count_inline(_tb: *mut qemu_plugin_tb, _info: &TbInfo) {
+    unreachable!("inline counting is off at this API level");
+}
+
+/// Whether blocks may be counted inline at this API level.
+pub(crate) const INLINE_COUNTING: bool = cfg!(feature = "api-v1");
+
+/// The machine code of a block's instructions during its translation: QEMU's own bytes (API
+/// v1 lends a pointer) or copies (v3 copies into a buffer).
+struct InsnBytes {
+    #[cfg(not(feature = "api-v1"))]
+    copies: Vec<([u8; 16], usize)>,
+}
+
+impl InsnBytes {
+    /// # Safety
+    /// `tb` is the block being translated and has `n` instructions.
+    #[cfg(feature = "api-v1")]
+    unsafe fn of(_tb: *mut qemu_plugin_tb, _n: usize) -> InsnBytes {
+        InsnBytes {}
+    }
+
+    /// # Safety
+    /// As above.
+    #[cfg(not(feature = "api-v1"))]
+    unsafe fn of(tb: *mut qemu_plugin_tb, n: usize) -> InsnBytes {
+        let copies = (0..n)
+            .map(|i| {
+                let p = sys::qemu_plugin_tb_get_insn(tb, i);
+                let mut buf = [0u8; 16];
+                let len = sys::qemu_plugin_insn_data(p, buf.as_mut_ptr() as *mut c_void, 16);
+                (buf, len.min(16))
+            })
+            .collect();
+        InsnBytes { copies }
+    }
+
+    /// Instruction `i`'s bytes (`ptr` is its handle).
+    ///
+    /// # Safety
+    /// `ptr` is instruction `i` of the block being translated.
+    #[cfg(feature = "api-v1")]
+    unsafe fn get(&self, ptr: *mut sys::qemu_plugin_insn, _i: usize) -> &[u8] {
+        let size = sys::qemu_plugin_insn_size(ptr);
+        let data = sys::qemu_plugin_insn_data(ptr) as *const u8;
+        if data.is_null() {
+            &[]
+        } else {
+            std::slice::from_raw_parts(data, size)
+        }
+    }
+
+    /// # Safety
+    /// As above.
+    #[cfg(not(feature = "api-v1"))]
+    unsafe fn get(&self, _ptr: *mut sys::qemu_plugin_insn, i: usize) -> &[u8] {
+        let (buf, len) = &self.copies[i];
+        &buf[..*len]
+    }
+}
+
 /// One instruction of the TB being translated, as the translation-time analysis sees it.
 pub(crate) struct Insn<'a> {
     pub vaddr: u64,
@@ -239,17 +317,12 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         if n == 0 {
             return;
         }
+        let code = InsnBytes::of(tb, n);
         let insn = |i: usize| {
             let ptr = sys::qemu_plugin_tb_get_insn(tb, i);
-            let size = sys::qemu_plugin_insn_size(ptr);
-            let data = sys::qemu_plugin_insn_data(ptr) as *const u8;
             Insn {
                 vaddr: sys::qemu_plugin_insn_vaddr(ptr),
-                bytes: if data.is_null() {
-                    &[]
-                } else {
-                    std::slice::from_raw_parts(data, size)
-                },
+                bytes: code.get(ptr, i),
                 ptr,
             }
         };
@@ -267,10 +340,7 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         // see the block on the same side of a cut as the vectors; other inline blocks get a
         // callback of their own.
         if inline {
-            let add = sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64;
-            sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, info.execs as *mut c_void, 1);
-            let total = crate::fast::TOTAL.as_ptr() as *mut c_void;
-            sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, total, info.insns);
+            count_inline(tb, info);
             let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
             if info.may_loop {
                 sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_candidate), flags, udata);

@@ -122,7 +122,14 @@ fn facts(r: &mut Report, s: &Summary) {
     );
     add("clusters", format!("k = {} (--max-k {})", s.k, s.max_k));
     add("warmup", format!("{} instructions", s.warmup));
-    add("QEMU", s.qemu.clone());
+    add(
+        "QEMU",
+        format!(
+            "{}, guest CPU {}",
+            s.qemu,
+            s.cpu.as_deref().unwrap_or("QEMU's default")
+        ),
+    );
 }
 
 fn markers_of(s: &Summary, cluster: usize, interval: u64) -> String {
