@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use crate::common::bbv;
+use crate::common::{bbv, files_in};
 
 fn guests() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests")
@@ -770,4 +770,53 @@ fn run_clusters_every_thread_together() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
+}
+
+/// `--bb-out-file FIFO --pc-out-file /dev/null`: written into, not renamed over (a rename
+/// replaced a root user's /dev/null with a regular file once).
+#[test]
+fn outputs_to_a_fifo_or_a_device_are_written_in_place() {
+    use std::os::unix::fs::FileTypeExt;
+    let work = tempfile::tempdir().unwrap();
+    let fifo = work.path().join("bb.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let mut reader = Command::new("cat")
+        .arg(&fifo)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = bbv()
+        .current_dir(work.path())
+        .args(["collect", "--interval-size", "10000", "--bb-out-file"])
+        .arg(&fifo)
+        .args(["--pc-out-file", "/dev/null", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while reader.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let finished = reader.try_wait().unwrap().is_some();
+    if !finished {
+        let _ = reader.kill();
+    }
+    let text = String::from_utf8(reader.wait_with_output().unwrap().stdout).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(finished, "nothing was written into the FIFO");
+    assert!(text.contains("Total instructions"), "{text}");
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(std::fs::metadata("/dev/null")
+        .unwrap()
+        .file_type()
+        .is_char_device());
+    assert_eq!(files_in(work.path()), vec!["bb.fifo".to_string()]);
 }

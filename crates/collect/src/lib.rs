@@ -433,6 +433,17 @@ fn read_results(
 /// Moves a finished file to its final name: a rename, or a copy to a temporary name beside the
 /// destination and a rename when the two are on different file systems.
 pub fn move_file(from: &Path, to: &Path) -> Result<(), CollectError> {
+    if bbv_profile::is_special_file(to) {
+        // Renaming onto /dev/null would replace the device with our file.
+        let mut src = std::fs::File::open(from).map_err(|e| CollectError::io(from, e))?;
+        let mut dest = std::fs::OpenOptions::new()
+            .write(true)
+            .open(to)
+            .map_err(|e| CollectError::io(to, e))?;
+        std::io::copy(&mut src, &mut dest).map_err(|e| CollectError::io(to, e))?;
+        let _ = std::fs::remove_file(from);
+        return Ok(());
+    }
     if std::fs::rename(from, to).is_ok() {
         return Ok(());
     }

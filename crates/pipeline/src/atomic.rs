@@ -14,12 +14,23 @@ pub struct AtomicFiles {
 }
 
 impl AtomicFiles {
-    /// Writes one output through `write` into a temporary file.
+    /// Writes one output through `write` into a temporary file (a device or FIFO, such as
+    /// `/dev/null`, is written in place).
     pub fn write(
         &mut self,
         path: &Path,
         write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
     ) -> Result<(), PipelineError> {
+        if bbv_profile::is_special_file(path) {
+            let file = fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| PipelineError::io(path, e))?;
+            let mut out = BufWriter::new(file);
+            return write(&mut out)
+                .and_then(|_| out.flush())
+                .map_err(|e| PipelineError::io(path, e));
+        }
         if self.pending.iter().any(|(_, p)| p == path) {
             return Err(PipelineError::Invalid(format!(
                 "{} is named for two different outputs",

@@ -349,6 +349,12 @@ fn write_atomically(
     path: &str,
     write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
+    // A device or FIFO (/dev/null) is written in place: a rename would replace it.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        let mut f = std::io::BufWriter::new(std::fs::OpenOptions::new().write(true).open(path)?);
+        write(&mut f)?;
+        return f.flush();
+    }
     let tmp = format!("{path}.tmp{}", std::process::id());
     let result = (|| {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
