@@ -26,19 +26,21 @@ fn qemu10() -> &'static Path {
     })
 }
 
-/// `bbv collect --qemu QEMU --cpu CPU` of `argv` in `dir`: the vector file's total.
+/// `bbv collect --tail --qemu QEMU --cpu CPU` of `argv` in `dir` (with `blocks.tsv`): the
+/// vector files' total.
 fn collect(dir: &Path, qemu: &Path, cpu: &str, argv: &[&str]) -> (Output, u64) {
     std::fs::create_dir_all(dir).unwrap();
     let out = bbv()
         .current_dir(dir)
         .args([
             "collect",
+            "--tail",
             "--cpu",
             cpu,
             "--interval-size",
             "10000000",
-            "--qemu",
         ])
+        .args(["--blocks-out-file", "blocks.tsv", "--qemu"])
         .arg(qemu)
         .args(["--bb-out-file", "bb.out", "--pc-out-file", "pc.out", "--"])
         .args(argv)
