@@ -73,6 +73,10 @@ pub enum BenchCommand {
         /// Where to write the generated inputs (removed afterwards).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
+        /// The QEMU measured, bare and under bbv (default: qemu-x86_64 from PATH), e.g. the
+        /// QEMU 10.0 scripts/build-qemu builds.
+        #[arg(long, value_name = "PATH")]
+        qemu: Option<PathBuf>,
     },
     /// Multi-threaded regions: `bbv run --regions looppoint` against `bbv collect` on an
     /// OpenMP program (2 and 4 threads), xz -T2 and pigz -p 2 (target: at most 1.3x).
@@ -396,7 +400,12 @@ fn bench_gpu(mb: u64, kernels: u64, dir: &Path, shape: TraceShape, runs: usize) 
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Cc { runs, dir } => crate::bench_cc::run(runs, &dir),
-        BenchCommand::Collect { runs, scale, dir } => crate::bench_collect::run(runs, &dir, scale),
+        BenchCommand::Collect {
+            runs,
+            scale,
+            dir,
+            qemu,
+        } => crate::bench_collect::run(runs, &dir, scale, qemu.as_deref()),
         BenchCommand::Threads { runs, dir } => crate::bench_threads::run(runs, &dir),
         BenchCommand::Report(r) => crate::bench_report::run(r.intervals, r.runs, &r.dir),
         BenchCommand::Regions(r) => crate::bench_regions::run(r.intervals, r.runs, &r.dir),

@@ -87,11 +87,13 @@ fn remove_outputs(root: &Path) -> Result<()> {
 
 /// Profiles a workload once with `bbv run` (untimed) so that `bbv replay` has markers to watch.
 /// The interval shrinks with `scale` so that small inputs still give complete intervals.
-fn prepare_replay(bbv: &Path, w: &Workload, dir: &Path, scale: f64) -> Result<()> {
+fn prepare_replay(bbv: &Path, w: &Workload, dir: &Path, scale: f64, qemu: &str) -> Result<()> {
     let interval = ((100_000_000.0 * scale.min(1.0)) as u64).max(1_000_000);
     let mut argv = vec![
         bbv.to_string_lossy().into_owned(),
         "run".into(),
+        "--qemu".into(),
+        qemu.into(),
         "--interval".into(),
         interval.to_string(),
         "-o".into(),
@@ -105,9 +107,13 @@ fn prepare_replay(bbv: &Path, w: &Workload, dir: &Path, scale: f64) -> Result<()
 }
 
 /// Runs the benchmark; `scale` multiplies the input sizes.
-pub fn run(runs: usize, dir: &Path, scale: f64) -> Result<()> {
+pub fn run(runs: usize, dir: &Path, scale: f64, qemu: Option<&Path>) -> Result<()> {
     let runs = runs.max(1);
-    in_temp_root(dir, "collect", |root| bench(runs, root, scale))
+    let qemu = match qemu {
+        Some(q) => q.to_path_buf(),
+        None => tool("qemu-x86_64")?,
+    };
+    in_temp_root(dir, "collect", |root| bench(runs, root, scale, &qemu))
 }
 
 /// Runs `f` in a folder `bbv-NAME-bench-PID` made under `dir`, removed afterwards.
@@ -123,7 +129,7 @@ pub(crate) fn in_temp_root<T>(
     result
 }
 
-fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
+fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
     let input = root.join("input.txt");
     let mb = |m: f64| ((m * scale * 1e6) as usize).max(10_000);
     make_input(&input, mb(4.0))?;
@@ -163,7 +169,7 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
         },
     ];
     let bbv = std::env::current_exe().context("cannot find the bbv binary")?;
-    let qemu = s(&tool("qemu-x86_64")?);
+    let qemu = s(qemu);
     let valgrind = s(&tool("valgrind")?);
     let modes = [
         "native",
@@ -176,6 +182,10 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
     ];
     println!(
         "bbv bench collect: median wall time of {runs} run(s) per cell, slowdown = time / native"
+    );
+    println!(
+        "QEMU: {qemu} ({})",
+        bbv_collect::qemu_version(Path::new(&qemu)).unwrap_or_default()
     );
     println!("(anchors: bare QEMU 1.8-9.1x and exp-bbv 16-47x on this machine kind; targets: default within");
     println!(" 1.5x of bare QEMU's slowdown, >= 4x faster than exp-bbv; --exact >= 2x faster than exp-bbv;");
@@ -201,7 +211,7 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
     let (mut replay_ratio, mut metrics_ratio) = (Vec::new(), Vec::new());
     for (i, w) in workloads.iter().enumerate() {
         let profile = root.join(format!("profile-{i}"));
-        prepare_replay(&bbv, w, &profile, scale)?;
+        prepare_replay(&bbv, w, &profile, scale, &qemu)?;
         let argvs: Vec<Vec<String>> = modes
             .iter()
             .map(|&mode| {
@@ -212,6 +222,8 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
                         let mut v = vec![
                             s(&bbv),
                             "collect".into(),
+                            "--qemu".into(),
+                            qemu.clone(),
                             "--bb-out-file".into(),
                             "bb.%p".into(),
                         ];
@@ -225,7 +237,14 @@ fn bench(runs: usize, root: &Path, scale: f64) -> Result<()> {
                         v.push("--".into());
                         v
                     }
-                    "replay" => vec![s(&bbv), "replay".into(), s(&profile), "--".into()],
+                    "replay" => vec![
+                        s(&bbv),
+                        "replay".into(),
+                        "--qemu".into(),
+                        qemu.clone(),
+                        s(&profile),
+                        "--".into(),
+                    ],
                     _ => vec![
                         valgrind.clone(),
                         "--tool=exp-bbv".into(),
