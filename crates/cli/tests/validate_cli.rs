@@ -63,6 +63,29 @@ fn metrics_agree_with_cachegrind_and_the_vectors() {
         .output()
         .unwrap();
     assert_status(&out, 0);
+    // The model on the guest's own thread gives the same file as on its model thread.
+    let same = bbv()
+        .current_dir(dir.path())
+        .args(["collect", "--tail", "--interval-size", "20000000"])
+        .args([
+            "--bb-out-file",
+            "bb2",
+            "--pc-out-file",
+            "pc2",
+            "--model-thread",
+            "no",
+        ])
+        .args(["--metrics-out-file", "m2.csv", "--"])
+        .args(gzip)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_status(&same, 0);
+    assert_eq!(
+        std::fs::read(dir.path().join("m.csv")).unwrap(),
+        std::fs::read(dir.path().join("m2.csv")).unwrap(),
+        "--model-thread yes and no differ"
+    );
     let rows = csv_rows(&dir.path().join("m.csv"));
     // Every interval's instructions, the tail included, are its vector's.
     let sums = vector_sums(&dir.path().join("bb"));
@@ -119,6 +142,75 @@ fn metrics_agree_with_cachegrind_and_the_vectors() {
         per_k("branch_mispredicts") > 0.1 && per_k("branch_mispredicts") < per_k("taken_branches")
     );
     assert!(rows.iter().all(|r| r["pages"] >= 1.0));
+}
+
+#[test]
+fn a_forked_child_is_not_followed() {
+    // QEMU user mode forks itself with the plugin's state: the child (which runs guest code
+    // without exec) must neither wait for the model thread, which fork does not copy, nor
+    // write into the parent's files or counters.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = crate::collect_cli::build(dir.path(), "gcc", "forks.c", "forks", &["-O1"]);
+    let run = |name: &str, child_works: bool| {
+        let mut cmd = bbv();
+        cmd.current_dir(dir.path())
+            .args(["collect", "--tail", "--interval-size", "1000000"])
+            .args([
+                "--bb-out-file",
+                &format!("{name}.bb"),
+                "--pc-out-file",
+                "pc",
+            ])
+            .args(["--metrics-out-file", &format!("{name}.csv"), "--"])
+            .arg(&exe);
+        if !child_works {
+            cmd.arg("idle-child");
+        }
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("bbv collect on a forking guest hangs");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_status(&out, 0);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "child exited with 7\n"
+        );
+        let rows = csv_rows(&dir.path().join(format!("{name}.csv")));
+        let sums = vector_sums(&dir.path().join(format!("{name}.bb")));
+        let insns: Vec<f64> = rows.iter().map(|r| r["instructions"]).collect();
+        assert_eq!(insns, sums, "{name}: metrics and vectors disagree");
+        assert!(rows.iter().all(|r| r["loads"] + r["stores"] > 0.0));
+        sums.iter().sum::<f64>()
+    };
+    // The child's work (three times the parent's) is not in the parent's files.
+    let (busy, idle) = (run("busy", true), run("idle", false));
+    assert!(
+        (busy - idle).abs() < 0.01 * idle,
+        "with a busy child {busy} instructions, with an idle one {idle}"
+    );
+    // A shell running a command (fork, then exec) was refused before: its block table had the
+    // child's lines in it.
+    let out = bbv()
+        .current_dir(dir.path())
+        .args([
+            "collect",
+            "--bb-out-file",
+            "sh.bb",
+            "--pc-out-file",
+            "sh.pc",
+            "--",
+        ])
+        .args(["/bin/sh", "-c", "ls / > /dev/null; echo done"])
+        .output()
+        .unwrap();
+    assert_status(&out, 0);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
 }
 
 /// Pairs `A B` per line of a SimPoint output file.
@@ -281,13 +373,14 @@ fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
 #[test]
 fn bad_metrics_options_exit_2_before_running() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [&[&str]; 6] = [
+    let cases: [&[&str]; 7] = [
         &["run", "--validate", "--l1d", "48K,12,64"],
         &["run", "--validate", "--l2", "1M,16,128"],
         &["run", "--l1d", "16K,4,64"],
         &["run", "--target-error", "0"],
         &["collect", "--metrics-out-file", "m", "--instr-count-only"],
         &["collect", "--l2", "3M,16,64", "--metrics-out-file", "m"],
+        &["collect", "--model-thread", "no"],
     ];
     for args in cases {
         let out = bbv()

@@ -79,6 +79,8 @@ pub struct CacheModel {
     pub l1d: bbv_profile::CacheGeometry,
     /// The second-level cache (data only).
     pub l2: bbv_profile::CacheGeometry,
+    /// The model runs on a thread of its own while the guest has one thread.
+    pub own_thread: bool,
 }
 
 impl Default for CacheModel {
@@ -86,6 +88,7 @@ impl Default for CacheModel {
         CacheModel {
             l1d: bbv_profile::CacheGeometry::L1D,
             l2: bbv_profile::CacheGeometry::L2,
+            own_thread: true,
         }
     }
 }
@@ -254,6 +257,9 @@ impl Prepared {
                 m.l1d.plugin_arg(),
                 m.l2.plugin_arg()
             ));
+            if !m.own_thread {
+                plugin.push(",metrics_thread=off");
+            }
         }
         if let Some(m) = &r.markers {
             plugin.push(",markers=");

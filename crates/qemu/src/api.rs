@@ -62,6 +62,7 @@ impl Register for BbvPlugin {
                 return Ok(());
             }
         }
+        crate::fork::install(&cfg.dir);
         INLINE.store(!cfg.exact && INLINE_COUNTING, Ordering::Relaxed);
         thread::METRICS.store(cfg.metrics, Ordering::Relaxed);
         let _ = CONFIG.set(cfg);

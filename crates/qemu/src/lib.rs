@@ -16,8 +16,8 @@
 //!   `thread.N.slices` (each thread's vector per slice), see [`slices`].
 //!
 //! * with `flow=Q`, threads advance in step (see [`flow`]).
-//! * with `metrics=on` (`l1d=S:W:L`, `l2=S:W:L`), `metrics`: one row of per-interval metrics
-//!   per cut of thread 1 (see [`metrics`]).
+//! * with `metrics=on` (`l1d=S:W:L`, `l2=S:W:L`, `metrics_thread=off`), `metrics`: one row of
+//!   per-interval metrics per cut of thread 1 (see [`metrics`] and [`offload`]).
 //!
 //! Everything is on disk or in the page cache at every moment, so the host can complete the
 //! files (closing comment, `--tail`) even when QEMU dies by a signal without telling plugins.
@@ -55,8 +55,10 @@ mod cache;
 mod decode;
 mod fast;
 mod flow;
+mod fork;
 mod maps;
 mod metrics;
+mod offload;
 mod replay;
 mod slices;
 mod state;
@@ -95,6 +97,8 @@ pub(crate) struct Config {
     pub flow: u64,
     /// Per-interval metrics (see [`metrics`]), with these cache geometries.
     pub metrics: bool,
+    /// Thread 1's cache model runs on a model thread of its own while it is the only thread.
+    pub metrics_thread: bool,
     pub l1d: bbv_profile::CacheGeometry,
     pub l2: bbv_profile::CacheGeometry,
 }
@@ -119,6 +123,7 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
         exclude: Vec::new(),
         flow: 0,
         metrics: false,
+        metrics_thread: true,
         l1d: bbv_profile::CacheGeometry::L1D,
         l2: bbv_profile::CacheGeometry::L2,
     };
@@ -140,6 +145,7 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
             "count_only" => cfg.count_only = flag(k, v)?,
             "tail" => cfg.tail = flag(k, v)?,
             "metrics" => cfg.metrics = flag(k, v)?,
+            "metrics_thread" => cfg.metrics_thread = flag(k, v)?,
             "l1d" => cfg.l1d = metrics::geometry(k, v)?,
             "l2" => cfg.l2 = metrics::geometry(k, v)?,
             "count_rep" => {
@@ -205,6 +211,9 @@ pub(crate) fn write_atomically(
 
 /// Records a failure where the host will find it (stderr may be closed or the guest's).
 pub(crate) fn report_error(msg: &str) {
+    if fork::forked() {
+        return;
+    }
     if let Some(cfg) = CONFIG.get() {
         let _ = write_atomically(&cfg.dir, "error", msg.as_bytes());
     }

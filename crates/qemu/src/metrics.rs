@@ -8,6 +8,10 @@
 //! Distinct pages are counted across threads in one shared table, consulted only when a
 //! thread's small filter of recently seen pages misses.
 //!
+//! While the guest has one thread, its engine (caches, pages, predictor) runs on a model thread
+//! of its own by default ([`offload`]): the guest's thread only records each block and access,
+//! and the model thread counts them and writes the rows in the same order.
+//!
 //! Where a block falls at a cut: when a cut is taken after the block that crossed it (per-block
 //! counting), the block's metrics are counted before the cut; when it is taken before the block
 //! (inline counting), after. So thread 1's instructions per row are its vector's instructions.
@@ -20,12 +24,13 @@ use bbv_profile::{CacheGeometry, MetricsRow, MetricsWriter};
 
 use crate::blocks::TbInfo;
 use crate::cache::{Cache, Gshare};
+use crate::offload::{self, Offload};
 use crate::{report_error, Config};
 
 /// One thread's running totals, in `MetricsRow` column order. Only the owning thread writes
 /// (plain load + store, no locked instruction); thread 1 reads them at cuts.
 #[derive(Default)]
-struct Counters([AtomicU64; 8]);
+pub struct Counters([AtomicU64; 8]);
 
 const INSNS: usize = 0;
 const LOADS: usize = 1;
@@ -37,14 +42,29 @@ const L2: usize = 6;
 const MISPREDICT: usize = 7;
 
 impl Counters {
+    pub(crate) fn read(&self) -> MetricsRow {
+        MetricsRow(std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed)))
+    }
+}
+
+/// Where an [`Engine`] counts: a thread's shared [`Counters`], or a model thread's own row
+/// (plain words the compiler keeps in registers).
+pub(crate) trait Tally {
+    fn bump(&mut self, column: usize, by: u64);
+}
+
+impl Tally for &Counters {
     #[inline(always)]
-    fn bump(&self, column: usize, by: u64) {
+    fn bump(&mut self, column: usize, by: u64) {
         let c = &self.0[column];
         c.store(c.load(Ordering::Relaxed) + by, Ordering::Relaxed);
     }
+}
 
-    fn read(&self) -> MetricsRow {
-        MetricsRow(std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed)))
+impl Tally for MetricsRow {
+    #[inline(always)]
+    fn bump(&mut self, column: usize, by: u64) {
+        self.0[column] += by;
     }
 }
 
@@ -58,8 +78,6 @@ struct Rows {
 static ROWS: Mutex<Option<Rows>> = Mutex::new(None);
 /// Interval number; a thread's page filter entries from older intervals are stale.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
-/// Distinct pages counted in the current epoch.
-static PAGE_COUNT: AtomicU64 = AtomicU64::new(0);
 
 const PAGE_SHIFT: u32 = 12;
 /// Entries of a thread's filter of recently counted pages.
@@ -131,20 +149,20 @@ pub fn init(cfg: &Config) -> std::io::Result<()> {
     Ok(())
 }
 
-/// One thread's models and counters (the fields every access touches first).
-#[repr(C)]
-pub struct ThreadMetrics {
-    counters: Counters,
+/// What a thread's blocks and memory accesses go through: its caches, its filter of recently
+/// counted pages and its branch predictor. On the guest's thread, or on a model thread of its
+/// own ([`offload`]).
+pub struct Engine {
     l1d: Cache,
     l2: Cache,
     line_shift: u32,
-    gshare: Gshare,
     /// The last line accessed and the epoch then: a repeat is an L1D hit on a page already
     /// counted, the most common access by far.
     last_line: u64,
     last_epoch: u64,
     /// Recently counted pages, direct-mapped: (page, epoch).
     pages: Box<[(u64, u64); FILTER]>,
+    gshare: Gshare,
     /// Where the previous block falls through, its conditional branch (0 if none), and its
     /// trailing rep instruction (0 if none).
     prev_end: u64,
@@ -153,9 +171,9 @@ pub struct ThreadMetrics {
     rep_iterations: bool,
 }
 
-impl ThreadMetrics {
-    /// A new thread's metrics; [`register`](Self::register) them once they are in place.
-    pub fn new(cfg: &Config) -> ThreadMetrics {
+impl Engine {
+    /// A thread's engine with empty caches and a fresh predictor.
+    pub(crate) fn new(cfg: &Config) -> Engine {
         let shift = if cfg.aarch64 {
             2
         } else if cfg.riscv64 {
@@ -163,19 +181,137 @@ impl ThreadMetrics {
         } else {
             0
         };
-        ThreadMetrics {
-            counters: Counters::default(),
+        Engine {
             l1d: Cache::new(&cfg.l1d),
             l2: Cache::new(&cfg.l2),
             line_shift: cfg.l1d.line.trailing_zeros(),
-            gshare: Gshare::new(shift),
             last_line: u64::MAX,
             last_epoch: 0,
             pages: Box::new([(u64::MAX, 0); FILTER]),
+            gshare: Gshare::new(shift),
             prev_end: 0,
             prev_branch: 0,
             prev_rep: 0,
             rep_iterations: cfg.rep_iterations,
+        }
+    }
+
+    /// A block starts: the previous block's control transfer, then the block's instructions.
+    #[inline(always)]
+    pub(crate) fn block(&mut self, c: &mut impl Tally, tb: &TbInfo) {
+        // Another iteration of a rep string instruction is not a transfer, and counts as an
+        // instruction only under count_rep=iteration (as the vectors count it).
+        let again = tb.rep_first && self.prev_rep == tb.pc;
+        if !again && self.prev_end != 0 {
+            let taken = tb.pc != self.prev_end;
+            c.bump(TAKEN, taken as u64);
+            if self.prev_branch != 0 {
+                c.bump(
+                    MISPREDICT,
+                    self.gshare.update(self.prev_branch, taken) as u64,
+                );
+            }
+        }
+        if !again || self.rep_iterations {
+            c.bump(INSNS, tb.insns);
+        }
+        self.prev_end = tb.end;
+        self.prev_branch = tb.branch;
+        self.prev_rep = tb.rep_last;
+    }
+
+    /// A memory access of `size` bytes at `vaddr` in interval `epoch`.
+    #[inline(always)]
+    pub(crate) fn access(
+        &mut self,
+        c: &mut impl Tally,
+        vaddr: u64,
+        size: u64,
+        store: bool,
+        epoch: u64,
+    ) {
+        c.bump(if store { STORES } else { LOADS }, 1);
+        let first = vaddr >> self.line_shift;
+        let last = (vaddr + size.max(1) - 1) >> self.line_shift;
+        if first == last && first == self.last_line && epoch == self.last_epoch {
+            return;
+        }
+        // An access across two lines misses if either line misses (cachegrind's rule). A line
+        // hit for the first time in this interval may be on a page not counted in it yet.
+        let (mut l1_miss, mut l2_miss) = self.line(c, first, epoch);
+        if last != first {
+            let (m1, m2) = self.line(c, first + 1, epoch);
+            l1_miss |= m1;
+            l2_miss |= m2;
+        }
+        self.last_line = last;
+        self.last_epoch = epoch;
+        if l1_miss {
+            c.bump(L1D, 1);
+            if l2_miss {
+                c.bump(L2, 1);
+            }
+        }
+    }
+
+    /// One line of an access: (L1D miss, L2 miss).
+    #[inline(always)]
+    fn line(&mut self, c: &mut impl Tally, line: u64, epoch: u64) -> (bool, bool) {
+        let (hit, fresh) = self.l1d.access_stamped(line, epoch);
+        if fresh {
+            self.page(c, line << self.line_shift >> PAGE_SHIFT, epoch);
+        }
+        if hit {
+            (false, false)
+        } else {
+            (true, !self.l2.access(line))
+        }
+    }
+
+    #[inline]
+    fn page(&mut self, c: &mut impl Tally, page: u64, epoch: u64) {
+        let slot = &mut self.pages[page as usize % FILTER];
+        if *slot == (page, epoch) {
+            return;
+        }
+        *slot = (page, epoch);
+        if PAGE_TABLE.get().is_some_and(|t| t.first_in(page, epoch)) {
+            c.bump(PAGES, 1);
+        }
+    }
+}
+
+/// Where a thread's blocks and accesses are counted.
+enum Where {
+    Here(Engine),
+    Away(Offload),
+    /// Between taking the engine back from its thread and installing it (never seen by a
+    /// block or an access).
+    Moving,
+}
+
+/// One thread's metrics: its counters and where its engine runs.
+pub struct ThreadMetrics {
+    counters: Counters,
+    engine: Where,
+}
+
+impl ThreadMetrics {
+    /// A new thread's metrics; [`register`](Self::register) them once they are in place.
+    /// `alone`: the guest's only thread, whose engine may run on a model thread.
+    pub fn new(cfg: &Config, alone: bool) -> ThreadMetrics {
+        let engine = Engine::new(cfg);
+        let engine = if alone && cfg.metrics_thread {
+            match offload::start(engine, EPOCH.load(Ordering::Relaxed)) {
+                Ok(away) => Where::Away(away),
+                Err(engine) => Where::Here(engine),
+            }
+        } else {
+            Where::Here(engine)
+        };
+        ThreadMetrics {
+            counters: Counters::default(),
+            engine,
         }
     }
 
@@ -187,104 +323,104 @@ impl ThreadMetrics {
         }
     }
 
-    /// A block starts: the previous block's control transfer, then the block's instructions.
+    /// A block starts.
     #[inline]
     pub fn block(&mut self, tb: &TbInfo) {
-        // Another iteration of a rep string instruction is not a transfer, and counts as an
-        // instruction only under count_rep=iteration (as the vectors count it).
-        let again = tb.rep_first && self.prev_rep == tb.pc;
-        let c = &self.counters;
-        if !again && self.prev_end != 0 {
-            let taken = tb.pc != self.prev_end;
-            if taken {
-                c.bump(TAKEN, 1);
-            }
-            if self.prev_branch != 0 && self.gshare.update(self.prev_branch, taken) {
-                c.bump(MISPREDICT, 1);
-            }
+        match &mut self.engine {
+            Where::Here(e) => e.block(&mut &self.counters, tb),
+            Where::Away(o) => o.block(tb),
+            Where::Moving => {}
         }
-        if !again || self.rep_iterations {
-            c.bump(INSNS, tb.insns);
-        }
-        self.prev_end = tb.end;
-        self.prev_branch = tb.branch;
-        self.prev_rep = tb.rep_last;
     }
 
     /// A memory access of `size` bytes at `vaddr`.
     #[inline]
     pub fn access(&mut self, vaddr: u64, size: u64, store: bool) {
-        self.counters.bump(if store { STORES } else { LOADS }, 1);
-        let first = vaddr >> self.line_shift;
-        let last = (vaddr + size.max(1) - 1) >> self.line_shift;
-        let epoch = EPOCH.load(Ordering::Relaxed);
-        if first == last && first == self.last_line && epoch == self.last_epoch {
-            return;
-        }
-        // An access across two lines misses if either line misses (cachegrind's rule). A line
-        // hit for the first time in this interval may be on a page not counted in it yet.
-        let (mut l1_miss, mut l2_miss) = self.line(first, epoch);
-        if last != first {
-            let (m1, m2) = self.line(first + 1, epoch);
-            l1_miss |= m1;
-            l2_miss |= m2;
-        }
-        self.last_line = last;
-        self.last_epoch = epoch;
-        if l1_miss {
-            self.counters.bump(L1D, 1);
-            if l2_miss {
-                self.counters.bump(L2, 1);
+        match &mut self.engine {
+            Where::Here(e) => {
+                let epoch = EPOCH.load(Ordering::Relaxed);
+                e.access(&mut &self.counters, vaddr, size, store, epoch)
             }
+            Where::Away(o) => o.access(vaddr, size, store),
+            Where::Moving => {}
         }
     }
 
-    /// One line of an access: (L1D miss, L2 miss).
-    #[inline(always)]
-    fn line(&mut self, line: u64, epoch: u64) -> (bool, bool) {
-        let (hit, fresh) = self.l1d.access_stamped(line, epoch);
-        if fresh {
-            self.page(line << self.line_shift >> PAGE_SHIFT, epoch);
-        }
-        if hit {
-            (false, false)
-        } else {
-            (true, !self.l2.access(line))
-        }
-    }
-
-    #[inline]
-    fn page(&mut self, page: u64, epoch: u64) {
-        let slot = &mut self.pages[page as usize % FILTER];
-        if *slot == (page, epoch) {
+    /// The thread's engine comes back from its model thread once everything sent there is
+    /// counted (a second guest thread is starting, whose work is counted on its own thread,
+    /// or the guest exits). Call on the owning thread.
+    pub fn bring_back(&mut self) {
+        if !matches!(self.engine, Where::Away(_)) {
             return;
         }
-        *slot = (page, epoch);
-        if PAGE_TABLE.get().is_some_and(|t| t.first_in(page, epoch)) {
-            PAGE_COUNT.fetch_add(1, Ordering::Relaxed);
+        let Where::Away(away) = std::mem::replace(&mut self.engine, Where::Moving) else {
+            return;
+        };
+        match away.finish() {
+            Some((engine, since_cut, out)) => {
+                for (i, &n) in since_cut.0.iter().enumerate() {
+                    (&self.counters).bump(i, n);
+                }
+                put_out(out);
+                self.engine = Where::Here(engine);
+            }
+            None if crate::fork::forked() => {}
+            None => report_error("the metrics model thread ended early"),
         }
     }
 }
 
-/// Thread 1 cut an interval: append the row of every thread's metrics since the last cut.
-pub fn cut() {
-    let mut guard = ROWS.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(rows) = guard.as_mut() else { return };
-    let mut row = MetricsRow::default();
-    for (counters, base) in rows.threads.iter_mut() {
-        let now = counters.read();
-        for i in 0..8 {
-            row.0[i] += now.0[i] - base.0[i];
+/// Thread 1 cut an interval (`main`: its metrics, when it is the caller): the row of every
+/// thread's metrics since the last cut, appended to `metrics` here or, while thread 1's memory
+/// side is away, by its model thread once that has counted the accesses before the cut.
+pub fn cut(main: Option<&mut ThreadMetrics>) {
+    let row = {
+        let mut guard = ROWS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(rows) = guard.as_mut() else { return };
+        let mut row = MetricsRow::default();
+        for (counters, base) in rows.threads.iter_mut() {
+            let now = counters.read();
+            for i in 0..8 {
+                row.0[i] += now.0[i] - base.0[i];
+            }
+            *base = now;
         }
-        *base = now;
+        EPOCH.fetch_add(1, Ordering::Relaxed);
+        match main.as_ref().map(|m| &m.engine) {
+            Some(Where::Away(_)) => row,
+            _ => {
+                write_row(&mut rows.out, &row);
+                return;
+            }
+        }
+    };
+    if let Some(Where::Away(away)) = main.map(|m| &mut m.engine) {
+        away.cut(row);
     }
-    EPOCH.fetch_add(1, Ordering::Relaxed);
-    row.0[PAGES] = PAGE_COUNT.swap(0, Ordering::Relaxed);
-    if let Some(out) = rows.out.as_mut() {
-        if let Err(e) = out.row(&row) {
+}
+
+/// Appends `row`; after a failed write (reported once) the file gets no more rows.
+pub(crate) fn write_row(out: &mut Option<MetricsWriter<File>>, row: &MetricsRow) {
+    if let Some(w) = out.as_mut() {
+        if let Err(e) = w.row(row) {
             report_error(&format!("writing the metrics file: {e}"));
-            rows.out = None;
+            *out = None;
         }
+    }
+}
+
+/// The metrics file, taken by a model thread that writes the rows while it runs.
+pub(crate) fn take_out() -> Option<MetricsWriter<File>> {
+    ROWS.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+        .and_then(|r| r.out.take())
+}
+
+/// The metrics file back from a model thread.
+pub(crate) fn put_out(out: Option<MetricsWriter<File>>) {
+    if let Some(rows) = ROWS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        rows.out = out;
     }
 }
 

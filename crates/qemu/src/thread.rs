@@ -175,6 +175,10 @@ impl Watch {
 /// A new guest thread (called on its parent's thread, so numbers follow creation order).
 pub fn start(vcpu: u32) {
     let Some(cfg) = CONFIG.get() else { return };
+    if crate::fork::forked() {
+        // A thread of a forked child: not followed (see fork.rs).
+        return;
+    }
     let Some(slot) = THREADS.get(vcpu as usize) else {
         report_error(&format!(
             "more than {MAX_VCPUS} guest threads alive at once"
@@ -219,7 +223,7 @@ pub fn start(vcpu: u32) {
             None
         },
         pace: (cfg.flow > 0).then(|| Pace::new(number, cfg.flow)),
-        metrics: cfg.metrics.then(|| ThreadMetrics::new(cfg)),
+        metrics: cfg.metrics.then(|| ThreadMetrics::new(cfg, number == 1)),
         main: number == 1,
     });
     let t = Box::into_raw(t);
@@ -259,6 +263,10 @@ fn take_over_first() {
         // SAFETY: thread 1's state; its host thread is the one running this.
         let t = unsafe { &mut *p };
         harvest(t);
+        // The new thread's accesses are modelled on its own thread; thread 1's come back to it.
+        if let Some(m) = t.metrics.as_mut() {
+            m.bring_back();
+        }
         if LAST_REP_TOTAL.load(Ordering::Relaxed) == TOTAL.load(Ordering::Relaxed) {
             t.last_rep = LAST_REP_PC.load(Ordering::Relaxed);
         }
@@ -347,7 +355,7 @@ fn single_cut(tb: &TbInfo, before: u64) {
         let _ = counter.cut_pending(tb.id, &mut |pairs| write_vector(out, line, pairs));
         let intervals = counter.intervals();
         if t.metrics.is_some() {
-            (before..intervals).for_each(|_| crate::metrics::cut());
+            (before..intervals).for_each(|_| crate::metrics::cut(t.metrics.as_mut()));
         }
         counter.store_mut().header().intervals = intervals;
         let cut_at = t.counter.last_cut();
@@ -480,7 +488,7 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     if intervals != before {
         h.intervals = intervals;
         if t.main && t.metrics.is_some() {
-            (before..intervals).for_each(|_| crate::metrics::cut());
+            (before..intervals).for_each(|_| crate::metrics::cut(t.metrics.as_mut()));
         }
         let cut_at = t.counter.last_cut();
         t.watch.start(intervals, cut_at);
@@ -546,9 +554,18 @@ pub fn snapshot_all(mut each: impl FnMut(u32, u64)) -> u64 {
 /// The guest is exiting: write out the windows still open.
 pub fn finish_all() {
     slices::finish();
-    if CONFIG.get().is_some_and(|c| c.metrics && c.tail) {
-        // The row of the unfinished interval, for the host's tail vector.
-        crate::metrics::cut();
+    if CONFIG.get().is_some_and(|c| c.metrics) {
+        let p = FIRST.load(Ordering::Acquire);
+        // SAFETY: at exit no guest thread runs blocks any more; thread 1's state is never freed.
+        let mut first = unsafe { p.as_mut() }.and_then(|t| t.metrics.as_mut());
+        if CONFIG.get().is_some_and(|c| c.tail) {
+            // The row of the unfinished interval, for the host's tail vector.
+            crate::metrics::cut(first.as_deref_mut());
+        }
+        // Every row is written before QEMU exits.
+        if let Some(m) = first {
+            m.bring_back();
+        }
     }
     for slot in THREADS.iter() {
         let p = slot.load(Ordering::Acquire);

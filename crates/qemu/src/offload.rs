@@ -1,0 +1,320 @@
+//! Thread 1's metrics engine on a model thread of its own (`metrics_thread=on`, the default),
+//! while the guest has a single thread.
+//!
+//! QEMU calls the plugin at every block and memory access, and on a single-threaded guest most
+//! of a metrics run's time went into the cache model and predictor on the guest's own host
+//! thread while the machine's other cores idled. Here the guest's thread only appends each
+//! block (its leaked `TbInfo`) and access to a buffer (one store); full buffers, and each cut's
+//! row, go in order over a bounded channel to the model thread, which runs the same
+//! [`Engine`] on the same stream and writes the completed rows. The results are identical by
+//! construction: one consumer, one order, the same epochs. When a second guest thread starts
+//! (or the guest exits) the guest's thread waits until everything sent is counted and takes
+//! the engine back.
+
+use std::fs::File;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::thread::JoinHandle;
+
+use bbv_profile::{MetricsRow, MetricsWriter};
+
+use crate::blocks::TbInfo;
+use crate::metrics::{self, Engine};
+
+/// Accesses per buffer: 128 KiB, small enough to stay in a core's cache.
+const BUFFER: usize = 16 * 1024;
+/// Buffers in flight: how far the guest may run ahead of the model.
+const DEPTH: usize = 8;
+
+/// Encoding of a buffer's words. A block: its `TbInfo`'s address with [`BLOCK_BIT`]. An
+/// access: the address in the low [`ADDR_BITS`] bits (user-mode addresses have fewer
+/// significant bits; the caches compare lines on fewer still), the size's log2 (3 bits) and
+/// [`STORE_BIT`] above.
+const ADDR_BITS: u32 = 59;
+const ADDR_MASK: u64 = (1 << ADDR_BITS) - 1;
+const STORE_BIT: u64 = 1 << 62;
+const BLOCK_BIT: u64 = 1 << 63;
+
+enum Msg {
+    /// Blocks and accesses.
+    Work(Vec<u64>),
+    /// Thread 1 cut an interval: the row with its guest-side columns.
+    Cut(MetricsRow),
+    /// Send back the model, the counts since the last cut and the metrics file, then stop.
+    Back(SyncSender<Returned>),
+}
+
+type Returned = (Engine, MetricsRow, Option<MetricsWriter<File>>);
+
+/// The guest side: thread 1's buffer and its end of the channel.
+pub struct Offload {
+    buf: Vec<u64>,
+    tx: SyncSender<Msg>,
+    free: Receiver<Vec<u64>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+/// Starts a model thread for `model`, whose accesses are in interval `epoch` from now on;
+/// gives the engine back when no thread can be started.
+// Called once per run: the engine goes back by value rather than through another box.
+#[allow(clippy::result_large_err)]
+pub fn start(engine: Engine, epoch: u64) -> Result<Offload, Engine> {
+    let (tx, rx) = mpsc::sync_channel::<Msg>(DEPTH);
+    let (free_tx, free) = mpsc::channel::<Vec<u64>>();
+    // The engine and the metrics file move to the model thread once it runs.
+    let (home_tx, home_rx) = mpsc::sync_channel::<(Engine, Option<MetricsWriter<File>>)>(1);
+    let spawned = without_signals(|| {
+        std::thread::Builder::new()
+            .name("bbv-metrics".into())
+            .spawn(move || {
+                if let Ok((engine, out)) = home_rx.recv() {
+                    run(engine, out, epoch, rx, free_tx);
+                }
+            })
+    });
+    let worker = match spawned {
+        Ok(h) => h,
+        Err(_) => return Err(engine),
+    };
+    if let Err(mpsc::SendError((engine, out))) = home_tx.send((engine, metrics::take_out())) {
+        metrics::put_out(out);
+        return Err(engine);
+    }
+    Ok(Offload {
+        buf: Vec::with_capacity(BUFFER),
+        tx,
+        free,
+        worker: Some(worker),
+    })
+}
+
+/// Runs `f` with every signal blocked, so that a thread it starts inherits an all-blocked
+/// mask: QEMU's host signal handlers expect a vCPU thread, and the guest's signals are for it.
+fn without_signals<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: plain signal-mask calls on the calling thread, restored before returning.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}
+
+/// The model thread: counts the accesses in stream order, completes and writes each row.
+fn run(
+    mut engine: Engine,
+    mut out: Option<MetricsWriter<File>>,
+    mut epoch: u64,
+    rx: Receiver<Msg>,
+    free: mpsc::Sender<Vec<u64>>,
+) {
+    // Counts since the last cut.
+    let mut since = MetricsRow::default();
+    for msg in rx {
+        match msg {
+            Msg::Work(mut buf) => {
+                for &w in &buf {
+                    if w & BLOCK_BIT != 0 {
+                        // SAFETY: TbInfos are leaked at translation and never freed.
+                        let tb = unsafe { &*((w & !BLOCK_BIT) as *const TbInfo) };
+                        engine.block(&mut since, tb);
+                    } else {
+                        let size = 1u64 << ((w >> ADDR_BITS) & 7);
+                        engine.access(&mut since, w & ADDR_MASK, size, w & STORE_BIT != 0, epoch);
+                    }
+                }
+                buf.clear();
+                let _ = free.send(buf);
+            }
+            Msg::Cut(mut row) => {
+                for i in 0..8 {
+                    row.0[i] += since.0[i];
+                }
+                since = MetricsRow::default();
+                epoch += 1;
+                metrics::write_row(&mut out, &row);
+            }
+            Msg::Back(reply) => {
+                let _ = reply.send((engine, since, out));
+                return;
+            }
+        }
+    }
+}
+
+impl Offload {
+    /// Records a block's start.
+    #[inline(always)]
+    pub fn block(&mut self, tb: &TbInfo) {
+        self.push(tb as *const TbInfo as u64 | BLOCK_BIT);
+    }
+
+    /// Records one access.
+    #[inline(always)]
+    pub fn access(&mut self, vaddr: u64, size: u64, store: bool) {
+        let shift = u64::from(size.max(1).trailing_zeros().min(7));
+        let store = if store { STORE_BIT } else { 0 };
+        self.push(vaddr & ADDR_MASK | shift << ADDR_BITS | store);
+    }
+
+    #[inline(always)]
+    fn push(&mut self, word: u64) {
+        self.buf.push(word);
+        if self.buf.len() == BUFFER {
+            self.send_buffer();
+        }
+    }
+
+    #[cold]
+    fn send_buffer(&mut self) {
+        let next = self
+            .free
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BUFFER));
+        let full = std::mem::replace(&mut self.buf, next);
+        self.send(Msg::Work(full));
+    }
+
+    fn send(&mut self, msg: Msg) {
+        // A forked child has no model thread (threads do not survive fork): it must not wait
+        // on the full channel, and counts nothing for the parent anyway.
+        if crate::fork::forked() {
+            // A forked child: nothing of it goes to the parent's model or files.
+            self.buf.clear();
+            return;
+        }
+        let _ = self.tx.send(msg);
+    }
+
+    /// Thread 1 cut an interval: `row` has the guest-side columns; the model thread adds
+    /// the memory side's once it has counted every access before the cut.
+    pub fn cut(&mut self, row: MetricsRow) {
+        if !self.buf.is_empty() {
+            self.send_buffer();
+        }
+        self.send(Msg::Cut(row));
+    }
+
+    /// Waits until every access and row sent is done, then returns the model, its counts
+    /// since the last cut and the metrics file (None if the model thread is gone).
+    pub fn finish(mut self) -> Option<Returned> {
+        if crate::fork::forked() {
+            return None;
+        }
+        if !self.buf.is_empty() {
+            self.send_buffer();
+        }
+        let (reply, back) = mpsc::sync_channel(1);
+        self.tx.send(Msg::Back(reply)).ok()?;
+        let returned = back.recv().ok();
+        if let Some(h) = self.worker.take() {
+            let _ = h.join();
+        }
+        returned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Counters;
+
+    enum Event {
+        Block(&'static TbInfo),
+        Access(u64, u64, bool),
+    }
+
+    fn block(pc: u64, end: u64, branch: u64) -> &'static TbInfo {
+        Box::leak(Box::new(TbInfo {
+            id: 1,
+            insns: (end - pc) / 4,
+            pc,
+            end,
+            branch,
+            rep_first: false,
+            rep_last: 0,
+            fldcw: 0,
+            execs: std::ptr::null_mut(),
+            may_loop: true,
+            own: true,
+            excluded: false,
+            head: Default::default(),
+        }))
+    }
+
+    #[test]
+    fn the_model_thread_counts_and_writes_what_the_guest_thread_would() {
+        let dir = std::env::temp_dir().join(format!("bbv-offload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let args = [format!("dir={}", dir.display()), "metrics=on".to_string()];
+        let cfg = crate::parse_args(&args, "x86_64").unwrap();
+        metrics::init(&cfg).unwrap();
+        // Block i falls through into block i + 1 and ends with a conditional branch: the stream
+        // goes on to the next block half of the time, to a random one otherwise.
+        let blocks: Vec<&'static TbInfo> = (0..17u64)
+            .map(|i| block(0x1000 + 64 * i, 0x1040 + 64 * i, 0x103c + 64 * i))
+            .collect();
+        let (mut x, mut at) = (7u64, 0usize);
+        let stream: Vec<Event> = (0..300_000)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                if x >> 60 < 4 {
+                    at = if x >> 59 & 1 == 0 {
+                        at + 1
+                    } else {
+                        (x >> 50) as usize
+                    } % 16;
+                    Event::Block(blocks[at])
+                } else {
+                    let vaddr = 0x7f00_0000_0000 + (x >> 40) % (4 << 20);
+                    Event::Access(vaddr, 1 << (x >> 20 & 3), x >> 30 & 1 == 1)
+                }
+            })
+            .collect();
+        let cuts = [50_000, 120_001, 250_000];
+        // The reference: the same engine on this thread. Pages are counted once per epoch over
+        // the whole process, so it sees the stream in other pages (same sets) and epochs.
+        let here = Counters::default();
+        let mut engine = Engine::new(&cfg);
+        let mut want = Vec::new();
+        let mut base = MetricsRow::default();
+        for (i, e) in stream.iter().enumerate() {
+            if cuts.contains(&i) {
+                let now = here.read();
+                want.push(MetricsRow(std::array::from_fn(|c| now.0[c] - base.0[c])));
+                base = now;
+            }
+            let epoch = 500 + cuts.iter().filter(|&&c| c <= i).count() as u64;
+            match *e {
+                Event::Block(tb) => engine.block(&mut &here, tb),
+                Event::Access(vaddr, size, store) => {
+                    engine.access(&mut &here, vaddr + (1 << 44), size, store, epoch)
+                }
+            }
+        }
+        let now = here.read();
+        let want_tail = MetricsRow(std::array::from_fn(|c| now.0[c] - base.0[c]));
+        let mut away = start(Engine::new(&cfg), 0).ok().unwrap();
+        for (i, e) in stream.iter().enumerate() {
+            if cuts.contains(&i) {
+                away.cut(MetricsRow::default());
+            }
+            match *e {
+                Event::Block(tb) => away.block(tb),
+                Event::Access(vaddr, size, store) => away.access(vaddr, size, store),
+            }
+        }
+        let (_, since_cut, out) = away.finish().unwrap();
+        assert_eq!(since_cut, want_tail);
+        // Every column is exercised.
+        assert!(want_tail.0.iter().all(|&n| n > 100), "{want_tail:?}");
+        drop(out);
+        let got = bbv_profile::read_metrics(&dir.join("metrics")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(got, want);
+    }
+}
