@@ -63,7 +63,7 @@ impl Register for BbvPlugin {
             }
         }
         crate::fork::install(&cfg.dir);
-        INLINE.store(!cfg.exact && INLINE_COUNTING, Ordering::Relaxed);
+        INLINE.store(!cfg.exact, Ordering::Relaxed);
         thread::METRICS.store(cfg.metrics, Ordering::Relaxed);
         let _ = CONFIG.set(cfg);
         PLUGIN_ID.store(id, Ordering::Relaxed);
@@ -223,15 +223,222 @@ unsafe fn count_inline(tb: *mut qemu_plugin_tb, info: &TbInfo) {
     sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, total, info.insns);
 }
 
-/// API v3 has only per-vCPU inline adds into QEMU's scoreboards: until counting moves there,
-/// every block is counted by its callback ([`INLINE`] stays off).
+/// Inline counting of a block at API v3: per-vCPU adds to its slot's scoreboard entry and
+/// (down) to the vCPU's distance to the next cut, from which its instructions follow.
+///
+/// # Safety
+/// `tb` is the block being translated.
 #[cfg(not(feature = "api-v1"))]
-unsafe fn count_inline(_tb: *mut qemu_plugin_tb, _info: &TbInfo) {
-    unreachable!("inline counting is off at this API level");
+unsafe fn count_inline(tb: *mut qemu_plugin_tb, info: &TbInfo) {
+    let add = sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64;
+    let per_vcpu = sys::qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu;
+    per_vcpu(tb, add, board::slot(info.slot as usize), 1);
+    per_vcpu(tb, add, board::distance(), info.insns.wrapping_neg());
 }
 
-/// Whether blocks may be counted inline at this API level.
-pub(crate) const INLINE_COUNTING: bool = cfg!(feature = "api-v1");
+/// The cut check of an inline-counted block that may close a loop, registered before its
+/// inline adds (API v3 runs a block's callbacks and adds in registration order; v1 runs the
+/// callbacks first anyway), so that it sees the total without the block. Under API v3 it is a
+/// conditional callback that QEMU makes only when the distance to the next cut is used up;
+/// with metrics, which need every block, it is made every time.
+///
+/// # Safety
+/// `tb` is the block being translated; `udata` its leaked `TbInfo`.
+unsafe fn register_check(tb: *mut qemu_plugin_tb, udata: *mut c_void, every_time: bool) {
+    let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+    #[cfg(not(feature = "api-v1"))]
+    if !every_time {
+        let ge = sys::qemu_plugin_cond::QEMU_PLUGIN_COND_GE;
+        sys::qemu_plugin_register_vcpu_tb_exec_cond_cb(
+            tb,
+            Some(on_candidate),
+            flags,
+            ge,
+            board::distance(),
+            board::USED_UP,
+            udata,
+        );
+        return;
+    }
+    let _ = every_time;
+    sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_candidate), flags, udata);
+}
+
+/// The single thread's inline counts under API v3, in QEMU's per-vCPU scoreboards (see
+/// `fast.rs`): one scoreboard per [`CHUNK`](board) slots, and one with each vCPU's distance to
+/// its next cut. Every inline-counted instruction shrinks the distance, so the instructions
+/// follow from it: the distance set plus the instructions then, less the distance now (one
+/// inline add per block fewer).
+#[cfg(not(feature = "api-v1"))]
+pub mod board {
+    use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+    use std::sync::Mutex;
+
+    use qemu_plugin::sys::{self, qemu_plugin_scoreboard, qemu_plugin_u64};
+
+    /// Slots per scoreboard.
+    const CHUNK: usize = 4096;
+    /// A distance at or above this is negative: the cut is due.
+    pub const USED_UP: u64 = 1 << 63;
+    /// The largest distance set (never reached: no cut is that far).
+    const FAR: u64 = 1 << 62;
+
+    struct Boards {
+        chunks: Vec<usize>,
+        /// Per slot: the executions moved out of the scoreboard so far.
+        taken: Vec<u64>,
+    }
+
+    static BOARDS: Mutex<Boards> = Mutex::new(Boards {
+        chunks: Vec::new(),
+        taken: Vec::new(),
+    });
+    /// Per vCPU: the distance to the next cut, less one.
+    static THREAD: AtomicPtr<qemu_plugin_scoreboard> = AtomicPtr::new(std::ptr::null_mut());
+    /// The single thread's vCPU.
+    static VCPU: AtomicU32 = AtomicU32::new(0);
+    /// The single thread's instructions counted inline plus its distance (wrapping): both as
+    /// of the last [`set_distance`], and constant since, as inline adds move them in step.
+    static ANCHOR: AtomicU64 = AtomicU64::new(0);
+
+    fn boards() -> std::sync::MutexGuard<'static, Boards> {
+        BOARDS.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn thread_board() -> *mut qemu_plugin_scoreboard {
+        let p = THREAD.load(Ordering::Acquire);
+        if !p.is_null() {
+            return p;
+        }
+        // SAFETY: a new scoreboard of one u64 per vCPU, never freed.
+        let new = unsafe { sys::qemu_plugin_scoreboard_new(8) };
+        match THREAD.compare_exchange(
+            std::ptr::null_mut(),
+            new,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => new,
+            Err(old) => {
+                // SAFETY: ours, unused.
+                unsafe { sys::qemu_plugin_scoreboard_free(new) };
+                old
+            }
+        }
+    }
+
+    /// The entry of each vCPU's distance to its next cut, less one.
+    pub fn distance() -> qemu_plugin_u64 {
+        qemu_plugin_u64 {
+            score: thread_board(),
+            offset: 0,
+        }
+    }
+
+    fn distance_now() -> u64 {
+        // SAFETY: reading an entry of our scoreboard.
+        unsafe { sys::qemu_plugin_u64_get(distance(), vcpu()) }
+    }
+
+    /// Slot `slot`'s entry (its scoreboard exists: [`new_slot`] made it).
+    pub fn slot(slot: usize) -> qemu_plugin_u64 {
+        let score = boards().chunks[slot / CHUNK] as *mut qemu_plugin_scoreboard;
+        qemu_plugin_u64 {
+            score,
+            offset: 8 * (slot % CHUNK),
+        }
+    }
+
+    /// The single thread runs on `vcpu`.
+    pub fn set_vcpu(vcpu: u32) {
+        VCPU.store(vcpu, Ordering::Relaxed);
+    }
+
+    fn vcpu() -> u32 {
+        VCPU.load(Ordering::Relaxed)
+    }
+
+    /// The single thread's instructions counted inline.
+    pub fn total() -> u64 {
+        ANCHOR.load(Ordering::Relaxed).wrapping_sub(distance_now())
+    }
+
+    /// The next cut falls due at `at` instructions; the thread has run `total` (`inline` of
+    /// them counted inline).
+    pub fn set_distance(at: u64, total: u64, inline: u64) {
+        let d = if at > total {
+            (at - total - 1).min(FAR)
+        } else {
+            u64::MAX
+        };
+        ANCHOR.store(inline.wrapping_add(d), Ordering::Relaxed);
+        // SAFETY: writing an entry of our scoreboard on the vCPU's own thread.
+        unsafe { sys::qemu_plugin_u64_set(distance(), vcpu(), d) };
+    }
+
+    /// A callback counted `insns` instructions: the distance shrinks as with inline counting
+    /// (and the anchor with it: those are not inline instructions).
+    pub fn consume(insns: u64) {
+        ANCHOR.fetch_sub(insns, Ordering::Relaxed);
+        // SAFETY: as in set_distance.
+        unsafe { sys::qemu_plugin_u64_add(distance(), vcpu(), insns.wrapping_neg()) };
+    }
+
+    /// A new slot: its scoreboard is made with the first slot it holds.
+    pub fn new_slot(slot: usize) {
+        let mut b = boards();
+        if slot / CHUNK >= b.chunks.len() {
+            // SAFETY: a new scoreboard of CHUNK u64 per vCPU, never freed.
+            let score = unsafe { sys::qemu_plugin_scoreboard_new(8 * CHUNK) };
+            b.chunks.push(score as usize);
+        }
+        if b.taken.len() <= slot {
+            b.taken.resize(slot + 1, 0);
+        }
+    }
+
+    /// Moves out the executions `vcpu` counted inline in `slot` since the last take.
+    pub fn take(slot: usize, vcpu: u32) -> u64 {
+        let mut b = boards();
+        let Some(&score) = b.chunks.get(slot / CHUNK) else {
+            return 0;
+        };
+        let e = qemu_plugin_u64 {
+            score: score as *mut qemu_plugin_scoreboard,
+            offset: 8 * (slot % CHUNK),
+        };
+        // SAFETY: `vcpu` runs no guest code meanwhile (its own thread, or all stopped).
+        let n = unsafe { sys::qemu_plugin_u64_get(e, vcpu) };
+        if n != 0 {
+            // SAFETY: as above.
+            unsafe { sys::qemu_plugin_u64_set(e, vcpu, 0) };
+            b.taken[slot] += n;
+        }
+        n
+    }
+
+    /// Moves out the single thread's inline-counted instructions.
+    pub fn take_total() -> u64 {
+        let n = total();
+        ANCHOR.store(distance_now(), Ordering::Relaxed);
+        n
+    }
+
+    /// The single thread's executions of `slot` counted inline since the start.
+    pub fn cumulative(slot: usize) -> u64 {
+        let b = boards();
+        let taken = b.taken.get(slot).copied().unwrap_or(0);
+        let Some(&score) = b.chunks.get(slot / CHUNK) else {
+            return taken;
+        };
+        let e = qemu_plugin_u64 {
+            score: score as *mut qemu_plugin_scoreboard,
+            offset: 8 * (slot % CHUNK),
+        };
+        // SAFETY: reading an entry of our scoreboard.
+        taken + unsafe { sys::qemu_plugin_u64_get(e, vcpu()) }
+    }
+}
 
 /// The machine code of a block's instructions during its translation: QEMU's own bytes (API
 /// v1 lends a pointer) or copies (v3 copies into a buffer).
@@ -341,13 +548,13 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         // see the block on the same side of a cut as the vectors; other inline blocks get a
         // callback of their own.
         if inline {
-            count_inline(tb, info);
             let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
             if info.may_loop {
-                sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_candidate), flags, udata);
+                register_check(tb, udata, cfg.metrics);
             } else if cfg.metrics {
                 sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_metrics_block), flags, udata);
             }
+            count_inline(tb, info);
         } else {
             let cb: extern "C" fn(c_uint, *mut c_void) = if rep { on_rep_exec } else { on_tb_exec };
             let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;

@@ -31,6 +31,9 @@ pub struct TbInfo {
     pub fldcw: u64,
     /// Executions counted by the single-thread fast path (a slot in `tbs.state`).
     pub execs: *mut u64,
+    /// That slot's index (API v3 also counts it in a scoreboard entry).
+    #[cfg_attr(feature = "api-v1", allow(dead_code))]
+    pub slot: u32,
     /// The block may close a loop or leave a function (interval boundaries are checked there
     /// when counting inline); true when unknown.
     pub may_loop: bool,
@@ -227,7 +230,7 @@ pub fn analyze<'a>(
     // Without a branch decoder for the target, every block of the program's own code counts
     // as a loop head (slices then end at the first such block after the budget).
     let decoded = cfg.x86 || cfg.aarch64;
-    let execs = crate::fast::new_slot(id, insns as u64, fldcw)?;
+    let (execs, slot) = crate::fast::new_slot(id, insns as u64, fldcw)?;
     let info: &'static TbInfo = Box::leak(Box::new(TbInfo {
         id,
         insns: insns as u64,
@@ -238,6 +241,7 @@ pub fn analyze<'a>(
         rep_last,
         fldcw,
         execs,
+        slot,
         may_loop,
         own,
         excluded,

@@ -8,6 +8,14 @@
 //!
 //! `tbs` lists the slots (`slot id insns fldcw`), one line per write, so the host can count
 //! what was not harvested yet when the guest dies without warning.
+//!
+//! Plugin API v1 adds inline into the slot's word of the mapping and into [`TOTAL`], and calls
+//! the plugin at every block that may close a loop. API v3 (QEMU 9.1+) has no inline add to a
+//! plain address, only to per-vCPU scoreboards: there each slot also has an entry in a
+//! scoreboard ([`board`]), the vCPU's instructions and its distance to the next cut are two
+//! more, and a block that may close a loop calls the plugin only when that distance is used
+//! up (a conditional callback). Callback-counted blocks (rep string blocks) still count into
+//! the mapping and [`TOTAL`]; readers add the two.
 
 use std::fs::File;
 use std::io::Write;
@@ -22,10 +30,56 @@ use crate::{report_error, Config};
 /// Most distinct translated blocks a run may have (the mapping is reserved, not allocated).
 pub const MAX_SLOTS: usize = 1 << 23;
 
-/// Instructions executed by the single thread, counted in the fast path.
+/// Instructions executed by the single thread and counted in the fast path by a callback (by
+/// inline adds too under API v1).
 pub static TOTAL: AtomicU64 = AtomicU64::new(0);
 /// The total at which the next cut falls due.
-pub static NEXT_CUT: AtomicU64 = AtomicU64::new(u64::MAX);
+static NEXT_CUT: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Whether blocks count inline now, so that the scoreboards of API v3 hold counts (asking
+/// QEMU for an entry costs more than a block's whole callback otherwise).
+#[inline(always)]
+fn on_board() -> bool {
+    !cfg!(any(test, feature = "api-v1")) && crate::api::INLINE.load(Ordering::Relaxed)
+}
+
+/// Instructions executed by the single thread so far.
+#[inline]
+pub fn total() -> u64 {
+    let t = TOTAL.load(Ordering::Relaxed);
+    if on_board() {
+        t + board::total()
+    } else {
+        t
+    }
+}
+
+/// The total at which the single thread next calls [`crate::thread`]'s slow path.
+#[inline]
+pub fn next_cut() -> u64 {
+    NEXT_CUT.load(Ordering::Relaxed)
+}
+
+/// Sets [`next_cut`] (and, under API v3, the distance the conditional callbacks test).
+pub fn set_next_cut(at: u64) {
+    NEXT_CUT.store(at, Ordering::Relaxed);
+    if on_board() {
+        board::set_distance(at, total(), board::total());
+    }
+}
+
+/// A callback counted one execution of `insns` instructions; returns the new total.
+#[inline]
+pub fn count_callback(insns: u64) -> u64 {
+    let t = TOTAL.load(Ordering::Relaxed) + insns;
+    TOTAL.store(t, Ordering::Relaxed);
+    if on_board() {
+        board::consume(insns);
+        t + board::total()
+    } else {
+        t
+    }
+}
 static BASE: AtomicPtr<u64> = AtomicPtr::new(std::ptr::null_mut());
 
 struct Meta {
@@ -72,8 +126,9 @@ pub fn init(cfg: &Config) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A new slot for a distinct translated block; returns a pointer to its execution counter.
-pub fn new_slot(id: u32, insns: u64, fldcw: u64) -> Option<*mut u64> {
+/// A new slot for a distinct translated block; returns a pointer to its execution counter and
+/// its index.
+pub fn new_slot(id: u32, insns: u64, fldcw: u64) -> Option<(*mut u64, u32)> {
     let base = BASE.load(Ordering::Acquire);
     if base.is_null() {
         return None;
@@ -91,24 +146,27 @@ pub fn new_slot(id: u32, insns: u64, fldcw: u64) -> Option<*mut u64> {
             meta.file = None;
         }
     }
+    board::new_slot(slot);
     // SAFETY: slot < MAX_SLOTS, inside the mapping.
-    Some(unsafe { base.add(HEADER_WORDS + 2 * slot) })
+    Some((unsafe { base.add(HEADER_WORDS + 2 * slot) }, slot as u32))
 }
 
-/// Moves every slot's executions since the last harvest into `absorb(id, instructions)`,
-/// returning the fldcw instructions among them.
-pub fn harvest(mut absorb: impl FnMut(u32, u64)) -> u64 {
+/// Moves every slot's executions since the last harvest (under API v3, those of `vcpu`'s
+/// scoreboard entries) into `absorb(id, instructions)`, returning the fldcw instructions among
+/// them. Call on `vcpu`'s thread, or with every vCPU stopped.
+pub fn harvest(vcpu: u32, mut absorb: impl FnMut(u32, u64)) -> u64 {
     let base = BASE.load(Ordering::Acquire);
     if base.is_null() {
         return 0;
     }
     let meta = META.lock().unwrap_or_else(|e| e.into_inner());
     let mut fldcw = 0;
+    let board = on_board();
     for (slot, &(id, insns, f)) in meta.slots.iter().enumerate() {
         // SAFETY: every listed slot is inside the mapping; only this thread writes it now.
         unsafe {
             let p = base.add(HEADER_WORDS + 2 * slot);
-            let delta = *p - *p.add(1);
+            let delta = *p - *p.add(1) + if board { board::take(slot, vcpu) } else { 0 };
             if delta != 0 {
                 absorb(id, delta * insns);
                 fldcw += delta * f;
@@ -127,11 +185,54 @@ pub fn cumulative(mut each: impl FnMut(u32, u64)) {
         return;
     }
     let meta = META.lock().unwrap_or_else(|e| e.into_inner());
+    let board = on_board();
     for (slot, &(id, insns, _)) in meta.slots.iter().enumerate() {
+        let inline = if board { board::cumulative(slot) } else { 0 };
         // SAFETY: every listed slot is inside the mapping.
-        let execs = unsafe { *base.add(HEADER_WORDS + 2 * slot) };
+        let execs = unsafe { *base.add(HEADER_WORDS + 2 * slot) } + inline;
         if execs != 0 {
             each(id, execs * insns);
         }
     }
 }
+
+/// Moves the inline counts of `vcpu` (API v3: in QEMU's memory) into the mapping, where the
+/// host finds them if QEMU dies before the next harvest; the guest is exiting.
+pub fn flush(vcpu: u32) {
+    let base = BASE.load(Ordering::Acquire);
+    if base.is_null() || !on_board() {
+        return;
+    }
+    let meta = META.lock().unwrap_or_else(|e| e.into_inner());
+    for slot in 0..meta.slots.len() {
+        let n = board::take(slot, vcpu);
+        // SAFETY: every listed slot is inside the mapping; no guest code runs at exit.
+        unsafe { *base.add(HEADER_WORDS + 2 * slot) += n };
+    }
+    TOTAL.fetch_add(board::take_total(), Ordering::Relaxed);
+}
+
+/// API v1: nothing lives in scoreboards.
+#[cfg(any(test, feature = "api-v1"))]
+pub mod board {
+    pub fn total() -> u64 {
+        0
+    }
+    pub fn set_distance(_at: u64, _total: u64, _inline: u64) {}
+    pub fn consume(_insns: u64) {}
+    pub fn new_slot(_slot: usize) {}
+    pub fn take(_slot: usize, _vcpu: u32) -> u64 {
+        0
+    }
+    pub fn take_total() -> u64 {
+        0
+    }
+    pub fn cumulative(_slot: usize) -> u64 {
+        0
+    }
+    /// The single thread runs on this vCPU.
+    pub fn set_vcpu(_vcpu: u32) {}
+}
+
+#[cfg(not(any(test, feature = "api-v1")))]
+pub use crate::api::board;

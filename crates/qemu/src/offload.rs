@@ -237,6 +237,7 @@ mod tests {
             rep_last: 0,
             fldcw: 0,
             execs: std::ptr::null_mut(),
+            slot: 0,
             may_loop: true,
             own: true,
             excluded: false,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use bbv_profile::{BbvWriter, CountStore, CutMode, IntervalCounter};
 
 use crate::blocks::TbInfo;
-use crate::fast::{self, NEXT_CUT, TOTAL};
+use crate::fast;
 use crate::flow::Pace;
 use crate::metrics::ThreadMetrics;
 use crate::slices::{self, ThreadSlices};
@@ -40,6 +40,20 @@ pub static METRICS: AtomicBool = AtomicBool::new(false);
 static SWITCHING: AtomicBool = AtomicBool::new(false);
 /// The thread whose creation started the switch.
 static NEWEST: AtomicPtr<Thread> = AtomicPtr::new(std::ptr::null_mut());
+/// Thread 1's vCPU.
+static FIRST_VCPU: AtomicU32 = AtomicU32::new(0);
+/// QEMU 9.0 and later (API v3) announce a new vCPU on its own thread once it runs, while its
+/// parent runs on (7.2 did so on the parent, inside its clone): thread 1's hand-over then
+/// waits for a reset, with every vCPU stopped, and meanwhile the new thread counts on its own
+/// (its callbacks by vCPU, its inline adds in its own scoreboard entries).
+const INIT_ON_NEW_THREAD: bool = cfg!(not(feature = "api-v1"));
+
+/// Whether a block on `vcpu` counts in the single-thread fast path.
+#[inline(always)]
+fn fast_path(vcpu: u32) -> bool {
+    !MULTI.load(Ordering::Relaxed)
+        && (!INIT_ON_NEW_THREAD || vcpu == FIRST_VCPU.load(Ordering::Relaxed))
+}
 
 struct Thread {
     counter: IntervalCounter<Shared>,
@@ -55,6 +69,8 @@ struct Thread {
     metrics: Option<ThreadMetrics>,
     /// Thread 1's cuts also cut the metrics of all threads.
     main: bool,
+    /// The vCPU the thread runs on (QEMU reuses indexes of exited threads).
+    vcpu: u32,
 }
 
 impl Thread {
@@ -225,6 +241,7 @@ pub fn start(vcpu: u32) {
         pace: (cfg.flow > 0).then(|| Pace::new(number, cfg.flow)),
         metrics: cfg.metrics.then(|| ThreadMetrics::new(cfg, number == 1)),
         main: number == 1,
+        vcpu,
     });
     let t = Box::into_raw(t);
     // SAFETY: thread states are never freed or moved.
@@ -233,10 +250,18 @@ pub fn start(vcpu: u32) {
     }
     if number == 1 {
         // SAFETY: just created, not yet shared.
-        NEXT_CUT.store(unsafe { next_stop(&*t) }, Ordering::Relaxed);
+        FIRST_VCPU.store(vcpu, Ordering::Relaxed);
+        fast::board::set_vcpu(vcpu);
+        fast::set_next_cut(unsafe { next_stop(&*t) });
         FIRST.store(t, Ordering::Release);
     } else if !MULTI.load(Ordering::Relaxed) {
-        if crate::api::INLINE.load(Ordering::Relaxed) {
+        if INIT_ON_NEW_THREAD {
+            // On the new thread, thread 1 running: see INIT_ON_NEW_THREAD.
+            if !SWITCHING.swap(true, Ordering::SeqCst) {
+                NEWEST.store(t, Ordering::Release);
+                crate::api::request_reset();
+            }
+        } else if crate::api::INLINE.load(Ordering::Relaxed) {
             // Inline adds cannot tell threads apart: flush every translation (QEMU does it at
             // the next safe point, before this creating thread runs another guest instruction)
             // and count per thread from then on. Until then only the new thread can run, so
@@ -255,19 +280,20 @@ pub fn start(vcpu: u32) {
     slot.store(t, Ordering::Release);
 }
 
-/// A second thread is being created (on thread 1's host thread, inside its clone syscall, so
-/// thread 1 runs no block meanwhile): move the fast path's counts into thread 1's own state.
+/// A second thread is being created (API v1: on thread 1's host thread, inside its clone
+/// syscall; v3: in the reset that follows, every vCPU stopped; so thread 1 runs no block
+/// meanwhile): move the fast path's counts into thread 1's own state.
 fn take_over_first() {
     let p = FIRST.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: thread 1's state; its host thread is the one running this.
         let t = unsafe { &mut *p };
-        harvest(t);
+        harvest(t, t.vcpu);
         // The new thread's accesses are modelled on its own thread; thread 1's come back to it.
         if let Some(m) = t.metrics.as_mut() {
             m.bring_back();
         }
-        if LAST_REP_TOTAL.load(Ordering::Relaxed) == TOTAL.load(Ordering::Relaxed) {
+        if LAST_REP_TOTAL.load(Ordering::Relaxed) == fast::total() {
             t.last_rep = LAST_REP_PC.load(Ordering::Relaxed);
         }
         if let (Some(sl), Some(cfg)) = (t.slices.as_mut(), CONFIG.get()) {
@@ -282,10 +308,25 @@ fn take_over_first() {
 /// The flush asked for when the second thread appeared is done and every vCPU is stopped:
 /// what the fast path counted since thread 1's hand-over was run by the new thread.
 pub fn after_reset() {
-    let p = NEWEST.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: all vCPUs are stopped while QEMU runs reset callbacks.
-        harvest(unsafe { &mut *p });
+    if INIT_ON_NEW_THREAD {
+        // Thread 1's hand-over, and what every other thread counted inline on its own vCPU.
+        take_over_first();
+        let first = FIRST.load(Ordering::Acquire);
+        for slot in THREADS.iter() {
+            let p = slot.load(Ordering::Acquire);
+            if !p.is_null() && p != first {
+                // SAFETY: all vCPUs are stopped while QEMU runs reset callbacks.
+                let t = unsafe { &mut *p };
+                harvest(t, t.vcpu);
+            }
+        }
+    } else {
+        let p = NEWEST.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: all vCPUs are stopped while QEMU runs reset callbacks.
+            let t = unsafe { &mut *p };
+            harvest(t, t.vcpu);
+        }
     }
     crate::api::INLINE.store(false, Ordering::SeqCst);
     MULTI.store(true, Ordering::SeqCst);
@@ -295,20 +336,23 @@ pub fn after_reset() {
 /// block's callbacks before its inline adds, so the total does not hold the block yet.
 #[inline]
 pub fn check_cut(vcpu: u32, tb: &TbInfo) {
-    let total = TOTAL.load(Ordering::Relaxed);
-    if total >= NEXT_CUT.load(Ordering::Relaxed) && !MULTI.load(Ordering::Relaxed) {
-        single_cut(tb, total);
+    if fast_path(vcpu) {
+        let total = fast::total();
+        if total >= fast::next_cut() {
+            single_cut(tb, total);
+        }
     }
     if METRICS.load(Ordering::Relaxed) {
         metrics_block(vcpu, tb);
     }
 }
 
-fn harvest(t: &mut Thread) {
+/// Moves what the fast path counted (on `vcpu`, under API v3) into `t`'s own state.
+fn harvest(t: &mut Thread, vcpu: u32) {
     let counter = &mut t.counter;
     // Once slicing runs, what the fast path counted belongs to the new thread's slice too.
     let mut sl = t.slices.as_mut().filter(|_| slices::on());
-    let fldcw = fast::harvest(|id, n| {
+    let fldcw = fast::harvest(vcpu, |id, n| {
         counter.absorb(id, n);
         counter.store_mut().header().total += n;
         if let Some(sl) = sl.as_mut() {
@@ -333,21 +377,21 @@ fn next_stop(t: &Thread) -> u64 {
 #[cold]
 fn single_cut(tb: &TbInfo, before: u64) {
     let p = FIRST.load(Ordering::Acquire);
-    if SWITCHING.load(Ordering::Relaxed) {
+    if SWITCHING.load(Ordering::Relaxed) && !INIT_ON_NEW_THREAD {
         return;
     }
     if p.is_null() {
-        NEXT_CUT.store(u64::MAX, Ordering::Relaxed);
+        fast::set_next_cut(u64::MAX);
         return;
     }
     // SAFETY: only thread 1 exists, and this is its host thread.
     let t = unsafe { &mut *p };
-    let total = TOTAL.load(Ordering::Relaxed);
+    let total = fast::total();
     if t.watch.open {
         t.watch.see(tb, before);
     }
     if total >= t.counter.next_boundary() {
-        harvest(t);
+        harvest(t, t.vcpu);
         let Thread {
             counter, out, line, ..
         } = t;
@@ -361,16 +405,15 @@ fn single_cut(tb: &TbInfo, before: u64) {
         let cut_at = t.counter.last_cut();
         t.watch.start(intervals, cut_at);
     }
-    NEXT_CUT.store(next_stop(t), Ordering::Relaxed);
+    fast::set_next_cut(next_stop(t));
 }
 
 #[inline(always)]
 fn count_fast(tb: &TbInfo) -> u64 {
     // SAFETY: the slot counter is inside the never-unmapped shared mapping; one thread runs.
     unsafe { *tb.execs += 1 };
-    let total = TOTAL.load(Ordering::Relaxed) + tb.insns;
-    TOTAL.store(total, Ordering::Relaxed);
-    if total >= NEXT_CUT.load(Ordering::Relaxed) {
+    let total = fast::count_callback(tb.insns);
+    if total >= fast::next_cut() {
         single_cut(tb, total - tb.insns);
     }
     total
@@ -382,7 +425,7 @@ pub fn exec_fast(vcpu: u32, tb: &TbInfo) {
     if METRICS.load(Ordering::Relaxed) {
         metrics_block(vcpu, tb);
     }
-    if MULTI.load(Ordering::Relaxed) {
+    if !fast_path(vcpu) {
         return exec(vcpu, tb);
     }
     count_fast(tb);
@@ -393,7 +436,7 @@ pub fn exec_rep(vcpu: u32, tb: &TbInfo) {
     if METRICS.load(Ordering::Relaxed) {
         metrics_block(vcpu, tb);
     }
-    if MULTI.load(Ordering::Relaxed) {
+    if !fast_path(vcpu) {
         return exec(vcpu, tb);
     }
     let p = FIRST.load(Ordering::Acquire);
@@ -404,7 +447,7 @@ pub fn exec_rep(vcpu: u32, tb: &TbInfo) {
     let h = unsafe { (*p).counter.store_mut().header() };
     let again = tb.rep_first
         && LAST_REP_PC.load(Ordering::Relaxed) == tb.pc
-        && LAST_REP_TOTAL.load(Ordering::Relaxed) == TOTAL.load(Ordering::Relaxed);
+        && LAST_REP_TOTAL.load(Ordering::Relaxed) == fast::total();
     if again {
         // Another iteration of the rep instance the previous block started.
         h.rep_iterations += 1;
@@ -499,7 +542,7 @@ fn exec(vcpu: u32, tb: &TbInfo) {
 /// replay: where a marker instruction falls).
 pub fn position(vcpu: u32) -> u64 {
     if !MULTI.load(Ordering::Relaxed) {
-        return TOTAL.load(Ordering::Relaxed);
+        return fast::total();
     }
     own_thread(vcpu).map_or(0, |t| t.counter.total())
 }
@@ -526,7 +569,7 @@ pub fn snapshot(vcpu: u32, mut each: impl FnMut(u32, u64)) {
 pub fn snapshot_all(mut each: impl FnMut(u32, u64)) -> u64 {
     let Some(cfg) = CONFIG.get().filter(|_| MULTI.load(Ordering::Acquire)) else {
         fast::cumulative(each);
-        return TOTAL.load(Ordering::Relaxed);
+        return fast::total();
     };
     let mut total = 0;
     for number in 1..NEXT_NUMBER.load(Ordering::Acquire) {
@@ -553,6 +596,14 @@ pub fn snapshot_all(mut each: impl FnMut(u32, u64)) -> u64 {
 
 /// The guest is exiting: write out the windows still open.
 pub fn finish_all() {
+    if !MULTI.load(Ordering::Acquire) {
+        // API v3's inline counts live in QEMU's memory: into the mapping, for the host.
+        let p = FIRST.load(Ordering::Acquire);
+        // SAFETY: at exit no guest code runs; thread 1's state is never freed.
+        if let Some(t) = unsafe { p.as_ref() } {
+            fast::flush(t.vcpu);
+        }
+    }
     slices::finish();
     if CONFIG.get().is_some_and(|c| c.metrics) {
         let p = FIRST.load(Ordering::Acquire);
