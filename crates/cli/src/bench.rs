@@ -56,6 +56,9 @@ pub enum BenchCommand {
         /// Runs per cell (the median is printed).
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// The clang to build with (clang-14, clang-15, clang-16).
+        #[arg(long, default_value = "clang-14")]
+        compiler: String,
         /// Where to build (a temporary folder is made and removed there).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
@@ -399,7 +402,11 @@ fn bench_gpu(mb: u64, kernels: u64, dir: &Path, shape: TraceShape, runs: usize) 
 /// Runs a benchmark.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
-        BenchCommand::Cc { runs, dir } => crate::bench_cc::run(runs, &dir),
+        BenchCommand::Cc {
+            runs,
+            dir,
+            compiler,
+        } => crate::bench_cc::run(runs, &dir, &compiler),
         BenchCommand::Collect {
             runs,
             scale,

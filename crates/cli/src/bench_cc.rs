@@ -1,6 +1,6 @@
 //! `bbv bench cc`: the cost of `bbv cc` on real C code not written by us — the Lua 5.4
 //! interpreter (from the `lua-src` crate), SQLite's amalgamation (`libsqlite3-sys`) and bzip2
-//! (`bzip2-sys`) — each driven by a small program of ours, built natively with clang-14 -O2, with
+//! (`bzip2-sys`) — each driven by a small program of ours, built natively with clang -O2 (14 unless `--compiler` says), with
 //! `-fprofile-generate`, and with `bbv cc` in total and blocks modes; CPU-time ratios vs native.
 
 use std::path::{Path, PathBuf};
@@ -143,17 +143,17 @@ fn check(st: std::process::ExitStatus, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Builds `p` in `variant` into `dir/name-variant`.
-fn build(p: &Program, variant: &str, dir: &Path) -> Result<PathBuf> {
+/// Builds `p` in `variant` with `compiler` into `dir/name-variant`.
+fn build(p: &Program, variant: &str, compiler: &str, dir: &Path) -> Result<PathBuf> {
     let exe = dir.join(format!("{}-{variant}", p.name));
     let bbv = std::env::current_exe()?;
     let mut cmd = match variant {
         "total" | "blocks" => {
             let mut c = Command::new(&bbv);
-            c.args(["cc", "--mode", variant, "--", "clang-14"]);
+            c.args(["cc", "--mode", variant, "--", compiler]);
             c
         }
-        _ => Command::new("clang-14"),
+        _ => Command::new(compiler),
     };
     cmd.arg("-O2").arg("-w");
     if variant == "profgen" {
@@ -201,8 +201,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Runs the benchmark with `runs` repetitions per cell.
-pub fn run(runs: usize, dir: &Path) -> Result<()> {
+/// Runs the benchmark with `runs` repetitions per cell, building with `compiler` (a clang).
+pub fn run(runs: usize, dir: &Path, compiler: &str) -> Result<()> {
     let dirs = crate_dirs()?;
     let root = tempfile::Builder::new()
         .prefix("bbv-bench-cc-")
@@ -277,7 +277,7 @@ pub fn run(runs: usize, dir: &Path) -> Result<()> {
         },
     ];
     let variants = ["native", "profgen", "total", "blocks"];
-    println!("bbv bench cc: median CPU seconds of {runs} run(s); ratios vs native clang-14 -O2");
+    println!("bbv bench cc: median CPU seconds of {runs} run(s); ratios vs native {compiler} -O2");
     println!("(targets: total mode <= 1.3x native, blocks mode <= 1.8x, geometric means)\n");
     println!(
         "{:<22} {:>9} {:>16} {:>10} {:>10}",
@@ -288,7 +288,7 @@ pub fn run(runs: usize, dir: &Path) -> Result<()> {
         eprintln!("building {} (4 variants)...", p.name);
         let exes: Vec<PathBuf> = variants
             .iter()
-            .map(|v| build(p, v, d))
+            .map(|v| build(p, v, compiler, d))
             .collect::<Result<_>>()?;
         for args in &p.runs {
             let mut med = Vec::new();

@@ -1,8 +1,8 @@
 //! `bbv cc` / `bbv c++`: deterministic counts across optimisation levels and runs, budgets,
 //! counts equal to the IR computed independently, programs unchanged, blocks mode, bad input.
 //!
-//! Needs clang-14, opt-14 and the pass and runtime built next to `bbv` (scripts/test builds
-//! them with `cargo build --release --workspace`).
+//! Needs clang-14 and clang-16 with their opt, and the passes and runtime built next to `bbv`
+//! (scripts/test builds them with `scripts/build --workspace`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,10 +21,14 @@ fn llvm_built() {
         .parent()
         .unwrap()
         .to_path_buf();
-    for f in ["libbbv_llvm.so", "libbbv_llvm_runtime.a"] {
+    for f in [
+        "libbbv_llvm.so",
+        "libbbv_llvm_16.so",
+        "libbbv_llvm_runtime.a",
+    ] {
         assert!(
             dir.join(f).is_file(),
-            "{f} is missing next to bbv: `cargo build --release --workspace` (scripts/test does)"
+            "{f} is missing next to bbv: `scripts/build --workspace` (scripts/test does)"
         );
     }
 }
@@ -73,6 +77,20 @@ type Case<'a> = (&'a str, &'a str, i32, Vec<(&'a str, &'a str, u64)>);
 
 #[test]
 fn budget_verdict_is_the_same_at_every_level_and_run() {
+    // Counts differ between LLVM versions (their frontends emit other IR), never within one.
+    let mut turn1 = Vec::new();
+    for compiler in ["clang-14", "clang-16"] {
+        let stdout = budget_verdict_with(compiler);
+        turn1.push(stdout.lines().next().unwrap_or("").to_string());
+    }
+    assert_ne!(
+        turn1[0], turn1[1],
+        "LLVM 14 and 16 counted alike: is 16's pass in use?"
+    );
+}
+
+/// budget.c built with `compiler` at every level, run twice each: one verdict; its stdout.
+fn budget_verdict_with(compiler: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let src = guest("budget.c");
@@ -92,7 +110,7 @@ fn budget_verdict_is_the_same_at_every_level_and_run() {
         let exe = format!("b{i}");
         let mut args: Vec<&str> = flags.to_vec();
         args.extend(["-o", &exe, src.to_str().unwrap()]);
-        cc(d, "cc", "total", "clang-14", &args);
+        cc(d, "cc", "total", compiler, &args);
         for _ in 0..2 {
             let out = run(d, &exe, &[("BBV_OUT", "b")]);
             let counts = std::fs::read_to_string(d.join("b.count")).unwrap();
@@ -101,7 +119,7 @@ fn budget_verdict_is_the_same_at_every_level_and_run() {
                 None => seen = Some(now),
                 Some(first) => assert!(
                     first == &now,
-                    "{flags:?} differs: {:?}",
+                    "{compiler} {flags:?} differs: {:?}",
                     String::from_utf8_lossy(&now.1)
                 ),
             }
@@ -117,6 +135,7 @@ fn budget_verdict_is_the_same_at_every_level_and_run() {
             && stderr.contains("budget.c:"),
         "{stderr}"
     );
+    stdout.into_owned()
 }
 
 /// Instructions per (function, block label) of a source's frontend IR, computed from the IR text
@@ -280,7 +299,19 @@ fn counts_equal_the_ir_including_blocks_left_early() {
             ],
         ),
     ];
-    for (src, compiler, status, path) in cases {
+    // The same paths under LLVM 16, against its own IR.
+    let newer: Vec<Case> = cases
+        .iter()
+        .map(|(src, compiler, status, path)| {
+            let c = if compiler.contains("++") {
+                "clang++-16"
+            } else {
+                "clang-16"
+            };
+            (*src, c, *status, path.clone())
+        })
+        .collect();
+    for (src, compiler, status, path) in cases.into_iter().chain(newer) {
         let ir = ir_counts(d, compiler, &guest(src));
         let want = expected(&ir, &path);
         let driver = if compiler.contains("++") { "c++" } else { "cc" };
@@ -448,14 +479,26 @@ fn bad_compilers_and_environments_are_refused() {
         assert!(err.contains(says), "{args:?}: {err}");
     };
     fails(&["cc", "--", "gcc", "-o", "x", s], &[], "not clang");
-    let fake = d.join("clang-16");
-    std::fs::write(&fake, "#!/bin/sh\necho 'Debian clang version 16.0.6'\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fake = |name: &str, says: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\necho '{says}'\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    let clang17 = fake("clang-17", "Debian clang version 17.0.6");
     fails(
-        &["cc", "--", fake.to_str().unwrap(), "-o", "x", s],
+        &["cc", "--", clang17.to_str().unwrap(), "-o", "x", s],
         &[],
-        "built for LLVM 14",
+        "built for LLVM 14, 15 and 16",
+    );
+    // A clang whose pass is not built (15 here; its opt is found next to it).
+    let clang15 = fake("clang-15", "Debian clang version 15.0.6");
+    fake("opt", "");
+    fails(
+        &["cc", "--", clang15.to_str().unwrap(), "-o", "x", s],
+        &[],
+        "apt-get install llvm-15-dev",
     );
     fails(
         &["cc", "--", "clang-14", "-o", "x", s],
