@@ -21,7 +21,10 @@ pub struct TbInfo {
     pub pc: u64,
     /// Guest address just past the last counted instruction (where execution falls through).
     pub end: u64,
-    /// Address of the last instruction if it is a conditional branch, else 0.
+    /// Where the last instruction is if it is a conditional branch, else 0: its offset in its
+    /// file (its address in anonymous code). Not its address: QEMU 9+ loads libraries at
+    /// randomized addresses, like the kernel, and the metrics' branch predictor, indexed by it,
+    /// would then mispredict differently on every run.
     pub branch: u64,
     /// The first instruction is a `rep` string instruction (x86).
     pub rep_first: bool,
@@ -236,7 +239,12 @@ pub fn analyze<'a>(
         insns: insns as u64,
         pc: first.vaddr,
         end,
-        branch: if cond { last.vaddr } else { 0 },
+        branch: match (cond, key.0) {
+            (false, _) => 0,
+            (true, ANON) => last.vaddr,
+            // Never 0: a file's first bytes are its header, not code.
+            (true, _) => (key.1 + (last.vaddr - first.vaddr)).max(1),
+        },
         rep_first,
         rep_last,
         fldcw,
