@@ -154,7 +154,9 @@ pub(crate) fn finish_thread(
         None => None,
     };
     let marks = Some(dir.join(format!("thread.{number}.marks"))).filter(|p| p.exists());
-    let slices = Some(dir.join(format!("thread.{number}.slices"))).filter(|p| p.exists());
+    // The plugin creates the file with the thread; it stays empty unless slicing began.
+    let slices = Some(dir.join(format!("thread.{number}.slices")))
+        .filter(|p| p.metadata().is_ok_and(|m| m.len() > 0));
     Ok(ThreadResult {
         number,
         bb,

@@ -266,8 +266,10 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
         bbv_collect::move_file(src, &dir.join("slices.cuts"))?;
     }
     for t in &c.threads {
-        if let Some(src) = &t.slices {
-            bbv_collect::move_file(src, &dir.join(format!("thread.{}.slices", t.number)))?;
+        let name = format!("thread.{}.slices", t.number);
+        match &t.slices {
+            Some(src) => bbv_collect::move_file(src, &dir.join(name))?,
+            None => remove_stale(dir, &name)?,
         }
     }
     let marks = dir.join("marks.out");
