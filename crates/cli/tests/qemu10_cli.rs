@@ -206,6 +206,63 @@ fn qemu_10_counts_every_thread() {
 }
 
 #[test]
+fn threads_in_waves_count_alike_on_qemu_10_and_7_2() {
+    // Six waves of three threads, each joined before the next starts: QEMU reuses the vCPU
+    // indexes. On QEMU 10 every thread counts inline in its own vCPU's scoreboard entries; on
+    // 7.2 every block calls the plugin. Each worker's total is the same on both (thread 1's
+    // differs by the loader's vDSO work, see above).
+    let work = tempfile::tempdir().unwrap();
+    let exe =
+        crate::collect_cli::build(work.path(), "gcc", "waves.c", "waves", &["-O1", "-pthread"]);
+    let exe = exe.to_str().unwrap();
+    let per_thread = |dir: &Path, qemu: &Path| -> Vec<u64> {
+        let (out, _) = collect(dir, qemu, "qemu64", &[exe]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "61199735\n");
+        let mut files: Vec<String> = files_in(dir)
+            .into_iter()
+            .filter(|f| f.starts_with("bb.out"))
+            .collect();
+        files.sort_by_key(|f| {
+            f.rsplit('.')
+                .next()
+                .and_then(|n| n.parse::<u32>().ok())
+                .unwrap_or(1)
+        });
+        files
+            .iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(dir.join(f)).unwrap();
+                let line = text
+                    .lines()
+                    .find(|l| l.starts_with("#   Total instructions:"))
+                    .expect("a closing comment");
+                line.rsplit(' ').next().unwrap().parse().unwrap()
+            })
+            .collect()
+    };
+    let t10 = per_thread(&work.path().join("q10"), &qemu10().join("qemu-x86_64"));
+    let t72 = per_thread(&work.path().join("q72"), Path::new("/usr/bin/qemu-x86_64"));
+    assert_eq!(t10.len(), 19, "the main thread and 18 workers: {t10:?}");
+    // QEMU 10 numbers a wave's threads as they first run, which need not be the order they
+    // were created in (7.2 numbers them at creation): compare each wave's workers as a set.
+    let waves = |t: &[u64]| -> Vec<Vec<u64>> {
+        t[1..]
+            .chunks(3)
+            .map(|w| {
+                let mut w = w.to_vec();
+                w.sort_unstable();
+                w
+            })
+            .collect()
+    };
+    assert_eq!(
+        waves(&t10),
+        waves(&t72),
+        "workers: QEMU 10 {t10:?}, QEMU 7.2 {t72:?}"
+    );
+}
+
+#[test]
 fn cpu_model_is_used_recorded_and_checked() {
     let work = tempfile::tempdir().unwrap();
     let sql = [

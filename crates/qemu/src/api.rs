@@ -384,6 +384,35 @@ pub mod board {
         unsafe { sys::qemu_plugin_u64_add(distance(), vcpu(), insns.wrapping_neg()) };
     }
 
+    /// `vcpu`'s distance to its next cut, less one (multi-threaded inline counting).
+    pub fn distance_of(vcpu: u32) -> u64 {
+        // SAFETY: reading an entry of our scoreboard.
+        unsafe { sys::qemu_plugin_u64_get(distance(), vcpu) }
+    }
+
+    /// Sets `vcpu`'s distance to `at` - `total` - 1 (see [`set_distance`]); returns it.
+    pub fn set_distance_of(vcpu: u32, at: u64, total: u64) -> u64 {
+        let d = if at > total {
+            (at - total - 1).min(FAR)
+        } else {
+            u64::MAX
+        };
+        // SAFETY: writing an entry of our scoreboard on the vCPU's own thread.
+        unsafe { sys::qemu_plugin_u64_set(distance(), vcpu, d) };
+        d
+    }
+
+    /// A callback on `vcpu` counted one execution of `slot` of `insns` instructions, as an
+    /// inline add would have.
+    pub fn count_of(vcpu: u32, slot: usize, insns: u64) {
+        let e = self::slot(slot);
+        // SAFETY: entries of our scoreboards, on the vCPU's own thread.
+        unsafe {
+            sys::qemu_plugin_u64_add(e, vcpu, 1);
+            sys::qemu_plugin_u64_add(distance(), vcpu, insns.wrapping_neg());
+        }
+    }
+
     /// A new slot: its scoreboard is made with the first slot it holds.
     pub fn new_slot(slot: usize) {
         let mut b = boards();

@@ -232,6 +232,13 @@ pub mod board {
     }
     /// The single thread runs on this vCPU.
     pub fn set_vcpu(_vcpu: u32) {}
+    pub fn distance_of(_vcpu: u32) -> u64 {
+        0
+    }
+    pub fn set_distance_of(_vcpu: u32, _at: u64, _total: u64) -> u64 {
+        0
+    }
+    pub fn count_of(_vcpu: u32, _slot: usize, _insns: u64) {}
 }
 
 #[cfg(not(any(test, feature = "api-v1")))]

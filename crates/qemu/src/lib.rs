@@ -25,7 +25,8 @@
 //! # Design constraints
 //! * Plugin API v1 (QEMU 7.2, what Debian ships): no per-vCPU scoreboards and no conditional
 //!   callbacks; the API-specific calls live in [`api`] so a v2+ backend can be added beside it.
-//! * Threads are numbered in creation order (1 = main thread), never by QEMU's reusable vCPU index.
+//! * Threads are numbered in creation order (QEMU 9+: as they first run; 1 = main thread),
+//!   never by QEMU's reusable vCPU index.
 //! * Blocks are keyed by (mapped file, file offset), so ids do not depend on load addresses.
 //! * Nothing may panic across the C boundary: bad arguments are reported in `DIR/error`.
 //! * Guests close fd 2 before exiting, so nothing is printed; everything goes to files.

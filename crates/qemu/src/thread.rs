@@ -48,6 +48,11 @@ static FIRST_VCPU: AtomicU32 = AtomicU32::new(0);
 /// (its callbacks by vCPU, its inline adds in its own scoreboard entries).
 const INIT_ON_NEW_THREAD: bool = cfg!(not(feature = "api-v1"));
 
+/// API v3, once several threads run: blocks still count inline, each vCPU in its own
+/// scoreboard entries, with a conditional cut check per thread (only for plain collection:
+/// slices, flow control, marker windows, metrics and replay need every block).
+static MULTI_INLINE: AtomicBool = AtomicBool::new(false);
+
 /// Whether a block on `vcpu` counts in the single-thread fast path.
 #[inline(always)]
 fn fast_path(vcpu: u32) -> bool {
@@ -71,6 +76,9 @@ struct Thread {
     main: bool,
     /// The vCPU the thread runs on (QEMU reuses indexes of exited threads).
     vcpu: u32,
+    /// With [`MULTI_INLINE`]: the thread's instructions counted inline plus its vCPU's
+    /// distance, as of the last time the distance was set (see fast.rs).
+    anchor: u64,
 }
 
 impl Thread {
@@ -242,6 +250,7 @@ pub fn start(vcpu: u32) {
         metrics: cfg.metrics.then(|| ThreadMetrics::new(cfg, number == 1)),
         main: number == 1,
         vcpu,
+        anchor: 0,
     });
     let t = Box::into_raw(t);
     // SAFETY: thread states are never freed or moved.
@@ -328,8 +337,56 @@ pub fn after_reset() {
             harvest(t, t.vcpu);
         }
     }
-    crate::api::INLINE.store(false, Ordering::SeqCst);
+    let inline_multi = INIT_ON_NEW_THREAD
+        && crate::api::INLINE.load(Ordering::Relaxed)
+        && !crate::replay::active()
+        && CONFIG
+            .get()
+            .is_some_and(|c| c.slices == 0 && c.flow == 0 && c.watch == 0 && !c.metrics);
+    if inline_multi {
+        for slot in THREADS.iter() {
+            let p = slot.load(Ordering::Acquire);
+            // SAFETY: all vCPUs are stopped while QEMU runs reset callbacks.
+            if let Some(t) = unsafe { p.as_mut() } {
+                t.anchor = fast::board::distance_of(t.vcpu);
+                set_multi_distance(t);
+            }
+        }
+        MULTI_INLINE.store(true, Ordering::SeqCst);
+    } else {
+        crate::api::INLINE.store(false, Ordering::SeqCst);
+    }
     MULTI.store(true, Ordering::SeqCst);
+}
+
+/// With [`MULTI_INLINE`]: what `t` counted inline and has not harvested yet.
+fn inline_total(t: &Thread) -> u64 {
+    t.anchor.wrapping_sub(fast::board::distance_of(t.vcpu))
+}
+
+/// With [`MULTI_INLINE`]: sets `t`'s vCPU distance to the thread's next boundary.
+fn set_multi_distance(t: &mut Thread) {
+    let inline = inline_total(t);
+    let total = t.counter.total() + inline;
+    let d = fast::board::set_distance_of(t.vcpu, t.counter.next_boundary(), total);
+    t.anchor = inline.wrapping_add(d);
+}
+
+/// With [`MULTI_INLINE`]: `t` reached its next boundary before block `tb` (which a callback
+/// may already have counted): its inline counts join its own, and the cut is taken as the
+/// single-thread fast path takes it.
+fn multi_cut(t: &mut Thread, tb: &TbInfo) {
+    harvest(t, t.vcpu);
+    t.anchor = fast::board::distance_of(t.vcpu);
+    if t.counter.total() >= t.counter.next_boundary() {
+        let Thread {
+            counter, out, line, ..
+        } = t;
+        let _ = counter.cut_pending(tb.id, &mut |pairs| write_vector(out, line, pairs));
+        let intervals = counter.intervals();
+        counter.store_mut().header().intervals = intervals;
+    }
+    set_multi_distance(t);
 }
 
 /// Inline counting: a block that may close a loop checks whether a cut is due. QEMU runs a
@@ -340,6 +397,10 @@ pub fn check_cut(vcpu: u32, tb: &TbInfo) {
         let total = fast::total();
         if total >= fast::next_cut() {
             single_cut(tb, total);
+        }
+    } else if MULTI_INLINE.load(Ordering::Relaxed) {
+        if let Some(t) = own_thread(vcpu) {
+            multi_cut(t, tb);
         }
     }
     if METRICS.load(Ordering::Relaxed) {
@@ -504,6 +565,14 @@ fn exec(vcpu: u32, tb: &TbInfo) {
         }
         h.fldcw += tb.fldcw;
     }
+    if MULTI_INLINE.load(Ordering::Relaxed) {
+        // Counted as an inline add would have (a rep block, which calls the plugin anyway).
+        fast::board::count_of(vcpu, tb.slot as usize, tb.insns);
+        if t.counter.total() + inline_total(t) >= t.counter.next_boundary() {
+            multi_cut(t, tb);
+        }
+        return;
+    }
     if t.watch.open {
         let before = t.counter.total();
         t.watch.see(tb, before);
@@ -596,7 +665,16 @@ pub fn snapshot_all(mut each: impl FnMut(u32, u64)) -> u64 {
 
 /// The guest is exiting: write out the windows still open.
 pub fn finish_all() {
-    if !MULTI.load(Ordering::Acquire) {
+    if MULTI_INLINE.load(Ordering::Acquire) {
+        for slot in THREADS.iter() {
+            let p = slot.load(Ordering::Acquire);
+            // SAFETY: at exit no guest code runs; thread states are never freed.
+            if let Some(t) = unsafe { p.as_mut() } {
+                harvest(t, t.vcpu);
+                t.anchor = fast::board::distance_of(t.vcpu);
+            }
+        }
+    } else if !MULTI.load(Ordering::Acquire) {
         // API v3's inline counts live in QEMU's memory: into the mapping, for the host.
         let p = FIRST.load(Ordering::Acquire);
         // SAFETY: at exit no guest code runs; thread 1's state is never freed.
@@ -676,6 +754,11 @@ pub fn finish_vcpu(vcpu: u32) {
         if !p.is_null() {
             // SAFETY: called on the exiting thread, the state's only user.
             unsafe {
+                if MULTI_INLINE.load(Ordering::Acquire) {
+                    // Its inline counts into its state; a thread reusing the vCPU starts at 0.
+                    harvest(&mut *p, vcpu);
+                    fast::board::set_distance_of(vcpu, 1, 0);
+                }
                 (*p).close_files();
                 if let Some(pace) = (*p).pace.as_mut() {
                     pace.exit();
