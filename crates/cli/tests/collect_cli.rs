@@ -306,6 +306,19 @@ fn by_address(dir: &Path) -> (Vec<HashMap<u64, u64>>, Vec<u64>) {
     (v, addrs)
 }
 
+/// valgrind's exp-bbv with `opts` on `guest` in `dir` (its output dropped); it must succeed.
+fn exp_bbv(dir: &Path, opts: &[&str], guest: &[&str]) {
+    let vg = Command::new("valgrind")
+        .current_dir(dir)
+        .args(["-q", "--tool=exp-bbv"])
+        .args(opts)
+        .args(guest)
+        .stdout(Stdio::null())
+        .status()
+        .expect("valgrind runs");
+    assert!(vg.success());
+}
+
 /// Total instructions of `bbv collect` (with `env` set for QEMU) and of valgrind's exp-bbv on
 /// the same command, run in `dir`.
 fn totals_against_exp_bbv(dir: &Path, env: &[(&str, &str)], guest: &[&str]) -> (u64, u64) {
@@ -330,19 +343,7 @@ fn totals_against_exp_bbv(dir: &Path, env: &[(&str, &str)], guest: &[&str]) -> (
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let vg = Command::new("valgrind")
-        .current_dir(dir)
-        .args([
-            "-q",
-            "--tool=exp-bbv",
-            "--bb-out-file=v.bb",
-            "--pc-out-file=v.pc",
-        ])
-        .args(guest)
-        .stdout(Stdio::null())
-        .status()
-        .expect("valgrind runs");
-    assert!(vg.success());
+    exp_bbv(dir, &["--bb-out-file=v.bb", "--pc-out-file=v.pc"], guest);
     let total = |f: &str| {
         totals(
             &std::fs::read_to_string(dir.join(f)).unwrap(),
@@ -428,20 +429,15 @@ fn agrees_with_valgrind_exp_bbv_on_a_real_program() {
         &guest,
     );
     assert_eq!(out.status.code(), Some(0));
-    let vg = Command::new("valgrind")
-        .current_dir(&v)
-        .args([
-            "-q",
-            "--tool=exp-bbv",
+    exp_bbv(
+        &v,
+        &[
             "--interval-size=10000000",
             "--bb-out-file=bb",
             "--pc-out-file=pc",
-        ])
-        .args(guest)
-        .stdout(Stdio::null())
-        .status()
-        .expect("valgrind runs");
-    assert!(vg.success());
+        ],
+        &guest,
+    );
     let ours = totals(
         &std::fs::read_to_string(q.join("bb")).unwrap(),
         "Total instructions",

@@ -33,6 +33,22 @@ pub fn files_in(dir: &Path) -> Vec<String> {
     v
 }
 
+/// `bbv OPTS -o OUT -- gzip -6 -c INPUT` (a `run` or `replay` of a real program), its own
+/// output dropped; it must exit 0.
+pub fn gzip_job(opts: &[&str], out: &Path, input: &Path) -> Output {
+    let o = bbv()
+        .args(opts)
+        .arg("-o")
+        .arg(out)
+        .args(["--", "gzip", "-6", "-c"])
+        .arg(input)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .expect("bbv runs");
+    assert_status(&o, 0);
+    o
+}
+
 /// A JSON file's content.
 pub fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()

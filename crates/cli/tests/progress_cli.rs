@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{assert_status, bbv, text_input};
+use crate::common::{assert_status, bbv, gzip_job, text_input};
 
 /// Runs `command` under a pseudo-terminal; returns what the terminal received.
 fn on_terminal(command: &str) -> String {
@@ -45,15 +45,7 @@ fn run_shows_the_guest_and_the_clustering_on_a_terminal_only() {
     );
     // Without a terminal stderr holds the summary and nothing else.
     let dir = work.path().join("pipe");
-    let out = bbv()
-        .args(["run", "--interval", "1000000", "-o"])
-        .arg(&dir)
-        .args(["--", "gzip", "-6", "-c"])
-        .arg(&input)
-        .stdout(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert_status(&out, 0);
+    let out = gzip_job(&["run", "--interval", "1000000"], &dir, &input);
     let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stderr), summary);
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use crate::common::{assert_status, bbv, files_in, json, text_input};
+use crate::common::{assert_status, bbv, files_in, gzip_job, json, text_input};
 
 /// QEMU 10.0's bin folder, built once per machine by the repository's script.
 fn qemu10() -> &'static Path {
@@ -286,15 +286,11 @@ fn cpu_model_is_used_recorded_and_checked() {
     let input = work.path().join("input.txt");
     text_input(&input, 300_000);
     let out = work.path().join("run");
-    let r = bbv()
-        .args(["run", "--cpu", "qemu64", "--interval", "1000000", "-o"])
-        .arg(&out)
-        .args(["--", "gzip", "-6", "-c"])
-        .arg(&input)
-        .stdout(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert_status(&r, 0);
+    let r = gzip_job(
+        &["run", "--cpu", "qemu64", "--interval", "1000000"],
+        &out,
+        &input,
+    );
     assert_eq!(json(&out.join("summary.json"))["cpu"], "qemu64");
     assert!(String::from_utf8_lossy(&r.stderr).contains("(guest CPU qemu64)"));
     // An unknown model: one line, exit 2, the guest never runs.

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::{assert_status, bbv, data_dir, files_in, json, text_input};
+use crate::common::{assert_status, bbv, data_dir, files_in, gzip_job, json, text_input};
 
 const SECTIONS: [&str; 6] = ["summary", "timeline", "matrix", "weights", "errors", "bic"];
 
@@ -113,15 +113,7 @@ fn validated_run(work: &Path, bytes: usize, interval: &str) -> PathBuf {
     let input = work.join("input.txt");
     text_input(&input, bytes);
     let out = work.join("out");
-    let run = bbv()
-        .args(["run", "--validate", "--interval", interval, "-o"])
-        .arg(&out)
-        .args(["--", "gzip", "-6", "-c"])
-        .arg(&input)
-        .stdout(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert_status(&run, 0);
+    gzip_job(&["run", "--validate", "--interval", interval], &out, &input);
     out
 }
 

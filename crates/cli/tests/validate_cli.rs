@@ -53,34 +53,24 @@ fn metrics_agree_with_cachegrind_and_the_vectors() {
     let input = dir.path().join("in");
     text_input(&input, 2_000_000);
     let gzip = ["gzip", "-6", "-c", input.to_str().unwrap()];
-    let out = bbv()
-        .current_dir(dir.path())
-        .args(["collect", "--tail", "--interval-size", "20000000"])
-        .args(["--bb-out-file", "bb", "--pc-out-file", "pc"])
-        .args(["--metrics-out-file", "m.csv", "--"])
-        .args(gzip)
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    assert_status(&out, 0);
+    // `bbv collect` with metrics into NAME.bb, NAME.pc and NAME.csv.
+    let collect = |name: &str, extra: &[&str]| {
+        let out = bbv()
+            .current_dir(dir.path())
+            .args(["collect", "--tail", "--interval-size", "20000000"])
+            .args(["--bb-out-file", &format!("{name}.bb")])
+            .args(["--pc-out-file", &format!("{name}.pc")])
+            .args(extra)
+            .args(["--metrics-out-file", &format!("{name}.csv"), "--"])
+            .args(gzip)
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert_status(&out, 0);
+    };
+    collect("m", &[]);
     // The model on the guest's own thread gives the same file as on its model thread.
-    let same = bbv()
-        .current_dir(dir.path())
-        .args(["collect", "--tail", "--interval-size", "20000000"])
-        .args([
-            "--bb-out-file",
-            "bb2",
-            "--pc-out-file",
-            "pc2",
-            "--model-thread",
-            "no",
-        ])
-        .args(["--metrics-out-file", "m2.csv", "--"])
-        .args(gzip)
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    assert_status(&same, 0);
+    collect("m2", &["--model-thread", "no"]);
     assert_eq!(
         std::fs::read(dir.path().join("m.csv")).unwrap(),
         std::fs::read(dir.path().join("m2.csv")).unwrap(),
@@ -88,7 +78,7 @@ fn metrics_agree_with_cachegrind_and_the_vectors() {
     );
     let rows = csv_rows(&dir.path().join("m.csv"));
     // Every interval's instructions, the tail included, are its vector's.
-    let sums = vector_sums(&dir.path().join("bb"));
+    let sums = vector_sums(&dir.path().join("m.bb"));
     assert!(sums.len() > 5);
     let insns: Vec<f64> = rows.iter().map(|r| r["instructions"]).collect();
     assert_eq!(insns, sums);

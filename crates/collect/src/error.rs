@@ -40,7 +40,7 @@ pub enum CollectError {
         name: String,
     },
     /// The plugin library is missing.
-    #[error("the QEMU plugin {library} was not found (looked at {tried}); scripts/setup builds it next to the bbv binary (libbbv_qemu.so by `cargo build --release`, libbbv_qemu_v3.so by its own build), or set BBV_PLUGIN")]
+    #[error("the QEMU plugin {library} was not found (looked at {tried}); scripts/build builds both next to the bbv binary (libbbv_qemu.so for QEMU 6.0-8.2, libbbv_qemu_v3.so for 9.1 and later), or set BBV_PLUGIN")]
     PluginNotFound {
         /// The library for the QEMU's API level.
         library: &'static str,

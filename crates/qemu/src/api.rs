@@ -335,18 +335,18 @@ pub mod board {
         }
     }
 
-    fn distance_now() -> u64 {
-        // SAFETY: reading an entry of our scoreboard.
-        unsafe { sys::qemu_plugin_u64_get(distance(), vcpu()) }
+    /// Slot `slot`'s entry in `b`, if its scoreboard exists.
+    fn entry(b: &Boards, slot: usize) -> Option<qemu_plugin_u64> {
+        let &score = b.chunks.get(slot / CHUNK)?;
+        Some(qemu_plugin_u64 {
+            score: score as *mut qemu_plugin_scoreboard,
+            offset: 8 * (slot % CHUNK),
+        })
     }
 
     /// Slot `slot`'s entry (its scoreboard exists: [`new_slot`] made it).
     pub fn slot(slot: usize) -> qemu_plugin_u64 {
-        let score = boards().chunks[slot / CHUNK] as *mut qemu_plugin_scoreboard;
-        qemu_plugin_u64 {
-            score,
-            offset: 8 * (slot % CHUNK),
-        }
+        entry(&boards(), slot).expect("new_slot made the slot's scoreboard")
     }
 
     /// The single thread runs on `vcpu`.
@@ -360,37 +360,35 @@ pub mod board {
 
     /// The single thread's instructions counted inline.
     pub fn total() -> u64 {
-        ANCHOR.load(Ordering::Relaxed).wrapping_sub(distance_now())
+        ANCHOR
+            .load(Ordering::Relaxed)
+            .wrapping_sub(distance_of(vcpu()))
     }
 
-    /// The next cut falls due at `at` instructions; the thread has run `total` (`inline` of
-    /// them counted inline).
-    pub fn set_distance(at: u64, total: u64, inline: u64) {
-        let d = if at > total {
-            (at - total - 1).min(FAR)
-        } else {
-            u64::MAX
-        };
+    /// The single thread's next cut falls due at `at` instructions; `counted` of its
+    /// instructions were counted by callbacks (its inline ones come from the scoreboard).
+    pub fn set_distance(at: u64, counted: u64) {
+        let inline = total();
+        let d = set_distance_of(vcpu(), at, counted + inline);
         ANCHOR.store(inline.wrapping_add(d), Ordering::Relaxed);
-        // SAFETY: writing an entry of our scoreboard on the vCPU's own thread.
-        unsafe { sys::qemu_plugin_u64_set(distance(), vcpu(), d) };
     }
 
     /// A callback counted `insns` instructions: the distance shrinks as with inline counting
     /// (and the anchor with it: those are not inline instructions).
     pub fn consume(insns: u64) {
         ANCHOR.fetch_sub(insns, Ordering::Relaxed);
-        // SAFETY: as in set_distance.
+        // SAFETY: writing an entry of our scoreboard on the vCPU's own thread.
         unsafe { sys::qemu_plugin_u64_add(distance(), vcpu(), insns.wrapping_neg()) };
     }
 
-    /// `vcpu`'s distance to its next cut, less one (multi-threaded inline counting).
+    /// `vcpu`'s distance to its next cut, less one.
     pub fn distance_of(vcpu: u32) -> u64 {
         // SAFETY: reading an entry of our scoreboard.
         unsafe { sys::qemu_plugin_u64_get(distance(), vcpu) }
     }
 
-    /// Sets `vcpu`'s distance to `at` - `total` - 1 (see [`set_distance`]); returns it.
+    /// Sets `vcpu`'s distance for a cut at `at` instructions when it has run `total` (far
+    /// ahead at most [`FAR`]; negative when the cut is already due); returns it.
     pub fn set_distance_of(vcpu: u32, at: u64, total: u64) -> u64 {
         let d = if at > total {
             (at - total - 1).min(FAR)
@@ -429,13 +427,7 @@ pub mod board {
     /// Moves out the executions `vcpu` counted inline in `slot` since the last take.
     pub fn take(slot: usize, vcpu: u32) -> u64 {
         let mut b = boards();
-        let Some(&score) = b.chunks.get(slot / CHUNK) else {
-            return 0;
-        };
-        let e = qemu_plugin_u64 {
-            score: score as *mut qemu_plugin_scoreboard,
-            offset: 8 * (slot % CHUNK),
-        };
+        let Some(e) = entry(&b, slot) else { return 0 };
         // SAFETY: `vcpu` runs no guest code meanwhile (its own thread, or all stopped).
         let n = unsafe { sys::qemu_plugin_u64_get(e, vcpu) };
         if n != 0 {
@@ -449,7 +441,7 @@ pub mod board {
     /// Moves out the single thread's inline-counted instructions.
     pub fn take_total() -> u64 {
         let n = total();
-        ANCHOR.store(distance_now(), Ordering::Relaxed);
+        ANCHOR.store(distance_of(vcpu()), Ordering::Relaxed);
         n
     }
 
@@ -457,15 +449,9 @@ pub mod board {
     pub fn cumulative(slot: usize) -> u64 {
         let b = boards();
         let taken = b.taken.get(slot).copied().unwrap_or(0);
-        let Some(&score) = b.chunks.get(slot / CHUNK) else {
-            return taken;
-        };
-        let e = qemu_plugin_u64 {
-            score: score as *mut qemu_plugin_scoreboard,
-            offset: 8 * (slot % CHUNK),
-        };
         // SAFETY: reading an entry of our scoreboard.
-        taken + unsafe { sys::qemu_plugin_u64_get(e, vcpu()) }
+        let now = entry(&b, slot).map_or(0, |e| unsafe { sys::qemu_plugin_u64_get(e, vcpu()) });
+        taken + now
     }
 }
 

@@ -12,10 +12,10 @@
 //! Plugin API v1 adds inline into the slot's word of the mapping and into [`TOTAL`], and calls
 //! the plugin at every block that may close a loop. API v3 (QEMU 9.1+) has no inline add to a
 //! plain address, only to per-vCPU scoreboards: there each slot also has an entry in a
-//! scoreboard ([`board`]), the vCPU's instructions and its distance to the next cut are two
-//! more, and a block that may close a loop calls the plugin only when that distance is used
-//! up (a conditional callback). Callback-counted blocks (rep string blocks) still count into
-//! the mapping and [`TOTAL`]; readers add the two.
+//! scoreboard ([`board`]), one more holds the vCPU's distance to the next cut (its inline
+//! instructions follow from it), and a block that may close a loop calls the plugin only when
+//! that distance is used up (a conditional callback). Callback-counted blocks (rep string
+//! blocks) still count into the mapping and [`TOTAL`]; readers add the two.
 
 use std::fs::File;
 use std::io::Write;
@@ -64,7 +64,7 @@ pub fn next_cut() -> u64 {
 pub fn set_next_cut(at: u64) {
     NEXT_CUT.store(at, Ordering::Relaxed);
     if on_board() {
-        board::set_distance(at, total(), board::total());
+        board::set_distance(at, TOTAL.load(Ordering::Relaxed));
     }
 }
 
@@ -218,7 +218,7 @@ pub mod board {
     pub fn total() -> u64 {
         0
     }
-    pub fn set_distance(_at: u64, _total: u64, _inline: u64) {}
+    pub fn set_distance(_at: u64, _counted: u64) {}
     pub fn consume(_insns: u64) {}
     pub fn new_slot(_slot: usize) {}
     pub fn take(_slot: usize, _vcpu: u32) -> u64 {

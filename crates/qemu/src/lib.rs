@@ -23,8 +23,9 @@
 //! files (closing comment, `--tail`) even when QEMU dies by a signal without telling plugins.
 //!
 //! # Design constraints
-//! * Plugin API v1 (QEMU 7.2, what Debian ships): no per-vCPU scoreboards and no conditional
-//!   callbacks; the API-specific calls live in [`api`] so a v2+ backend can be added beside it.
+//! * Plugin API v1 (QEMU 7.2, what Debian ships) has no per-vCPU scoreboards and no
+//!   conditional callbacks; v3 (QEMU 9.1+) has both but no inline add to a plain address. The
+//!   API-specific calls live in [`api`] (and `fast::board`), one build per level.
 //! * Threads are numbered in creation order (QEMU 9+: as they first run; 1 = main thread),
 //!   never by QEMU's reusable vCPU index.
 //! * Blocks are keyed by (mapped file, file offset), so ids do not depend on load addresses.

@@ -350,11 +350,12 @@ impl ThreadMetrics {
     /// counted (a second guest thread is starting, whose work is counted on its own thread,
     /// or the guest exits). Call on the owning thread.
     pub fn bring_back(&mut self) {
-        if !matches!(self.engine, Where::Away(_)) {
-            return;
-        }
-        let Where::Away(away) = std::mem::replace(&mut self.engine, Where::Moving) else {
-            return;
+        let away = match std::mem::replace(&mut self.engine, Where::Moving) {
+            Where::Away(away) => away,
+            other => {
+                self.engine = other;
+                return;
+            }
         };
         match away.finish() {
             Some((engine, since_cut, out)) => {
@@ -371,8 +372,8 @@ impl ThreadMetrics {
 }
 
 /// Thread 1 cut an interval (`main`: its metrics, when it is the caller): the row of every
-/// thread's metrics since the last cut, appended to `metrics` here or, while thread 1's memory
-/// side is away, by its model thread once that has counted the accesses before the cut.
+/// thread's metrics since the last cut, appended to `metrics` here or, while thread 1's engine
+/// is away, by its model thread once that has counted everything before the cut.
 pub fn cut(main: Option<&mut ThreadMetrics>) {
     let row = {
         let mut guard = ROWS.lock().unwrap_or_else(|e| e.into_inner());

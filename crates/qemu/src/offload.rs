@@ -20,7 +20,7 @@ use bbv_profile::{MetricsRow, MetricsWriter};
 use crate::blocks::TbInfo;
 use crate::metrics::{self, Engine};
 
-/// Accesses per buffer: 128 KiB, small enough to stay in a core's cache.
+/// Words (blocks and accesses) per buffer: 128 KiB, small enough to stay in a core's cache.
 const BUFFER: usize = 16 * 1024;
 /// Buffers in flight: how far the guest may run ahead of the model.
 const DEPTH: usize = 8;
@@ -37,9 +37,10 @@ const BLOCK_BIT: u64 = 1 << 63;
 enum Msg {
     /// Blocks and accesses.
     Work(Vec<u64>),
-    /// Thread 1 cut an interval: the row with its guest-side columns.
+    /// Thread 1 cut an interval: the row of the other threads' counts (none while thread 1 is
+    /// alone), to which the model thread adds thread 1's.
     Cut(MetricsRow),
-    /// Send back the model, the counts since the last cut and the metrics file, then stop.
+    /// Send back the engine, the counts since the last cut and the metrics file, then stop.
     Back(SyncSender<Returned>),
 }
 
@@ -53,7 +54,7 @@ pub struct Offload {
     worker: Option<JoinHandle<()>>,
 }
 
-/// Starts a model thread for `model`, whose accesses are in interval `epoch` from now on;
+/// Starts a model thread for `engine`, whose accesses are in interval `epoch` from now on;
 /// gives the engine back when no thread can be started.
 // Called once per run: the engine goes back by value rather than through another box.
 #[allow(clippy::result_large_err)]
@@ -102,7 +103,8 @@ fn without_signals<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// The model thread: counts the accesses in stream order, completes and writes each row.
+/// The model thread: counts the blocks and accesses in stream order, completes and writes
+/// each row.
 fn run(
     mut engine: Engine,
     mut out: Option<MetricsWriter<File>>,
@@ -181,31 +183,33 @@ impl Offload {
         // A forked child has no model thread (threads do not survive fork): it must not wait
         // on the full channel, and counts nothing for the parent anyway.
         if crate::fork::forked() {
-            // A forked child: nothing of it goes to the parent's model or files.
             self.buf.clear();
             return;
         }
         let _ = self.tx.send(msg);
     }
 
-    /// Thread 1 cut an interval: `row` has the guest-side columns; the model thread adds
-    /// the memory side's once it has counted every access before the cut.
+    /// Thread 1 cut an interval: the model thread adds thread 1's counts to `row` once it
+    /// has counted every block and access before the cut.
     pub fn cut(&mut self, row: MetricsRow) {
-        if !self.buf.is_empty() {
-            self.send_buffer();
-        }
+        self.send_partial();
         self.send(Msg::Cut(row));
     }
 
-    /// Waits until every access and row sent is done, then returns the model, its counts
-    /// since the last cut and the metrics file (None if the model thread is gone).
+    /// Sends what the buffer holds, if anything.
+    fn send_partial(&mut self) {
+        if !self.buf.is_empty() {
+            self.send_buffer();
+        }
+    }
+
+    /// Waits until everything sent is counted and written, then returns the engine, its
+    /// counts since the last cut and the metrics file (None if the model thread is gone).
     pub fn finish(mut self) -> Option<Returned> {
         if crate::fork::forked() {
             return None;
         }
-        if !self.buf.is_empty() {
-            self.send_buffer();
-        }
+        self.send_partial();
         let (reply, back) = mpsc::sync_channel(1);
         self.tx.send(Msg::Back(reply)).ok()?;
         let returned = back.recv().ok();

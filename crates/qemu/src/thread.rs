@@ -297,7 +297,7 @@ fn take_over_first() {
     if !p.is_null() {
         // SAFETY: thread 1's state; its host thread is the one running this.
         let t = unsafe { &mut *p };
-        harvest(t, t.vcpu);
+        harvest(t);
         // The new thread's accesses are modelled on its own thread; thread 1's come back to it.
         if let Some(m) = t.metrics.as_mut() {
             m.bring_back();
@@ -317,41 +317,37 @@ fn take_over_first() {
 /// The flush asked for when the second thread appeared is done and every vCPU is stopped:
 /// what the fast path counted since thread 1's hand-over was run by the new thread.
 pub fn after_reset() {
-    if INIT_ON_NEW_THREAD {
-        // Thread 1's hand-over, and what every other thread counted inline on its own vCPU.
-        take_over_first();
-        let first = FIRST.load(Ordering::Acquire);
-        for slot in THREADS.iter() {
-            let p = slot.load(Ordering::Acquire);
-            if !p.is_null() && p != first {
-                // SAFETY: all vCPUs are stopped while QEMU runs reset callbacks.
-                let t = unsafe { &mut *p };
-                harvest(t, t.vcpu);
-            }
-        }
-    } else {
-        let p = NEWEST.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: all vCPUs are stopped while QEMU runs reset callbacks.
-            let t = unsafe { &mut *p };
-            harvest(t, t.vcpu);
-        }
-    }
     let inline_multi = INIT_ON_NEW_THREAD
         && crate::api::INLINE.load(Ordering::Relaxed)
         && !crate::replay::active()
         && CONFIG
             .get()
             .is_some_and(|c| c.slices == 0 && c.flow == 0 && c.watch == 0 && !c.metrics);
-    if inline_multi {
+    if INIT_ON_NEW_THREAD {
+        // Thread 1's hand-over, and what every other thread counted inline on its own vCPU.
+        take_over_first();
+        let first = FIRST.load(Ordering::Acquire);
         for slot in THREADS.iter() {
             let p = slot.load(Ordering::Acquire);
             // SAFETY: all vCPUs are stopped while QEMU runs reset callbacks.
-            if let Some(t) = unsafe { p.as_mut() } {
-                t.anchor = fast::board::distance_of(t.vcpu);
+            let Some(t) = (unsafe { p.as_mut() }) else {
+                continue;
+            };
+            if p != first {
+                harvest(t);
+            }
+            if inline_multi {
                 set_multi_distance(t);
             }
         }
+    } else {
+        let p = NEWEST.load(Ordering::Acquire);
+        // SAFETY: all vCPUs are stopped while QEMU runs reset callbacks.
+        if let Some(t) = unsafe { p.as_mut() } {
+            harvest(t);
+        }
+    }
+    if inline_multi {
         MULTI_INLINE.store(true, Ordering::SeqCst);
     } else {
         crate::api::INLINE.store(false, Ordering::SeqCst);
@@ -376,8 +372,7 @@ fn set_multi_distance(t: &mut Thread) {
 /// may already have counted): its inline counts join its own, and the cut is taken as the
 /// single-thread fast path takes it.
 fn multi_cut(t: &mut Thread, tb: &TbInfo) {
-    harvest(t, t.vcpu);
-    t.anchor = fast::board::distance_of(t.vcpu);
+    harvest(t);
     if t.counter.total() >= t.counter.next_boundary() {
         let Thread {
             counter, out, line, ..
@@ -408,12 +403,13 @@ pub fn check_cut(vcpu: u32, tb: &TbInfo) {
     }
 }
 
-/// Moves what the fast path counted (on `vcpu`, under API v3) into `t`'s own state.
-fn harvest(t: &mut Thread, vcpu: u32) {
+/// Moves what the fast path counted (under API v3, on `t`'s vCPU) into `t`'s own state; none
+/// of `t`'s inline counts is pending afterwards (its anchor says so).
+fn harvest(t: &mut Thread) {
     let counter = &mut t.counter;
     // Once slicing runs, what the fast path counted belongs to the new thread's slice too.
     let mut sl = t.slices.as_mut().filter(|_| slices::on());
-    let fldcw = fast::harvest(vcpu, |id, n| {
+    let fldcw = fast::harvest(t.vcpu, |id, n| {
         counter.absorb(id, n);
         counter.store_mut().header().total += n;
         if let Some(sl) = sl.as_mut() {
@@ -421,6 +417,7 @@ fn harvest(t: &mut Thread, vcpu: u32) {
         }
     });
     t.counter.store_mut().header().fldcw += fldcw;
+    t.anchor = fast::board::distance_of(t.vcpu);
 }
 
 /// Where the fast path must next call [`single_cut`]: at every watched block while a window
@@ -452,7 +449,7 @@ fn single_cut(tb: &TbInfo, before: u64) {
         t.watch.see(tb, before);
     }
     if total >= t.counter.next_boundary() {
-        harvest(t, t.vcpu);
+        harvest(t);
         let Thread {
             counter, out, line, ..
         } = t;
@@ -670,8 +667,7 @@ pub fn finish_all() {
             let p = slot.load(Ordering::Acquire);
             // SAFETY: at exit no guest code runs; thread states are never freed.
             if let Some(t) = unsafe { p.as_mut() } {
-                harvest(t, t.vcpu);
-                t.anchor = fast::board::distance_of(t.vcpu);
+                harvest(t);
             }
         }
     } else if !MULTI.load(Ordering::Acquire) {
@@ -683,11 +679,11 @@ pub fn finish_all() {
         }
     }
     slices::finish();
-    if CONFIG.get().is_some_and(|c| c.metrics) {
+    if let Some(cfg) = CONFIG.get().filter(|c| c.metrics) {
         let p = FIRST.load(Ordering::Acquire);
         // SAFETY: at exit no guest thread runs blocks any more; thread 1's state is never freed.
         let mut first = unsafe { p.as_mut() }.and_then(|t| t.metrics.as_mut());
-        if CONFIG.get().is_some_and(|c| c.tail) {
+        if cfg.tail {
             // The row of the unfinished interval, for the host's tail vector.
             crate::metrics::cut(first.as_deref_mut());
         }
@@ -756,7 +752,7 @@ pub fn finish_vcpu(vcpu: u32) {
             unsafe {
                 if MULTI_INLINE.load(Ordering::Acquire) {
                     // Its inline counts into its state; a thread reusing the vCPU starts at 0.
-                    harvest(&mut *p, vcpu);
+                    harvest(&mut *p);
                     fast::board::set_distance_of(vcpu, 1, 0);
                 }
                 (*p).close_files();

@@ -72,13 +72,7 @@ pub fn from_gpu_sample(
         matrix_note: String::new(),
         errors: estimates
             .iter()
-            .map(|e| ErrorRow {
-                name: e.metric.clone(),
-                full: e.actual,
-                estimate: e.estimate,
-                rel_error: (e.actual != 0.0).then(|| (e.estimate - e.actual) / e.actual),
-                band95: None,
-            })
+            .map(|e| ErrorRow::new(&e.metric, e.actual, e.estimate, None))
             .collect(),
         errors_note: "Totals over the whole trace against the chosen launches' values times their multipliers (no band: one launch per group is measured).".into(),
         by_k: scores(bic),

@@ -130,6 +130,19 @@ pub struct ErrorRow {
     pub band95: Option<f64>,
 }
 
+impl ErrorRow {
+    /// A metric's row, its relative error computed from `full` and `estimate`.
+    pub fn new(name: &str, full: f64, estimate: f64, band95: Option<f64>) -> ErrorRow {
+        ErrorRow {
+            name: name.to_string(),
+            full,
+            estimate,
+            rel_error: (full != 0.0).then(|| (estimate - full) / full),
+            band95,
+        }
+    }
+}
+
 /// The scores of one k tried.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KScore {

@@ -208,13 +208,7 @@ fn metrics(
             r.errors = v
                 .metrics
                 .iter()
-                .map(|m| ErrorRow {
-                    name: m.name.clone(),
-                    full: m.full,
-                    estimate: m.estimate,
-                    rel_error: (m.full != 0.0).then(|| (m.estimate - m.full) / m.full),
-                    band95: Some(m.band95),
-                })
+                .map(|m| ErrorRow::new(&m.name, m.full, m.estimate, Some(m.band95)))
                 .collect();
         }
         None => {
