@@ -33,8 +33,8 @@ use crate::{report_error, Config};
 pub struct Counters([AtomicU64; 8]);
 
 const INSNS: usize = 0;
-const LOADS: usize = 1;
-const STORES: usize = 2;
+pub(crate) const LOADS: usize = 1;
+pub(crate) const STORES: usize = 2;
 const TAKEN: usize = 3;
 const PAGES: usize = 4;
 const L1D: usize = 5;
@@ -194,6 +194,11 @@ impl Engine {
             prev_rep: 0,
             rep_iterations: cfg.rep_iterations,
         }
+    }
+
+    /// The log2 of the cache-line size.
+    pub(crate) fn line_shift(&self) -> u32 {
+        self.line_shift
     }
 
     /// A block starts: the previous block's control transfer, then the block's instructions.

@@ -49,6 +49,14 @@ type Returned = (Engine, MetricsRow, Option<MetricsWriter<File>>);
 /// The guest side: thread 1's buffer and its end of the channel.
 pub struct Offload {
     buf: Vec<u64>,
+    /// Cache-line size's log2, and the line the last recorded access ended on (`u64::MAX`
+    /// after a cut): an access within that same line is only counted here, since the engine
+    /// would find it in the same line and epoch and count nothing else for it. Most accesses
+    /// are such repeats; not recording them halves the words the model thread reads.
+    line_shift: u32,
+    last_line: u64,
+    /// Repeats since the last cut: loads, stores.
+    repeats: [u64; 2],
     tx: SyncSender<Msg>,
     free: Receiver<Vec<u64>>,
     worker: Option<JoinHandle<()>>,
@@ -59,6 +67,7 @@ pub struct Offload {
 // Called once per run: the engine goes back by value rather than through another box.
 #[allow(clippy::result_large_err)]
 pub fn start(engine: Engine, epoch: u64) -> Result<Offload, Engine> {
+    let line_shift = engine.line_shift();
     let (tx, rx) = mpsc::sync_channel::<Msg>(DEPTH);
     let (free_tx, free) = mpsc::channel::<Vec<u64>>();
     // The engine and the metrics file move to the model thread once it runs.
@@ -82,6 +91,9 @@ pub fn start(engine: Engine, epoch: u64) -> Result<Offload, Engine> {
     }
     Ok(Offload {
         buf: Vec::with_capacity(BUFFER),
+        line_shift,
+        last_line: u64::MAX,
+        repeats: [0; 2],
         tx,
         free,
         worker: Some(worker),
@@ -156,6 +168,13 @@ impl Offload {
     /// Records one access.
     #[inline(always)]
     pub fn access(&mut self, vaddr: u64, size: u64, store: bool) {
+        let first = vaddr >> self.line_shift;
+        let last = (vaddr + size.max(1) - 1) >> self.line_shift;
+        if first == last && first == self.last_line {
+            self.repeats[store as usize] += 1;
+            return;
+        }
+        self.last_line = last;
         let shift = u64::from(size.max(1).trailing_zeros().min(7));
         let store = if store { STORE_BIT } else { 0 };
         self.push(vaddr & ADDR_MASK | shift << ADDR_BITS | store);
@@ -191,9 +210,18 @@ impl Offload {
 
     /// Thread 1 cut an interval: the model thread adds thread 1's counts to `row` once it
     /// has counted every block and access before the cut.
-    pub fn cut(&mut self, row: MetricsRow) {
+    pub fn cut(&mut self, mut row: MetricsRow) {
+        self.take_repeats(&mut row);
+        self.last_line = u64::MAX;
         self.send_partial();
         self.send(Msg::Cut(row));
+    }
+
+    /// Adds the repeats since the last cut to `row`'s loads and stores.
+    fn take_repeats(&mut self, row: &mut MetricsRow) {
+        row.0[metrics::LOADS] += self.repeats[0];
+        row.0[metrics::STORES] += self.repeats[1];
+        self.repeats = [0; 2];
     }
 
     /// Sends what the buffer holds, if anything.
@@ -212,9 +240,12 @@ impl Offload {
         self.send_partial();
         let (reply, back) = mpsc::sync_channel(1);
         self.tx.send(Msg::Back(reply)).ok()?;
-        let returned = back.recv().ok();
+        let mut returned = back.recv().ok();
         if let Some(h) = self.worker.take() {
             let _ = h.join();
+        }
+        if let Some((_, since, _)) = returned.as_mut() {
+            self.take_repeats(since);
         }
         returned
     }
@@ -261,7 +292,7 @@ mod tests {
         let blocks: Vec<&'static TbInfo> = (0..17u64)
             .map(|i| block(0x1000 + 64 * i, 0x1040 + 64 * i, 0x103c + 64 * i))
             .collect();
-        let (mut x, mut at) = (7u64, 0usize);
+        let (mut x, mut at, mut prev) = (7u64, 0usize, 0x7f00_0000_0000u64);
         let stream: Vec<Event> = (0..300_000)
             .map(|_| {
                 x = x
@@ -275,12 +306,26 @@ mod tests {
                     } % 16;
                     Event::Block(blocks[at])
                 } else {
-                    let vaddr = 0x7f00_0000_0000 + (x >> 40) % (4 << 20);
-                    Event::Access(vaddr, 1 << (x >> 20 & 3), x >> 30 & 1 == 1)
+                    // Half the accesses near the previous one: repeats of its line, and
+                    // accesses across into the next.
+                    prev = if x >> 58 & 1 == 0 {
+                        prev + (x >> 10 & 15)
+                    } else {
+                        0x7f00_0000_0000 + (x >> 40) % (4 << 20)
+                    };
+                    Event::Access(prev, 1 << (x >> 20 & 3), x >> 30 & 1 == 1)
                 }
             })
             .collect();
         let cuts = [50_000, 120_001, 250_000];
+        // Around each cut, two accesses to one line of a page touched nowhere else: after the
+        // cut it is a first touch again (no repeat of the access before the cut).
+        let mut stream = stream;
+        for (k, &c) in cuts.iter().enumerate() {
+            let lone = 0x7e00_0000_0000 + 4096 * k as u64;
+            stream[c - 1] = Event::Access(lone, 4, false);
+            stream[c] = Event::Access(lone + 8, 4, true);
+        }
         // The reference: the same engine on this thread. Pages are counted once per epoch over
         // the whole process, so it sees the stream in other pages (same sets) and epochs.
         let here = Counters::default();
