@@ -360,7 +360,9 @@ fn place(c: &Collected, bb: &Path, pc: &Path, blocks: Option<&Path>) -> Result<V
             bbv_collect::write_blocks_tsv(w, &c.blocks, &c.images)
         })?;
     }
-    let mut written = files.commit()?;
+    // The PC file and the vectors land together, even if bbv is killed now.
+    let hold = bbv_collect::interrupt::hold();
+    let mut written = files.commit_held(&hold)?;
     for t in &c.threads {
         if let Some(src) = &t.bb {
             let dest = thread_file(bb, t.number);

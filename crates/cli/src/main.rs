@@ -150,7 +150,26 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    report(match cli.command {
+    if !matches!(
+        cli.command,
+        Command::Bench { .. } | Command::Cc(_) | Command::Cxx(_)
+    ) {
+        // Before any other thread starts, so that all of them leave the signals to it.
+        if let Err(e) = bbv_collect::interrupt::install() {
+            eprintln!("bbv: cannot handle signals: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let code = dispatch(cli.command);
+    match bbv_collect::interrupt::received() {
+        // Killed while a guest ran: the guest got the signal, nothing was written.
+        Some(sig) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+        None => code,
+    }
+}
+
+fn dispatch(command: Command) -> ExitCode {
+    report(match command {
         Command::Collect(a) => return guest_exit(collect_cmd::collect(a)),
         Command::Run(a) => return guest_exit(collect_cmd::run(a)),
         Command::Regions(a) => regions_cmd::regions(a),

@@ -10,5 +10,6 @@ mod progress_cli;
 mod qemu10_cli;
 mod regions_cli;
 mod report_cli;
+mod signals_cli;
 mod simpoint_cli;
 mod validate_cli;

@@ -64,6 +64,10 @@ pub enum CollectError {
     /// QEMU stopped without letting the plugin finish (failed to start the guest, or killed).
     #[error("{0}")]
     Incomplete(String),
+    /// bbv received this signal (SIGINT, SIGTERM or SIGHUP) while the guest ran: the guest
+    /// got it too, and once it ended nothing was written.
+    #[error("stopped by signal {0} ({name}) while the guest ran; nothing was written", name = signal_name(*.0))]
+    Interrupted(i32),
     /// The plugin's metrics file is malformed.
     #[error("{0}")]
     Metrics(bbv_profile::ProfileError),
@@ -88,5 +92,18 @@ impl CollectError {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// A signal's name (`SIGTERM`), or `signal N`.
+pub fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGABRT => "SIGABRT".into(),
+        n => format!("signal {n}"),
     }
 }

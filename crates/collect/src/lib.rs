@@ -13,6 +13,7 @@
 
 mod elf;
 mod error;
+pub mod interrupt;
 mod pattern;
 mod qemu;
 mod state;
@@ -178,6 +179,8 @@ pub struct ThreadResult {
 pub struct Collected {
     /// Keeps the work directory alive until the caller has moved the files out.
     pub dir: tempfile::TempDir,
+    /// Removes `dir` if bbv is killed (after `dir`, which removes it otherwise).
+    _cleanup: interrupt::Cleanup,
     /// Threads in number order.
     pub threads: Vec<ThreadResult>,
     /// Every block, by id.
@@ -286,46 +289,61 @@ impl Prepared {
     /// [`PROGRESS_PERIOD`] while it runs.
     pub fn run_watched(self, watcher: Option<&dyn Watcher>) -> Result<Outcome, CollectError> {
         let work = &self.request.work_dir;
-        let mut dir = tempfile::Builder::new()
-            .prefix(".bbv-collect-")
-            .tempdir_in(work)
+        let temp = |base: Option<&Path>| {
+            let b = tempfile::Builder::new().prefix(".bbv-collect-").to_owned();
+            let dir = match base {
+                Some(w) => b.clone().tempdir_in(w),
+                None => b.clone().tempdir(),
+            }?;
+            let path = dir.path().to_path_buf();
+            Ok((dir, path))
+        };
+        let (mut dir, mut cleanup) = interrupt::Cleanup::create(|| temp(Some(work)))
             .map_err(|e| CollectError::io(work, e))?;
         // QEMU splits plugin arguments at commas; a path with one cannot be passed.
         if dir.path().as_os_str().to_string_lossy().contains(',') {
-            dir = tempfile::Builder::new()
-                .prefix(".bbv-collect-")
-                .tempdir()
+            (dir, cleanup) = interrupt::Cleanup::create(|| temp(None))
                 .map_err(|e| CollectError::io(std::env::temp_dir(), e))?;
         }
         let argv = self.command_line(dir.path());
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .spawn()
-            .map_err(|e| CollectError::io(&self.qemu, e))?;
-        let pid = child.id();
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
         // Like system(3): a terminal's ^C goes to the guest, which decides; we wait for it.
-        let saved = unsafe {
-            [
-                libc::signal(libc::SIGINT, libc::SIG_IGN),
-                libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-            ]
+        // (Where `interrupt` is installed the signals are blocked and waited for instead, and
+        // an ignored signal would never arrive.)
+        let ignored: &[libc::c_int] = if interrupt::installed() {
+            &[libc::SIGQUIT]
+        } else {
+            &[libc::SIGINT, libc::SIGQUIT]
         };
-        let waited = match watcher {
-            None => child.wait(),
-            Some(w) => watch(&mut child, dir.path(), w),
-        };
-        unsafe {
-            libc::signal(libc::SIGINT, saved[0]);
-            libc::signal(libc::SIGQUIT, saved[1]);
+        // SAFETY: plain disposition changes, restored below.
+        let saved: Vec<_> = ignored
+            .iter()
+            .map(|&s| (s, unsafe { libc::signal(s, libc::SIG_IGN) }))
+            .collect();
+        let waited = interrupt::spawn(&mut cmd).and_then(|mut child| {
+            let pid = child.id();
+            match watcher {
+                None => drop(interrupt::ended(pid, true)?),
+                Some(w) => watch(pid, dir.path(), w)?,
+            }
+            Ok((pid, child.wait()?))
+        });
+        for (s, old) in saved {
+            // SAFETY: as above.
+            unsafe { libc::signal(s, old) };
         }
-        let status = waited.map_err(|e| CollectError::io(&self.qemu, e))?;
+        let (pid, status) = waited.map_err(|e| CollectError::io(&self.qemu, e))?;
+        if let Some(sig) = interrupt::received() {
+            return Err(CollectError::Interrupted(sig));
+        }
         use std::os::unix::process::ExitStatusExt;
         let status = match (status.code(), status.signal()) {
             (Some(c), _) => GuestStatus::Exited(c),
             (None, Some(s)) => GuestStatus::Signaled(s),
             _ => GuestStatus::Exited(255),
         };
-        let collected = read_results(dir, status, &self.program, &self.request);
+        let collected = read_results(dir, cleanup, status, &self.program, &self.request);
         Ok(Outcome {
             pid,
             status,
@@ -356,17 +374,13 @@ pub trait Watcher {
 }
 
 /// Waits for QEMU, reporting the plugin's counts meanwhile.
-fn watch(
-    child: &mut std::process::Child,
-    dir: &Path,
-    w: &dyn Watcher,
-) -> std::io::Result<std::process::ExitStatus> {
+fn watch(pid: u32, dir: &Path, w: &dyn Watcher) -> std::io::Result<()> {
     // Short sleeps between checks of the child, so that the end of the guest is not delayed
     // by a whole period.
     let mut next = std::time::Instant::now();
     loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
+        if interrupt::ended(pid, false)? {
+            return Ok(());
         }
         if std::time::Instant::now() >= next {
             w.progress(&state::progress(dir));
@@ -378,6 +392,7 @@ fn watch(
 
 fn read_results(
     dir: tempfile::TempDir,
+    cleanup: interrupt::Cleanup,
     status: GuestStatus,
     program: &Path,
     request: &Request,
@@ -428,6 +443,7 @@ fn read_results(
     }
     Ok(Collected {
         dir,
+        _cleanup: cleanup,
         threads,
         blocks,
         images,

@@ -11,6 +11,8 @@ use crate::PipelineError;
 #[derive(Default)]
 pub struct AtomicFiles {
     pending: Vec<(PathBuf, PathBuf)>,
+    /// Removes the temporary files if bbv is killed before they are renamed.
+    cleanups: Vec<bbv_collect::interrupt::Cleanup>,
 }
 
 impl AtomicFiles {
@@ -44,7 +46,10 @@ impl AtomicFiles {
         tmp_name.push(name);
         tmp_name.push(format!(".bbv-tmp-{}", std::process::id()));
         let tmp = path.with_file_name(tmp_name);
-        let file = File::create(&tmp).map_err(|e| PipelineError::io(path, e))?;
+        let (file, cleanup) =
+            bbv_collect::interrupt::Cleanup::create(|| Ok((File::create(&tmp)?, tmp.clone())))
+                .map_err(|e| PipelineError::io(path, e))?;
+        self.cleanups.push(cleanup);
         self.pending.push((tmp.clone(), path.to_path_buf()));
         let mut out = BufWriter::new(file);
         write(&mut out)
@@ -52,8 +57,18 @@ impl AtomicFiles {
             .map_err(|e| PipelineError::io(path, e))
     }
 
-    /// Renames every temporary file to its destination.
-    pub fn commit(mut self) -> Result<Vec<PathBuf>, PipelineError> {
+    /// Renames every temporary file to its destination, all before a killing signal is acted
+    /// on or none.
+    pub fn commit(self) -> Result<Vec<PathBuf>, PipelineError> {
+        let hold = bbv_collect::interrupt::hold();
+        self.commit_held(&hold)
+    }
+
+    /// [`commit`](Self::commit) under the caller's hold, which covers more renames after it.
+    pub fn commit_held(
+        mut self,
+        _: &bbv_collect::interrupt::Hold,
+    ) -> Result<Vec<PathBuf>, PipelineError> {
         let pending = std::mem::take(&mut self.pending);
         let mut done = Vec::new();
         for (i, (tmp, dest)) in pending.iter().enumerate() {

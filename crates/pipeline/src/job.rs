@@ -256,7 +256,9 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
     files.write(&dir.join("images.tsv"), |w| {
         rundir::write_images(w, &images)
     })?;
-    files.commit()?;
+    // The tables and the vectors land together, even if bbv is killed now.
+    let hold = bbv_collect::interrupt::hold();
+    files.commit_held(&hold)?;
     for t in &c.threads {
         if let Some(src) = &t.bb {
             bbv_collect::move_file(src, &rundir::thread_file(dir, t.number))?;

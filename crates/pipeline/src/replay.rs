@@ -293,10 +293,12 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             &keep,
         )?
     };
-    let work = tempfile::Builder::new()
-        .prefix(".bbv-replay-")
-        .tempdir()
-        .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
+    let (work, _cleanup) = bbv_collect::interrupt::Cleanup::create(|| {
+        let d = tempfile::Builder::new().prefix(".bbv-replay-").tempdir()?;
+        let path = d.path().to_path_buf();
+        Ok((d, path))
+    })
+    .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
     let markers = work.path().join("markers");
     write_markers(&markers, &plan, looppoint)?;
     let request = bbv_collect::Request {

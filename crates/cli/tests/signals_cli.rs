@@ -1,0 +1,216 @@
+//! Killed bbv: the signal reaches the guest, and no QEMU, temporary folder or output is left.
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{bbv, files_in};
+
+/// A guest that loops until it gets SIGTERM, then says so and exits 7. `tag` appears in its
+/// command line, so that its QEMU can be found among the machine's processes.
+fn looping_guest(tag: &str) -> Vec<String> {
+    let script = format!("trap 'echo got-term-{tag}; exit 7' TERM; while :; do :; done");
+    vec!["sh".into(), "-c".into(), script]
+}
+
+/// Processes whose command line contains `tag` (a zombie's is empty).
+fn processes_with(tag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(tag) {
+                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+/// Waits until `ready` holds (the guest runs), at most a minute.
+fn wait_for(what: &str, ready: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(Instant::now() < until, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for `child` to end, killing it after a minute (a guest the signal never reached).
+fn finish(mut child: Child) -> std::process::Output {
+    let until = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("bbv did not end after the signal");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: signals our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+}
+
+/// Starts `bbv ARGS -- looping guest` in `dir`, and signals it once its QEMU runs the guest.
+fn killed_mid_run(dir: &Path, args: &[&str], tag: &str, sig: i32) -> std::process::Output {
+    let child = bbv()
+        .current_dir(dir)
+        .args(args)
+        .arg("--")
+        .args(looping_guest(tag))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the guest's QEMU", || {
+        processes_with(tag).iter().any(|p| p.contains("qemu-"))
+    });
+    // Past QEMU's start-up: the guest's loop (and its trap) runs.
+    std::thread::sleep(Duration::from_millis(700));
+    signal(&child, sig);
+    finish(child)
+}
+
+#[test]
+fn sigint_sigterm_and_sighup_reach_the_guest_and_leave_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], i32); 4] = [
+        (&["run", "-o", "out"], libc::SIGTERM),
+        (&["run", "-o", "out"], libc::SIGINT),
+        (
+            &[
+                "collect",
+                "--bb-out-file",
+                "bb.out",
+                "--pc-out-file",
+                "pc.out",
+            ],
+            libc::SIGHUP,
+        ),
+        (
+            &[
+                "collect",
+                "--bb-out-file",
+                "bb.out",
+                "--pc-out-file",
+                "pc.out",
+            ],
+            libc::SIGTERM,
+        ),
+    ];
+    for (i, (args, sig)) in cases.into_iter().enumerate() {
+        let dir = tmp.path().join(format!("case{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tag = format!("bbv-sig-test-{}-{i}", std::process::id());
+        let out = killed_mid_run(&dir, args, &tag, sig);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + sig), "{args:?}: {stderr}");
+        assert!(stderr.contains("stopped by signal"), "{stderr}");
+        // bbv waited for the guest, so its QEMU is gone already.
+        assert_eq!(processes_with(&tag), Vec::<String>::new(), "{args:?}");
+        // The guest's handler ran for SIGTERM; SIGINT and SIGHUP ended it (default action).
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            stdout.contains(&format!("got-term-{tag}")),
+            sig == libc::SIGTERM,
+            "{stdout}"
+        );
+        // Nothing half-made: no temporary folder, no output.
+        let left: Vec<String> = walk(&dir);
+        assert_eq!(left, Vec::<String>::new(), "{args:?} left {left:?}");
+    }
+}
+
+/// Every path under `dir` except empty folders bbv created for its outputs.
+fn walk(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for name in files_in(dir) {
+        let p = dir.join(&name);
+        if p.is_dir() {
+            let inner = walk(&p);
+            if name.starts_with('.') || !inner.is_empty() {
+                found.push(name.clone());
+            }
+            found.extend(inner.into_iter().map(|n| format!("{name}/{n}")));
+        } else {
+            found.push(name);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_replay_killed_mid_run_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    // A short run of the same shell (the loop ends after 20,000 rounds) to replay.
+    let o = bbv()
+        .args(["run", "--interval", "1000000", "-o"])
+        .arg(&run)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done",
+        ])
+        .output()
+        .unwrap();
+    crate::common::assert_status(&o, 0);
+    let before = walk(&run);
+    let tag = format!("bbv-sig-replay-{}", std::process::id());
+    let scratch = tmp.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let child = bbv()
+        .env("TMPDIR", &scratch)
+        .arg("replay")
+        .arg(&run)
+        .arg("--")
+        .args(looping_guest(&tag))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the guest's QEMU", || {
+        processes_with(&tag).iter().any(|p| p.contains("qemu-"))
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    signal(&child, libc::SIGTERM);
+    let out = finish(child);
+    crate::common::assert_status(&out, 128 + libc::SIGTERM);
+    assert_eq!(processes_with(&tag), Vec::<String>::new());
+    assert_eq!(walk(&run), before, "the run directory changed");
+    // The replay's own work folder (in the temporary directory) is gone too.
+    assert_eq!(walk(&scratch), Vec::<String>::new());
+}
+
+#[test]
+fn a_sigkilled_bbv_takes_its_qemu_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tag = format!("bbv-sig-kill-{}", std::process::id());
+    let child = bbv()
+        .current_dir(tmp.path())
+        .args([
+            "collect",
+            "--bb-out-file",
+            "bb.out",
+            "--pc-out-file",
+            "pc.out",
+        ])
+        .arg("--")
+        .args(looping_guest(&tag))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the guest's QEMU", || {
+        processes_with(&tag).iter().any(|p| p.contains("qemu-"))
+    });
+    signal(&child, libc::SIGKILL);
+    let out = finish(child);
+    assert_eq!(out.status.code(), None);
+    // The kernel kills QEMU once bbv is gone (its zombie has no command line).
+    wait_for("QEMU to die with bbv", || processes_with(&tag).is_empty());
+}

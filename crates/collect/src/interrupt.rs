@@ -1,0 +1,229 @@
+//! Killed bbv cleans up after itself: SIGINT, SIGTERM and SIGHUP reach the guest, and no QEMU,
+//! temporary folder or half-committed output is left behind.
+//!
+//! [`install`] blocks the three signals in the calling thread (call it first thing in `main`,
+//! so every later thread inherits the mask) and waits for them on a thread of its own, where
+//! ordinary code may run (a handler could not take a lock or remove a folder):
+//! * While a guest runs ([`Prepared::run`](crate::Prepared::run)), the signal is passed on to
+//!   QEMU, which passes it to the guest, unless the kernel already sent it to the whole
+//!   foreground process group (a terminal's ^C or hang-up: the guest got it too). bbv waits
+//!   for the guest, then stops: [`CollectError::Interrupted`](crate::CollectError), and
+//!   nothing is written.
+//! * Otherwise bbv removes every registered temporary path ([`Cleanup`]) and exits at once
+//!   with 128 + the signal.
+//!
+//! Registering a path and spawning a guest take a lock the signal thread also takes, and it
+//! waits for every [`Hold`] to end, so a signal never falls between a guest's spawn and its
+//! registration, between a temporary path's creation and its registration, nor in the middle
+//! of a set of renames. QEMU starts with the signals unblocked, and dies with bbv even when bbv is killed
+//! with SIGKILL (`PR_SET_PDEATHSIG`).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// The signals handled.
+const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The running guest's QEMU (0 when none).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+/// The first signal received (0 when none).
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// Live [`Hold`]s; changed only under the registry lock.
+static HOLDS: AtomicUsize = AtomicUsize::new(0);
+
+/// Paths removed if bbv is killed, by registration number.
+struct Registry {
+    next: u64,
+    paths: Vec<(u64, PathBuf)>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    next: 0,
+    paths: Vec::new(),
+});
+
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread and starts the thread that acts on
+/// them. Call before any other thread starts; a second call does nothing.
+pub fn install() -> std::io::Result<()> {
+    if INSTALLED.swap(true, Ordering::SeqCst) {
+        return Ok(());
+    }
+    let set = signal_set();
+    // SAFETY: a plain mask change of the calling thread.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        INSTALLED.store(false, Ordering::SeqCst);
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    std::thread::Builder::new()
+        .name("bbv-signals".into())
+        .spawn(move || serve(set))
+        .map(drop)
+}
+
+/// Whether [`install`] ran: the signals are handled here.
+pub fn installed() -> bool {
+    INSTALLED.load(Ordering::SeqCst)
+}
+
+/// The first of SIGINT, SIGTERM and SIGHUP bbv received, if any.
+pub fn received() -> Option<i32> {
+    match RECEIVED.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// The signals acted on: those not ignored when bbv started (`nohup bbv ...` keeps ignoring
+/// SIGHUP, and so does the guest, as a shell's background job ignores SIGINT).
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigset_t and sigaction are plain data; a null action only queries.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in SIGNALS {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(s, std::ptr::null(), &mut old);
+            if old.sa_sigaction != libc::SIG_IGN {
+                libc::sigaddset(&mut set, s);
+            }
+        }
+        set
+    }
+}
+
+fn serve(set: libc::sigset_t) {
+    loop {
+        // SAFETY: siginfo_t is plain data that sigwaitinfo fills in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` and `info` are valid for the call.
+        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+        if sig <= 0 {
+            continue;
+        }
+        let _ = RECEIVED.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
+        let reg = registry();
+        let child = CHILD.load(Ordering::SeqCst);
+        if child > 0 {
+            drop(reg);
+            if info.si_code != libc::SI_KERNEL {
+                // SAFETY: signals the guest's QEMU, which is not reaped before CHILD is cleared.
+                unsafe { libc::kill(child, sig) };
+            }
+            continue;
+        }
+        // Let a set of renames under way finish first.
+        let mut reg = reg;
+        while HOLDS.load(Ordering::SeqCst) > 0 {
+            drop(reg);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            reg = registry();
+        }
+        for (_, path) in &reg.paths {
+            if path.is_dir() {
+                let _ = std::fs::remove_dir_all(path);
+            } else {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        // Other threads may be mid-write: leave without running anything else of bbv's.
+        // SAFETY: _exit ends the process; the registry lock is held, so no Cleanup or Hold
+        // starts meanwhile.
+        unsafe { libc::_exit(128 + sig) };
+    }
+}
+
+/// A path removed if bbv is killed while this lives: a temporary file or folder.
+#[derive(Debug)]
+pub struct Cleanup(u64);
+
+impl Cleanup {
+    /// Creates a temporary file or folder with `make`, which returns it and its path, and
+    /// registers the path, with no killing signal acted on in between.
+    pub fn create<T>(
+        make: impl FnOnce() -> std::io::Result<(T, PathBuf)>,
+    ) -> std::io::Result<(T, Cleanup)> {
+        let mut reg = registry();
+        let (made, path) = make()?;
+        let id = reg.next;
+        reg.next += 1;
+        reg.paths.push((id, path));
+        Ok((made, Cleanup(id)))
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        registry().paths.retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// Holds off a killing signal while it lives: a set of renames that must happen together.
+pub struct Hold(());
+
+/// See [`Hold`].
+pub fn hold() -> Hold {
+    let _reg = registry();
+    HOLDS.fetch_add(1, Ordering::SeqCst);
+    Hold(())
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        HOLDS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Spawns the guest's QEMU so that a signal reaches it from its first instruction, and it
+/// dies with bbv.
+pub(crate) fn spawn(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let set = signal_set();
+    // SAFETY: prctl and pthread_sigmask are async-signal-safe. The mask is inherited across
+    // exec and QEMU keeps it; PR_SET_PDEATHSIG asks the kernel to kill QEMU if bbv dies.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            Ok(())
+        });
+    }
+    let reg = registry();
+    let child = cmd.spawn()?;
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    drop(reg);
+    Ok(child)
+}
+
+/// Waits until the guest's QEMU has ended, without reaping it, then stops passing signals to
+/// it; true when it ended (false only when `block` is false and it still runs).
+pub(crate) fn ended(pid: u32, block: bool) -> std::io::Result<bool> {
+    let flags = libc::WEXITED | libc::WNOWAIT | if block { 0 } else { libc::WNOHANG };
+    loop {
+        // SAFETY: siginfo_t is plain data that waitid fills in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointers; the child is ours and not yet reaped.
+        let rc = unsafe { libc::waitid(libc::P_PID, pid, &mut info, flags) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: waitid filled si_pid (0 when WNOHANG found nothing).
+        if unsafe { info.si_pid() } == 0 {
+            return Ok(false);
+        }
+        let reg = registry();
+        CHILD.store(0, Ordering::SeqCst);
+        drop(reg);
+        return Ok(true);
+    }
+}
