@@ -12,6 +12,7 @@ mod gpu_cmd;
 mod progress;
 mod regions_cmd;
 mod simpoint_cmd;
+mod suite_cmd;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -61,6 +62,11 @@ enum Command {
     Gpu {
         #[command(subcommand)]
         what: gpu_cmd::GpuCommand,
+    },
+    /// Whole suites from one manifest, on this machine: `bbv suite run MANIFEST -o OUT`.
+    Suite {
+        #[command(subcommand)]
+        what: suite_cmd::SuiteCommand,
     },
     /// Benchmarks against the anchor figures of the reference tools.
     Bench {
@@ -184,5 +190,11 @@ fn dispatch(command: Command) -> ExitCode {
         Command::Simpoint { args } => simpoint(&args),
         Command::Gpu { what } => gpu_cmd::run(what),
         Command::Bench { what } => bench::run(what),
+        Command::Suite { what } => {
+            return match suite_cmd::run(what) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => report(Err(e)),
+            }
+        }
     })
 }

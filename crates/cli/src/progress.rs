@@ -94,3 +94,13 @@ impl Observer for Progress {
         ));
     }
 }
+
+/// `bbv suite run`'s bar: jobs ended out of all, with done/running/failed counts.
+pub fn suite_bar(jobs: u64) -> Option<ProgressBar> {
+    let b = ProgressBar::with_draw_target(Some(jobs), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed} [{pos}/{len}] {msg}") {
+        b.set_style(style);
+    }
+    b.enable_steady_tick(Duration::from_millis(200));
+    Some(b)
+}

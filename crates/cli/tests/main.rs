@@ -12,4 +12,5 @@ mod regions_cli;
 mod report_cli;
 mod signals_cli;
 mod simpoint_cli;
+mod suite_cli;
 mod validate_cli;

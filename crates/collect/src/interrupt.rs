@@ -4,8 +4,8 @@
 //! [`install`] blocks the three signals in the calling thread (call it first thing in `main`,
 //! so every later thread inherits the mask) and waits for them on a thread of its own, where
 //! ordinary code may run (a handler could not take a lock or remove a folder):
-//! * While a guest runs ([`Prepared::run`](crate::Prepared::run)), the signal is passed on to
-//!   QEMU, which passes it to the guest, unless the kernel already sent it to the whole
+//! * While a child from [`spawn`] runs (a guest's QEMU under [`Prepared::run`](crate::Prepared::run),
+//!   or a suite's jobs), the signal is passed on to it (QEMU passes it to the guest), unless the kernel already sent it to the whole
 //!   foreground process group (a terminal's ^C or hang-up: the guest got it too). bbv waits
 //!   for the guest, then stops: [`CollectError::Interrupted`](crate::CollectError), and
 //!   nothing is written.
@@ -26,22 +26,23 @@ use std::sync::{Mutex, MutexGuard};
 const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
-/// The running guest's QEMU (0 when none).
-static CHILD: AtomicI32 = AtomicI32::new(0);
 /// The first signal received (0 when none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 /// Live [`Hold`]s; changed only under the registry lock.
 static HOLDS: AtomicUsize = AtomicUsize::new(0);
 
-/// Paths removed if bbv is killed, by registration number.
+/// Paths removed if bbv is killed, by registration number, and the children signals go on to
+/// (a guest's QEMU; a suite's jobs).
 struct Registry {
     next: u64,
     paths: Vec<(u64, PathBuf)>,
+    children: Vec<i32>,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     next: 0,
     paths: Vec::new(),
+    children: Vec::new(),
 });
 
 fn registry() -> MutexGuard<'static, Registry> {
@@ -109,12 +110,12 @@ fn serve(set: libc::sigset_t) {
         }
         let _ = RECEIVED.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
         let reg = registry();
-        let child = CHILD.load(Ordering::SeqCst);
-        if child > 0 {
-            drop(reg);
+        if !reg.children.is_empty() {
             if info.si_code != libc::SI_KERNEL {
-                // SAFETY: signals the guest's QEMU, which is not reaped before CHILD is cleared.
-                unsafe { libc::kill(child, sig) };
+                for &child in &reg.children {
+                    // SAFETY: signals a child of ours, not reaped before it leaves the list.
+                    unsafe { libc::kill(child, sig) };
+                }
             }
             continue;
         }
@@ -180,9 +181,9 @@ impl Drop for Hold {
     }
 }
 
-/// Spawns the guest's QEMU so that a signal reaches it from its first instruction, and it
-/// dies with bbv.
-pub(crate) fn spawn(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+/// Spawns a child (the guest's QEMU, a suite's job) that signals go on to from its first
+/// instruction, and that dies with bbv. Wait for it with [`ended`], then reap it.
+pub fn spawn(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let set = signal_set();
     // SAFETY: prctl and pthread_sigmask are async-signal-safe. The mask is inherited across
@@ -194,16 +195,15 @@ pub(crate) fn spawn(cmd: &mut std::process::Command) -> std::io::Result<std::pro
             Ok(())
         });
     }
-    let reg = registry();
+    let mut reg = registry();
     let child = cmd.spawn()?;
-    CHILD.store(child.id() as i32, Ordering::SeqCst);
-    drop(reg);
+    reg.children.push(child.id() as i32);
     Ok(child)
 }
 
-/// Waits until the guest's QEMU has ended, without reaping it, then stops passing signals to
-/// it; true when it ended (false only when `block` is false and it still runs).
-pub(crate) fn ended(pid: u32, block: bool) -> std::io::Result<bool> {
+/// Waits until a child from [`spawn`] has ended, without reaping it, then stops passing
+/// signals to it; true when it ended (false only when `block` is false and it still runs).
+pub fn ended(pid: u32, block: bool) -> std::io::Result<bool> {
     let flags = libc::WEXITED | libc::WNOWAIT | if block { 0 } else { libc::WNOHANG };
     loop {
         // SAFETY: siginfo_t is plain data that waitid fills in.
@@ -221,9 +221,7 @@ pub(crate) fn ended(pid: u32, block: bool) -> std::io::Result<bool> {
         if unsafe { info.si_pid() } == 0 {
             return Ok(false);
         }
-        let reg = registry();
-        CHILD.store(0, Ordering::SeqCst);
-        drop(reg);
+        registry().children.retain(|&c| c != pid as i32);
         return Ok(true);
     }
 }

@@ -1,0 +1,296 @@
+//! `bbv suite`: manifests, the local executor, resume, failures, kills.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::common::{assert_status, bbv, json};
+
+/// A shell loop of `n` rounds (about 11,000 instructions a round under dash).
+fn looping(n: u32) -> String {
+    format!(
+        "[\"sh\", \"-c\", \"i=0; while [ $i -lt {n} ]; do i=$((i+1)); done; echo $HOME $LANG\"]"
+    )
+}
+
+fn csv_statuses(out: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(out.join("summary.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].to_string(), f[1].to_string())
+        })
+        .collect()
+}
+
+fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_suite_runs_isolates_failures_and_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = tmp.path().join("suite.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "[defaults]\ninterval = 1000000\nmax-k = 4\n\n\
+             [[job]]\nname = \"loop-a\"\ncommand = {}\n\n\
+             [[job]]\nname = \"crash\"\ncommand = [\"sh\", \"-c\", \"echo about-to-crash; kill -SEGV $$\"]\n\n\
+             [[job]]\nname = \"forever\"\ncommand = [\"sh\", \"-c\", \"while :; do :; done\"]\ntimeout = 2\n\n\
+             [[job]]\nname = \"loop-b\"\ncommand = {}\nenv = {{ LANG = \"en_US.UTF-8\" }}\n",
+            looping(20_000),
+            looping(25_000)
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let o = bbv()
+        .args(["suite", "run"])
+        .arg(&manifest)
+        .arg("-o")
+        .arg(&out)
+        .args(["--jobs", "2"])
+        .output()
+        .unwrap();
+    assert_status(&o, 1);
+    let want = pairs(&[
+        ("loop-a", "done"),
+        ("crash", "failed"),
+        ("forever", "failed"),
+        ("loop-b", "done"),
+    ]);
+    assert_eq!(csv_statuses(&out), want);
+    // The crash keeps its output and status; the timeout says so.
+    let log = std::fs::read_to_string(out.join("crash/log")).unwrap();
+    assert!(log.contains("about-to-crash"), "{log}");
+    assert_eq!(json(&out.join("crash/job.json"))["exit"], 128 + 11);
+    let forever = json(&out.join("forever/job.json"));
+    assert_eq!(forever["exit"], 128 + libc::SIGTERM);
+    assert!(forever["reason"].as_str().unwrap().contains("timed out"));
+    // The fixed environment: HOME and LANG=C, overridden by the job's env.
+    let log_a = std::fs::read_to_string(out.join("loop-a/log")).unwrap();
+    let home = std::env::var("HOME").unwrap();
+    assert!(log_a.starts_with(&format!("{home} C\n")), "{log_a}");
+    let log_b = std::fs::read_to_string(out.join("loop-b/log")).unwrap();
+    assert!(
+        log_b.starts_with(&format!("{home} en_US.UTF-8\n")),
+        "{log_b}"
+    );
+    let index = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(index.contains("loop-a/report.html"), "{index}");
+
+    // The job's files are those of `bbv run -o` in the same environment.
+    let direct = tmp.path().join("direct");
+    let o = bbv()
+        .current_dir(tmp.path())
+        .env_clear()
+        .env("PATH", bbv_suite::manifest::FIXED_PATH)
+        .env("HOME", &home)
+        .env("LANG", "C")
+        .args(["run", "--interval", "1000000", "--max-k", "4", "-o"])
+        .arg(&direct)
+        .arg("--")
+        .args([
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo $HOME $LANG",
+        ])
+        .output()
+        .unwrap();
+    assert_status(&o, 0);
+    for f in [
+        "bb.out",
+        "simpoint.simpoints",
+        "simpoint.weights",
+        "regions.csv",
+    ] {
+        let a = std::fs::read(out.join("loop-a").join(f)).unwrap();
+        let b = std::fs::read(direct.join(f)).unwrap();
+        assert!(a == b, "{f} differs between the suite and bbv run");
+    }
+
+    // Again: the finished jobs are skipped, the failed ones run again.
+    let before = std::fs::read(out.join("loop-a/job.json")).unwrap();
+    let o = bbv()
+        .args(["suite", "run"])
+        .arg(&manifest)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_status(&o, 1);
+    assert_eq!(
+        csv_statuses(&out),
+        pairs(&[
+            ("loop-a", "skipped"),
+            ("crash", "failed"),
+            ("forever", "failed"),
+            ("loop-b", "skipped"),
+        ])
+    );
+    assert_eq!(std::fs::read(out.join("loop-a/job.json")).unwrap(), before);
+    assert_eq!(json(&out.join("crash/job.json"))["attempt"], 2);
+    // A changed setting runs the job again.
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("max-k = 4", "max-k = 3")).unwrap();
+    let o = bbv()
+        .args(["suite", "run"])
+        .arg(&manifest)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_status(&o, 1);
+    assert_eq!(csv_statuses(&out)[0], ("loop-a".into(), "done".into()));
+    assert_eq!(json(&out.join("loop-a/job.json"))["attempt"], 2);
+    let status = bbv().args(["suite", "status"]).arg(&out).output().unwrap();
+    assert_status(&status, 0);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("crash") && text.contains("failed"), "{text}");
+}
+
+#[test]
+fn bad_manifests_stop_before_anything_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nintervall = 5\n", "suite.toml:4: unknown key \"intervall\""),
+        ("[[job]]\nname = \"a/b\"\ncommand = [\"true\"]\n", "suite.toml:2: job name \"a/b\""),
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\n\n[[job]]\nname = \"a\"\ncommand = [\"true\"]\n", "suite.toml:6: job name \"a\" is used twice"),
+        ("[[job]]\nname = \"a\"\ncommand = [\"./not-here\"]\n", "suite.toml:3: program \"./not-here\" not found"),
+        // Values are checked by bbv run's own parser.
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nregions = \"sometimes\"\n", "suite.toml:1: job \"a\": invalid value 'sometimes'"),
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\ninterval = 0\n", "suite.toml:1: job \"a\": invalid value '0'"),
+    ];
+    for (text, want) in cases {
+        let manifest = tmp.path().join("suite.toml");
+        std::fs::write(&manifest, text).unwrap();
+        let out = tmp.path().join("out");
+        let o = bbv()
+            .args(["suite", "run"])
+            .arg(&manifest)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_status(&o, 2);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{text:?}: {err}");
+        assert!(!out.exists(), "{text:?} created the output folder");
+    }
+}
+
+#[test]
+fn a_suite_killed_half_way_reruns_only_what_did_not_finish() {
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = tmp.path().join("suite.toml");
+    let mut text = String::from("[defaults]\ninterval = 1000000\nmax-k = 3\n");
+    // Two short jobs first, then long ones the kill interrupts or never starts.
+    for (i, n) in [5_000, 5_000, 400_000, 400_000, 400_000, 400_000]
+        .iter()
+        .enumerate()
+    {
+        text.push_str(&format!(
+            "\n[[job]]\nname = \"job{i}\"\ncommand = {}\n",
+            looping(*n)
+        ));
+    }
+    std::fs::write(&manifest, text).unwrap();
+    let out = tmp.path().join("out");
+    let child = bbv()
+        .args(["suite", "run"])
+        .arg(&manifest)
+        .arg("-o")
+        .arg(&out)
+        .args(["--jobs", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(120);
+    // Wait until the first two are done and the next ones run.
+    while !(out.join("job0/summary.json").exists()
+        && out.join("job1/summary.json").exists()
+        && out.join("job2/log").exists())
+    {
+        assert!(Instant::now() < until, "the suite did not get going");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = child.wait_with_output().unwrap();
+    assert_status(&o, 128 + libc::SIGTERM);
+    let statuses = csv_statuses(&out);
+    assert_eq!(
+        &statuses[..2],
+        &pairs(&[("job0", "done"), ("job1", "done")])[..]
+    );
+    assert!(
+        statuses[2..].iter().all(|(_, s)| s != "done"),
+        "{statuses:?}"
+    );
+    assert_eq!(json(&out.join("job2/job.json"))["status"], "failed");
+    assert!(!out.join("job2/summary.json").exists());
+    let left: Vec<String> = std::fs::read_dir(out.join("job2"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+    // The re-run skips the finished jobs. (Shortened: the long jobs' work is not the point.)
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("400000", "6000")).unwrap();
+    let o = bbv()
+        .args(["suite", "run"])
+        .arg(&manifest)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_status(&o, 0);
+    assert_eq!(
+        csv_statuses(&out),
+        pairs(&[
+            ("job0", "skipped"),
+            ("job1", "skipped"),
+            ("job2", "done"),
+            ("job3", "done"),
+            ("job4", "done"),
+            ("job5", "done"),
+        ])
+    );
+}
+
+#[test]
+fn a_gpu_job_samples_launches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let traces =
+        crate::common::data_dir().join("accelsim/matrixmul-32-32-trace-aba4ea32/kernelslist.g");
+    let manifest = tmp.path().join("suite.toml");
+    std::fs::write(
+        &manifest,
+        format!("[defaults]\ninterval = 1000\n\n[[job]]\nname = \"mm\"\nkind = \"gpu\"\ntraces = {:?}\nmax-k = 3\n", traces.display().to_string()),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let o = bbv()
+        .args(["suite", "run"])
+        .arg(&manifest)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_status(&o, 0);
+    assert_eq!(csv_statuses(&out), pairs(&[("mm", "done")]));
+    for f in ["kernelslist.g", "weights.csv", "report.html"] {
+        assert!(out.join("mm").join(f).is_file(), "{f}");
+    }
+    assert!(std::fs::read_to_string(out.join("index.html"))
+        .unwrap()
+        .contains("mm/report.html"));
+}

@@ -1,0 +1,52 @@
+//! bbv-suite: whole benchmark suites from one manifest, run on this machine, resumable.
+//!
+//! * [`manifest`]: the TOML manifest, checked completely before anything runs.
+//! * [`job`]: one job: `bbv run` (or `bbv gpu sample`) as a child process in the job's fixed
+//!   environment, its output in `OUT/<name>/log`, its record in `OUT/<name>/job.json`.
+//! * [`local`]: the local executor (N jobs at a time; finished jobs with unchanged settings
+//!   are skipped), and the merge: `OUT/summary.csv` and `OUT/index.html`.
+//!
+//! Each job is its own process, so that a crash, a timeout or a kill stays with that job; the
+//! same function runs it wherever it runs.
+
+pub mod job;
+pub mod local;
+pub mod manifest;
+
+pub use job::{JobRecord, Status};
+pub use local::{merge, run_local, Event};
+pub use manifest::{load, Job, Manifest};
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in a suite (a failed job is not an error: see [`Status`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The manifest is malformed.
+    #[error("{}:{line}: {what}", path.display())]
+    Manifest {
+        /// The manifest.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+impl SuiteError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> SuiteError {
+        SuiteError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

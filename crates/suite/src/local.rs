@@ -1,0 +1,158 @@
+//! The local executor and the merge of a suite's results.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::job::{run_job, JobRecord, Status};
+use crate::manifest::Manifest;
+use crate::SuiteError;
+
+/// What the executor tells its caller (for a progress display).
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A job started.
+    Started(String),
+    /// A job ended (or was skipped).
+    Ended(String, Status),
+}
+
+/// Runs every job of `manifest` with `bbv` into `out`, `jobs` at a time; a failed job never
+/// stops the others. Returns each job's record in manifest order.
+pub fn run_local(
+    manifest: &Manifest,
+    out: &Path,
+    jobs: usize,
+    bbv: &Path,
+    version: &str,
+    on_event: &(dyn Fn(Event) + Sync),
+) -> Result<Vec<JobRecord>, SuiteError> {
+    std::fs::create_dir_all(out).map_err(|e| SuiteError::io(out, e))?;
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<JobRecord, SuiteError>>>> =
+        Mutex::new((0..manifest.jobs.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, manifest.jobs.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(job) = manifest.jobs.get(i) else {
+                    break;
+                };
+                if bbv_collect::interrupt::received().is_some() {
+                    break;
+                }
+                on_event(Event::Started(job.name.clone()));
+                let r = run_job(bbv, job, out, version);
+                let status = r.as_ref().map_or(Status::Failed, |r| r.status);
+                on_event(Event::Ended(job.name.clone(), status));
+                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+            });
+        }
+    });
+    let mut records = Vec::new();
+    for (i, r) in results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .enumerate()
+    {
+        match r {
+            Some(r) => records.push(r?),
+            // Not started (the suite was stopped).
+            None => records.push(pending(&manifest.jobs[i].name, out)),
+        }
+    }
+    Ok(records)
+}
+
+/// A job's record from its folder, or a pending one.
+fn pending(name: &str, out: &Path) -> JobRecord {
+    JobRecord::read(&out.join(name)).unwrap_or(JobRecord {
+        status: Status::Pending,
+        attempt: 0,
+        started: 0,
+        finished: 0,
+        exit: None,
+        seconds: 0.0,
+        peak_kib: 0,
+        reason: None,
+        hash: String::new(),
+    })
+}
+
+/// Each job's record as its folder has it (`pending` where there is none).
+pub fn records(manifest: &Manifest, out: &Path) -> Vec<JobRecord> {
+    manifest
+        .jobs
+        .iter()
+        .map(|j| pending(&j.name, out))
+        .collect()
+}
+
+/// Writes `OUT/summary.csv` (job, status, instructions, intervals, k, points, seconds, peak
+/// memory) and `OUT/index.html` (each job's report, where it has one).
+pub fn merge(manifest: &Manifest, out: &Path, records: &[JobRecord]) -> Result<(), SuiteError> {
+    let mut csv = String::from("job,status,instructions,intervals,k,points,seconds,peak_kib\n");
+    let mut rows = String::new();
+    for (job, r) in manifest.jobs.iter().zip(records) {
+        let dir = out.join(&job.name);
+        let summary = std::fs::read_to_string(dir.join("summary.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<bbv_pipeline::rundir::Summary>(&t).ok())
+            .filter(|_| matches!(r.status, Status::Done | Status::Skipped));
+        let (instructions, intervals, k, points) = match &summary {
+            Some(s) => (
+                s.instructions.to_string(),
+                s.intervals.to_string(),
+                s.k.to_string(),
+                s.points.len().to_string(),
+            ),
+            None => Default::default(),
+        };
+        csv.push_str(&format!(
+            "{},{},{instructions},{intervals},{k},{points},{:.3},{}\n",
+            job.name,
+            r.status.name(),
+            r.seconds,
+            r.peak_kib
+        ));
+        let report = if dir.join("report.html").is_file() {
+            format!("<a href=\"{0}/report.html\">{0}</a>", html(&job.name))
+        } else {
+            html(&job.name)
+        };
+        rows.push_str(&format!(
+            "<tr><td>{0}</td><td class=\"{1}\">{1}</td><td>{instructions}</td><td>{k}</td><td>{2:.1}</td><td><a href=\"{3}/log\">log</a></td></tr>\n",
+            report,
+            r.status.name(),
+            r.seconds,
+            html(&job.name)
+        ));
+    }
+    let page = format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bbv suite</title><style>\
+         body{{font-family:sans-serif}}table{{border-collapse:collapse}}td,th{{padding:2px 8px;border-bottom:1px solid #ccc}}\
+         .failed{{color:#b00}}.done,.skipped{{color:#070}}</style></head><body>\n\
+         <h1>{}</h1>\n<table id=\"jobs\"><tr><th>job</th><th>status</th><th>instructions</th><th>k</th><th>seconds</th><th></th></tr>\n{rows}</table>\n</body></html>\n",
+        html(&manifest.path.display().to_string())
+    );
+    write_atomic(&out.join("summary.csv"), &csv)?;
+    write_atomic(&out.join("index.html"), &page)
+}
+
+fn write_atomic(path: &Path, text: &str) -> Result<(), SuiteError> {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|e| SuiteError::io(path, e))
+}
+
+fn html(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
