@@ -54,12 +54,10 @@ fn signal(child: &Child, sig: i32) {
     assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
 }
 
-/// Starts `bbv ARGS -- looping guest` in `dir`, and signals it once its QEMU runs the guest.
-fn killed_mid_run(dir: &Path, args: &[&str], tag: &str, sig: i32) -> std::process::Output {
-    let child = bbv()
-        .current_dir(dir)
-        .args(args)
-        .arg("--")
+/// Starts `cmd` (a bbv command ending in `--`) on the looping guest, and returns once the
+/// guest's QEMU runs.
+fn start(mut cmd: std::process::Command, tag: &str) -> Child {
+    let child = cmd
         .args(looping_guest(tag))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -68,6 +66,14 @@ fn killed_mid_run(dir: &Path, args: &[&str], tag: &str, sig: i32) -> std::proces
     wait_for("the guest's QEMU", || {
         processes_with(tag).iter().any(|p| p.contains("qemu-"))
     });
+    child
+}
+
+/// Starts `bbv ARGS -- looping guest` in `dir`, and signals it once the guest runs.
+fn killed_mid_run(dir: &Path, args: &[&str], tag: &str, sig: i32) -> std::process::Output {
+    let mut cmd = bbv();
+    cmd.current_dir(dir).args(args).arg("--");
+    let child = start(cmd, tag);
     // Past QEMU's start-up: the guest's loop (and its trap) runs.
     std::thread::sleep(Duration::from_millis(700));
     signal(&child, sig);
@@ -163,19 +169,12 @@ fn a_replay_killed_mid_run_leaves_nothing_behind() {
     let tag = format!("bbv-sig-replay-{}", std::process::id());
     let scratch = tmp.path().join("scratch");
     std::fs::create_dir(&scratch).unwrap();
-    let child = bbv()
-        .env("TMPDIR", &scratch)
+    let mut cmd = bbv();
+    cmd.env("TMPDIR", &scratch)
         .arg("replay")
         .arg(&run)
-        .arg("--")
-        .args(looping_guest(&tag))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for("the guest's QEMU", || {
-        processes_with(&tag).iter().any(|p| p.contains("qemu-"))
-    });
+        .arg("--");
+    let child = start(cmd, &tag);
     std::thread::sleep(Duration::from_millis(700));
     signal(&child, libc::SIGTERM);
     let out = finish(child);
@@ -190,24 +189,16 @@ fn a_replay_killed_mid_run_leaves_nothing_behind() {
 fn a_sigkilled_bbv_takes_its_qemu_with_it() {
     let tmp = tempfile::tempdir().unwrap();
     let tag = format!("bbv-sig-kill-{}", std::process::id());
-    let child = bbv()
-        .current_dir(tmp.path())
-        .args([
-            "collect",
-            "--bb-out-file",
-            "bb.out",
-            "--pc-out-file",
-            "pc.out",
-        ])
-        .arg("--")
-        .args(looping_guest(&tag))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("the guest's QEMU", || {
-        processes_with(&tag).iter().any(|p| p.contains("qemu-"))
-    });
+    let mut cmd = bbv();
+    cmd.current_dir(tmp.path()).args([
+        "collect",
+        "--bb-out-file",
+        "bb.out",
+        "--pc-out-file",
+        "pc.out",
+        "--",
+    ]);
+    let child = start(cmd, &tag);
     signal(&child, libc::SIGKILL);
     let out = finish(child);
     assert_eq!(out.status.code(), None);

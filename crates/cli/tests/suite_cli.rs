@@ -25,6 +25,18 @@ fn csv_statuses(out: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `bbv suite run MANIFEST -o OUT EXTRA...`, finished.
+fn suite_run(manifest: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    bbv()
+        .args(["suite", "run"])
+        .arg(manifest)
+        .arg("-o")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
     v.iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -49,14 +61,7 @@ fn a_suite_runs_isolates_failures_and_resumes() {
     )
     .unwrap();
     let out = tmp.path().join("out");
-    let o = bbv()
-        .args(["suite", "run"])
-        .arg(&manifest)
-        .arg("-o")
-        .arg(&out)
-        .args(["--jobs", "2"])
-        .output()
-        .unwrap();
+    let o = suite_run(&manifest, &out, &["--jobs", "2"]);
     assert_status(&o, 1);
     let want = pairs(&[
         ("loop-a", "done"),
@@ -116,13 +121,7 @@ fn a_suite_runs_isolates_failures_and_resumes() {
 
     // Again: the finished jobs are skipped, the failed ones run again.
     let before = std::fs::read(out.join("loop-a/job.json")).unwrap();
-    let o = bbv()
-        .args(["suite", "run"])
-        .arg(&manifest)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = suite_run(&manifest, &out, &[]);
     assert_status(&o, 1);
     assert_eq!(
         csv_statuses(&out),
@@ -138,13 +137,7 @@ fn a_suite_runs_isolates_failures_and_resumes() {
     // A changed setting runs the job again.
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, text.replace("max-k = 4", "max-k = 3")).unwrap();
-    let o = bbv()
-        .args(["suite", "run"])
-        .arg(&manifest)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = suite_run(&manifest, &out, &[]);
     assert_status(&o, 1);
     assert_eq!(csv_statuses(&out)[0], ("loop-a".into(), "done".into()));
     assert_eq!(json(&out.join("loop-a/job.json"))["attempt"], 2);
@@ -170,13 +163,7 @@ fn bad_manifests_stop_before_anything_runs() {
         let manifest = tmp.path().join("suite.toml");
         std::fs::write(&manifest, text).unwrap();
         let out = tmp.path().join("out");
-        let o = bbv()
-            .args(["suite", "run"])
-            .arg(&manifest)
-            .arg("-o")
-            .arg(&out)
-            .output()
-            .unwrap();
+        let o = suite_run(&manifest, &out, &[]);
         assert_status(&o, 2);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(want), "{text:?}: {err}");
@@ -245,13 +232,7 @@ fn a_suite_killed_half_way_reruns_only_what_did_not_finish() {
     // The re-run skips the finished jobs. (Shortened: the long jobs' work is not the point.)
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, text.replace("400000", "6000")).unwrap();
-    let o = bbv()
-        .args(["suite", "run"])
-        .arg(&manifest)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = suite_run(&manifest, &out, &[]);
     assert_status(&o, 0);
     assert_eq!(
         csv_statuses(&out),
@@ -278,13 +259,7 @@ fn a_gpu_job_samples_launches() {
     )
     .unwrap();
     let out = tmp.path().join("out");
-    let o = bbv()
-        .args(["suite", "run"])
-        .arg(&manifest)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = suite_run(&manifest, &out, &[]);
     assert_status(&o, 0);
     assert_eq!(csv_statuses(&out), pairs(&[("mm", "done")]));
     for f in ["kernelslist.g", "weights.csv", "report.html"] {
