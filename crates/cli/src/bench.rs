@@ -91,6 +91,16 @@ pub enum BenchCommand {
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
     },
+    /// `bbv suite run`: six equal jobs with --jobs 1 and 2 (target: at most 60%), and a re-run
+    /// where every job is done (target: well under 1% of the first run).
+    Suite {
+        /// Runs per cell (the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the inputs and outputs (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
     /// The HTML report of real `bbv run --validate` runs of at least --intervals intervals:
     /// `bbv report DIR`'s time, the page's size and chromium's time to its load event.
     Report(Recorded),
@@ -414,6 +424,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             qemu,
         } => crate::bench_collect::run(runs, &dir, scale, qemu.as_deref()),
         BenchCommand::Threads { runs, dir } => crate::bench_threads::run(runs, &dir),
+        BenchCommand::Suite { runs, dir } => crate::bench_suite::run(runs, &dir),
         BenchCommand::Report(r) => crate::bench_report::run(r.intervals, r.runs, &r.dir),
         BenchCommand::Regions(r) => crate::bench_regions::run(r.intervals, r.runs, &r.dir),
         BenchCommand::Gpu {

@@ -5,6 +5,7 @@ mod bench_cc;
 mod bench_collect;
 mod bench_regions;
 mod bench_report;
+mod bench_suite;
 mod bench_threads;
 mod cc_cmd;
 mod collect_cmd;

@@ -20,8 +20,10 @@ pub enum SuiteCommand {
         #[arg(short = 'o', value_name = "OUT")]
         output: PathBuf,
         /// Jobs at a time (default: the number of cores).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "slurm")]
         jobs: Option<u32>,
+        #[command(flatten)]
+        slurm: SlurmArgs,
     },
     /// Run job number INDEX (0-based, manifest order) of MANIFEST into OUT/<name>/: what each
     /// task of a cluster's job array runs.
@@ -42,13 +44,55 @@ pub enum SuiteCommand {
     },
 }
 
+/// `--slurm` and its sbatch options.
+#[derive(clap::Args)]
+pub struct SlurmArgs {
+    /// Submit the jobs as one Slurm job array (one task per job not done yet) instead of
+    /// running them here; OUT must be on a file system the nodes share.
+    #[arg(long)]
+    slurm: bool,
+    /// sbatch --partition.
+    #[arg(long, value_name = "P", requires = "slurm")]
+    partition: Option<String>,
+    /// sbatch --time, per task.
+    #[arg(long, value_name = "T", requires = "slurm")]
+    time: Option<String>,
+    /// sbatch --mem, per task.
+    #[arg(long, value_name = "M", requires = "slurm")]
+    mem: Option<String>,
+    /// Tasks at a time.
+    #[arg(long = "max-parallel", value_name = "N", requires = "slurm", value_parser = clap::value_parser!(u32).range(1..))]
+    max_parallel: Option<u32>,
+    /// One more sbatch argument (repeatable): --sbatch-arg=--account=lab.
+    #[arg(
+        long = "sbatch-arg",
+        value_name = "ARG",
+        requires = "slurm",
+        allow_hyphen_values = true
+    )]
+    sbatch_arg: Vec<String>,
+    /// Return once the array is submitted (see `bbv suite status OUT`).
+    #[arg(long = "no-wait", requires = "slurm")]
+    no_wait: bool,
+}
+
 /// Runs a suite command; its exit status.
 pub fn run(what: SuiteCommand) -> Result<u8> {
     match what {
         SuiteCommand::Run {
             manifest,
             output,
+            slurm,
+            ..
+        } if slurm.slurm => {
+            let m = load(&manifest, &output)?;
+            on_slurm(&m, &output, &slurm)
+        }
+        SuiteCommand::Run {
+            manifest,
+            output,
             jobs,
+            ..
         } => {
             let m = load(&manifest, &output)?;
             let jobs = jobs.map_or_else(
@@ -82,31 +126,7 @@ pub fn run(what: SuiteCommand) -> Result<u8> {
             if let Some(b) = bar {
                 b.finish_and_clear();
             }
-            bbv_suite::merge(&m, &output, &records)?;
-            let failed: Vec<&str> = m
-                .jobs
-                .iter()
-                .zip(&records)
-                .filter(|(_, r)| r.status == Status::Failed)
-                .map(|(j, _)| j.name.as_str())
-                .collect();
-            let ran = records.iter().filter(|r| r.status == Status::Done).count();
-            let skipped = records
-                .iter()
-                .filter(|r| r.status == Status::Skipped)
-                .count();
-            eprintln!(
-                "bbv suite: {} jobs: {ran} done, {skipped} skipped, {} failed{}; {}",
-                m.jobs.len(),
-                failed.len(),
-                if failed.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", failed.join(", "))
-                },
-                output.join("summary.csv").display()
-            );
-            Ok(u8::from(!failed.is_empty()))
+            finish(&m, &output, &records)
         }
         SuiteCommand::Task {
             manifest,
@@ -143,6 +163,98 @@ pub fn run(what: SuiteCommand) -> Result<u8> {
             Ok(0)
         }
     }
+}
+
+/// The end of a run: the merge, one line on stderr, the exit status (1 if any job is not
+/// done or skipped).
+fn finish(m: &Manifest, output: &Path, records: &[bbv_suite::JobRecord]) -> Result<u8> {
+    bbv_suite::merge(m, output, records)?;
+    let failed: Vec<&str> = m
+        .jobs
+        .iter()
+        .zip(records)
+        .filter(|(_, r)| !matches!(r.status, Status::Done | Status::Skipped))
+        .map(|(j, _)| j.name.as_str())
+        .collect();
+    let count = |s: Status| records.iter().filter(|r| r.status == s).count();
+    eprintln!(
+        "bbv suite: {} jobs: {} done, {} skipped, {} failed, {} not run{}; {}",
+        m.jobs.len(),
+        count(Status::Done),
+        count(Status::Skipped),
+        count(Status::Failed),
+        count(Status::Pending) + count(Status::Running),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", failed.join(", "))
+        },
+        output.join("summary.csv").display()
+    );
+    Ok(u8::from(!failed.is_empty()))
+}
+
+/// `--slurm`: submit, wait (with the done count on a terminal), merge.
+fn on_slurm(m: &Manifest, output: &Path, a: &SlurmArgs) -> Result<u8> {
+    let opts = bbv_suite::slurm::SlurmOptions {
+        partition: a.partition.clone(),
+        time: a.time.clone(),
+        mem: a.mem.clone(),
+        max_parallel: a.max_parallel,
+        sbatch_args: a.sbatch_arg.clone(),
+    };
+    let version = version();
+    let submitted = bbv_suite::slurm::submit(m, output, &bbv_exe()?, version, &opts)?;
+    let Some(sub) = &submitted else {
+        // Everything is done already.
+        let records = bbv_suite::local::records(m, output);
+        let records: Vec<_> = records
+            .into_iter()
+            .map(|r| bbv_suite::JobRecord {
+                status: Status::Skipped,
+                ..r
+            })
+            .collect();
+        return finish(m, output, &records);
+    };
+    eprintln!(
+        "bbv suite: submitted {} of {} jobs as Slurm job {} (task logs in {})",
+        sub.indices.len(),
+        m.jobs.len(),
+        sub.job_id,
+        bbv_suite::slurm::slurm_dir(output).display()
+    );
+    if a.no_wait {
+        return Ok(0);
+    }
+    let bar = crate::progress::suite_bar(sub.indices.len() as u64);
+    let n = sub.indices.len() as u64;
+    bbv_suite::slurm::wait(&sub.job_id, &|q| {
+        if let Some(b) = &bar {
+            let running = q.values().filter(|s| s.as_str() == "RUNNING").count();
+            b.set_position(n - q.len() as u64);
+            b.set_message(format!("{running} running, {} queued", q.len() - running));
+        }
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let records: Vec<_> = bbv_suite::local::records(m, output)
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            // Jobs not submitted were done already.
+            if sub.indices.contains(&i) {
+                r
+            } else {
+                bbv_suite::JobRecord {
+                    status: Status::Skipped,
+                    ..r
+                }
+            }
+        })
+        .collect();
+    finish(m, output, &records)
 }
 
 /// Loads and checks the manifest (every job's options through `bbv run`'s own parser), and

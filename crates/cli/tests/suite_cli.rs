@@ -269,3 +269,181 @@ fn a_gpu_job_samples_launches() {
         .unwrap()
         .contains("mm/report.html"));
 }
+
+/// Starts the single-node Slurm of `scripts/local-slurm` (installing it if need be); its
+/// configuration file.
+fn local_slurm() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/local-slurm");
+    let o = std::process::Command::new(script)
+        .arg("up")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_status(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.trim()
+        .strip_prefix("export SLURM_CONF=")
+        .unwrap_or_else(|| panic!("scripts/local-slurm up printed {text:?}"))
+        .to_string()
+}
+
+#[test]
+fn slurm_and_the_local_executor_give_the_same_files() {
+    let conf = local_slurm();
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = tmp.path().join("suite.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "[defaults]\ninterval = 1000000\nmax-k = 4\n\n\
+             [[job]]\nname = \"short\"\ncommand = {}\n\n\
+             [[job]]\nname = \"crash\"\ncommand = [\"sh\", \"-c\", \"kill -SEGV $$\"]\n\n\
+             [[job]]\nname = \"long\"\ncommand = {}\nwarmup = 500000\n\n\
+             [[job]]\nname = \"middle\"\ncommand = {}\n",
+            looping(8_000),
+            looping(20_000),
+            looping(12_000)
+        ),
+    )
+    .unwrap();
+    let (local, slurm) = (tmp.path().join("local"), tmp.path().join("slurm"));
+    assert_status(&suite_run(&manifest, &local, &["--jobs", "2"]), 1);
+    let on_slurm = |extra: &[&str]| {
+        bbv()
+            .env("SLURM_CONF", &conf)
+            .args(["suite", "run"])
+            .arg(&manifest)
+            .arg("-o")
+            .arg(&slurm)
+            .args(["--slurm", "--max-parallel", "2"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = on_slurm(&[]);
+    assert_status(&o, 1);
+    let want = pairs(&[
+        ("short", "done"),
+        ("crash", "failed"),
+        ("long", "done"),
+        ("middle", "done"),
+    ]);
+    assert_eq!(csv_statuses(&local), want);
+    assert_eq!(csv_statuses(&slurm), want);
+    for job in ["short", "long", "middle"] {
+        for f in [
+            "bb.out",
+            "simpoint.simpoints",
+            "simpoint.weights",
+            "simpoint.labels",
+            "regions.csv",
+            "regions.json",
+            "regions.sniper.txt",
+        ] {
+            let a = std::fs::read(local.join(job).join(f)).unwrap();
+            let b = std::fs::read(slurm.join(job).join(f)).unwrap();
+            assert!(
+                a == b,
+                "{job}/{f} differs between the local executor and Slurm"
+            );
+        }
+    }
+    // The task's record is the local one's (same settings hash).
+    assert_eq!(
+        json(&local.join("long/job.json"))["hash"],
+        json(&slurm.join("long/job.json"))["hash"]
+    );
+    // Again without waiting: only the failed job is submitted; status shows it.
+    let o = on_slurm(&["--no-wait"]);
+    assert_status(&o, 0);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("submitted 1 of 4 jobs"), "{err}");
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        let st = bbv()
+            .env("SLURM_CONF", &conf)
+            .args(["suite", "status"])
+            .arg(&slurm)
+            .output()
+            .unwrap();
+        assert_status(&st, 0);
+        let text = String::from_utf8_lossy(&st.stdout).into_owned();
+        let crash = text
+            .lines()
+            .find(|l| l.starts_with("crash"))
+            .unwrap()
+            .to_string();
+        if crash.contains("failed") && json(&slurm.join("crash/job.json"))["attempt"] == 2 {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with("short") && l.contains("done")),
+                "{text}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the resubmitted task did not finish: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn scancel_reaches_the_guest_and_leaves_nothing_behind() {
+    let conf = local_slurm();
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = tmp.path().join("suite.toml");
+    let tag = format!("bbv-scancel-{}", std::process::id());
+    std::fs::write(
+        &manifest,
+        format!("[[job]]\nname = \"forever\"\ncommand = [\"sh\", \"-c\", \"while :; do :; done; echo {tag}\"]\n"),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let o = bbv()
+        .env("SLURM_CONF", &conf)
+        .args(["suite", "run"])
+        .arg(&manifest)
+        .arg("-o")
+        .arg(&out)
+        .args(["--slurm", "--no-wait"])
+        .output()
+        .unwrap();
+    assert_status(&o, 0);
+    let id = std::fs::read_to_string(out.join("slurm/job-id")).unwrap();
+    let qemu_runs = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("qemu-") && c.contains(&tag)
+            })
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(120);
+    while !qemu_runs() {
+        assert!(Instant::now() < until, "the task's guest never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let st = std::process::Command::new("scancel")
+        .env("SLURM_CONF", &conf)
+        .arg(id.trim())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // The task records the job failed once its guest has ended.
+    while json(&out.join("forever/job.json"))["status"] == "running" {
+        assert!(Instant::now() < until, "the job never ended");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let record = json(&out.join("forever/job.json"));
+    assert_eq!(record["status"], "failed");
+    assert_eq!(record["exit"], 128 + libc::SIGTERM);
+    assert!(!qemu_runs(), "QEMU outlived the cancelled task");
+    let left: Vec<String> = std::fs::read_dir(out.join("forever"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+}

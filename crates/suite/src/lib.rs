@@ -5,6 +5,7 @@
 //!   environment, its output in `OUT/<name>/log`, its record in `OUT/<name>/job.json`.
 //! * [`local`]: the local executor (N jobs at a time; finished jobs with unchanged settings
 //!   are skipped), and the merge: `OUT/summary.csv` and `OUT/index.html`.
+//! * [`slurm`]: the same jobs as one Slurm job array of `bbv suite task`.
 //!
 //! Each job is its own process, so that a crash, a timeout or a kill stays with that job; the
 //! same function runs it wherever it runs.
@@ -12,6 +13,7 @@
 pub mod job;
 pub mod local;
 pub mod manifest;
+pub mod slurm;
 
 pub use job::{JobRecord, Status};
 pub use local::{merge, run_local, Event};
@@ -40,6 +42,9 @@ pub enum SuiteError {
         /// What is wrong.
         what: String,
     },
+    /// Slurm's commands failed or are missing.
+    #[error("{0}")]
+    Slurm(String),
 }
 
 impl SuiteError {
