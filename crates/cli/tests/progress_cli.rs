@@ -85,3 +85,36 @@ fn collect_shows_progress_with_verbose_and_simpoint_shows_its_runs() {
     assert_status(&piped, 0);
     assert!(!String::from_utf8_lossy(&piped.stderr).contains("clustering"));
 }
+
+#[test]
+fn suite_shows_its_jobs_on_a_terminal_only() {
+    let work = tempfile::tempdir().unwrap();
+    let manifest = work.path().join("suite.toml");
+    let mut text = String::from("[defaults]\ninterval = 1000000\nmax-k = 3\n");
+    for i in 0..3 {
+        text.push_str(&format!(
+            "\n[[job]]\nname = \"j{i}\"\ncommand = [\"sh\", \"-c\", \"i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done\"]\n"
+        ));
+    }
+    std::fs::write(&manifest, text).unwrap();
+    let bbv_exe = env!("CARGO_BIN_EXE_bbv");
+    let seen = on_terminal(&format!(
+        "{bbv_exe} suite run {} -o {} --jobs 2",
+        quote(&manifest),
+        quote(&work.path().join("tty"))
+    ));
+    assert!(seen.contains("running, 0 failed"), "{seen}");
+    assert!(seen.contains("/3]"), "{seen}");
+    // Without a terminal: the closing line only.
+    let out = bbv()
+        .args(["suite", "run"])
+        .arg(&manifest)
+        .arg("-o")
+        .arg(work.path().join("pipe"))
+        .output()
+        .unwrap();
+    assert_status(&out, 0);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("bbv suite: 3 jobs: 3 done"), "{err}");
+}
