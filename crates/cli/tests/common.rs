@@ -34,9 +34,15 @@ pub fn files_in(dir: &Path) -> Vec<String> {
 }
 
 /// `bbv OPTS -o OUT -- gzip -6 -c INPUT` (a `run` or `replay` of a real program), its own
-/// output dropped; it must exit 0.
+/// output dropped; it must exit 0. It runs in a fixed environment: the guest's instruction
+/// stream, and so the points chosen, depend on the size of its environment, which would
+/// otherwise be the test runner's.
 pub fn gzip_job(opts: &[&str], out: &Path, input: &Path) -> Output {
     let o = bbv()
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/tmp")
+        .env("LANG", "C")
         .args(opts)
         .arg("-o")
         .arg(out)

@@ -230,13 +230,8 @@ fn unmapped(c: &Collected, exclude: &[String]) -> Vec<String> {
 /// (and the metrics, or removes those of an earlier run).
 fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), PipelineError> {
     let mut files = AtomicFiles::default();
-    match rows {
-        Some(rows) => files.write(&dir.join("metrics.csv"), |w| crate::write_metrics(w, rows))?,
-        None => remove_stale(dir, "metrics.csv")?,
-    }
-    // Written again by the clustering and the report when the run gets that far.
-    for stale in ["validation.json", "bic.csv", "report.html"] {
-        remove_stale(dir, stale)?;
+    if let Some(rows) = rows {
+        files.write(&dir.join("metrics.csv"), |w| crate::write_metrics(w, rows))?;
     }
     files.write(&dir.join("pc.out"), |w| bbv_collect::write_pc(w, &c.blocks))?;
     files.write(&dir.join("blocks.tsv"), |w| {
@@ -256,8 +251,16 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
     files.write(&dir.join("images.tsv"), |w| {
         rundir::write_images(w, &images)
     })?;
-    // The tables and the vectors land together, even if bbv is killed now.
+    // The tables and the vectors land together, even if bbv is killed now, and without an
+    // earlier run's later files: the clustering and the hand-off write theirs again when this
+    // run gets that far (a run that stops before, or has no point, leaves none).
     let hold = bbv_collect::interrupt::hold();
+    if rows.is_none() {
+        remove_stale(dir, "metrics.csv")?;
+    }
+    for stale in STALE {
+        remove_stale(dir, stale)?;
+    }
     files.commit_held(&hold)?;
     for t in &c.threads {
         if let Some(src) = &t.bb {
@@ -374,6 +377,29 @@ fn concatenate(c: &Collected, dir: &Path, out: &Path) -> Result<u64, PipelineErr
 }
 
 /// Removes `dir/name` if an earlier run left it.
+/// Files of a run directory written after the vectors are placed.
+const STALE: [&str; 19] = [
+    "validation.json",
+    "global.bb",
+    "slices.tsv",
+    "slices.cuts",
+    "bic.csv",
+    "report.html",
+    "simpoint.simpoints",
+    "simpoint.weights",
+    "simpoint.labels",
+    "summary.json",
+    "summary.txt",
+    "regions.csv",
+    "regions.json",
+    "regions.sniper.txt",
+    "gem5/simpoints",
+    "gem5/weights",
+    "gem5/README",
+    "nemu/simpoints0",
+    "nemu/weights0",
+];
+
 fn remove_stale(dir: &Path, name: &str) -> Result<(), PipelineError> {
     let p = dir.join(name);
     match std::fs::remove_file(&p) {
