@@ -26,6 +26,8 @@ fn unharvested(dir: &Path) -> Result<(Vec<(u32, u64)>, u64), CollectError> {
     let Ok(text) = std::fs::read_to_string(&list) else {
         return Ok((Vec::new(), 0));
     };
+    // Lines end at the first NUL (the plugin appends through a mapping of the file).
+    let text = &text[..text.find('\0').unwrap_or(text.len())];
     let whole = text.rfind('\n').map_or(0, |i| i + 1);
     let mut slots = Vec::new();
     for (i, line) in text[..whole].lines().enumerate() {

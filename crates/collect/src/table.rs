@@ -60,6 +60,8 @@ impl Image {
 /// Reads `DIR/blocks` and symbolizes each block.
 pub(crate) fn read_blocks(path: &Path) -> Result<(Vec<Block>, Vec<Image>), CollectError> {
     let mut text = std::fs::read_to_string(path).map_err(|e| CollectError::io(path, e))?;
+    // The plugin appends through a mapping of the file: its lines end at the first NUL.
+    text.truncate(text.find('\0').unwrap_or(text.len()));
     // A process killed while the plugin appended a line leaves it unfinished: drop it.
     let whole = text.rfind('\n').map_or(0, |i| i + 1);
     text.truncate(whole);

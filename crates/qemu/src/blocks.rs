@@ -2,12 +2,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::api::Insn;
+use crate::maplog::MapLog;
 use crate::{maps, report_error, x86, Config};
 
 /// What the execution callback needs about one translated block. Leaked: QEMU may run the
@@ -74,15 +73,15 @@ struct Table {
     next: u32,
     /// Module lines written so far.
     modules: usize,
-    /// `DIR/blocks`, appended one line per write so a killed process leaves whole lines.
-    file: Option<File>,
+    /// `DIR/blocks` (whole lines, even when the process is killed).
+    file: Option<MapLog>,
 }
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 
 fn append(table: &mut Table, line: &str) {
     if let Some(f) = &mut table.file {
-        if let Err(e) = f.write_all(line.as_bytes()) {
+        if let Err(e) = f.append(line.as_bytes()) {
             report_error(&format!("writing the block table: {e}"));
             table.file = None;
         }
@@ -91,7 +90,7 @@ fn append(table: &mut Table, line: &str) {
 
 /// Creates `DIR/blocks` (at install time, so the host can tell the plugin was loaded).
 pub fn init(cfg: &Config) -> std::io::Result<()> {
-    let file = File::create(cfg.dir.join("blocks"))?;
+    let file = MapLog::create(&cfg.dir.join("blocks"))?;
     *TABLE.lock().unwrap_or_else(|e| e.into_inner()) = Some(Table {
         ids: HashMap::new(),
         sizes: HashSet::new(),

@@ -17,14 +17,13 @@
 //! that distance is used up (a conditional callback). Callback-counted blocks (rep string
 //! blocks) still count into the mapping and [`TOTAL`]; readers add the two.
 
-use std::fs::File;
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use bbv_profile::plugin_state::{HEADER_WORDS, SLOTS_MAGIC};
 
+use crate::maplog::MapLog;
 use crate::{report_error, Config};
 
 /// Most distinct translated blocks a run may have (the mapping is reserved, not allocated).
@@ -85,7 +84,8 @@ static BASE: AtomicPtr<u64> = AtomicPtr::new(std::ptr::null_mut());
 struct Meta {
     /// (block id, instructions, fldcw) per slot.
     slots: Vec<(u32, u64, u64)>,
-    file: Option<File>,
+    /// `DIR/tbs`: a line per slot.
+    file: Option<MapLog>,
 }
 
 static META: Mutex<Meta> = Mutex::new(Meta {
@@ -122,7 +122,7 @@ pub fn init(cfg: &Config) -> std::io::Result<()> {
     unsafe { *base = SLOTS_MAGIC };
     BASE.store(base, Ordering::Release);
     let mut meta = META.lock().unwrap_or_else(|e| e.into_inner());
-    meta.file = Some(File::create(cfg.dir.join("tbs"))?);
+    meta.file = Some(MapLog::create(&cfg.dir.join("tbs"))?);
     Ok(())
 }
 
@@ -141,7 +141,7 @@ pub fn new_slot(id: u32, insns: u64, fldcw: u64) -> Option<(*mut u64, u32)> {
     }
     meta.slots.push((id, insns, fldcw));
     if let Some(f) = &mut meta.file {
-        if let Err(e) = f.write_all(format!("{slot} {id} {insns} {fldcw}\n").as_bytes()) {
+        if let Err(e) = f.append(format!("{slot} {id} {insns} {fldcw}\n").as_bytes()) {
             report_error(&format!("writing the slot table: {e}"));
             meta.file = None;
         }

@@ -58,6 +58,7 @@ mod decode;
 mod fast;
 mod flow;
 mod fork;
+mod maplog;
 mod maps;
 mod metrics;
 mod offload;
