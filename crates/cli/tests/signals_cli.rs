@@ -204,4 +204,27 @@ fn a_sigkilled_bbv_takes_its_qemu_with_it() {
     assert_eq!(out.status.code(), None);
     // The kernel kills QEMU once bbv is gone (its zombie has no command line).
     wait_for("QEMU to die with bbv", || processes_with(&tag).is_empty());
+    // Its work folder stays, until the next bbv run in that folder removes it.
+    let work = |dir: &Path| -> Vec<String> {
+        files_in(dir)
+            .into_iter()
+            .filter(|n| n.starts_with(".bbv-collect-"))
+            .collect()
+    };
+    assert_eq!(work(tmp.path()).len(), 1);
+    let o = bbv()
+        .current_dir(tmp.path())
+        .args([
+            "collect",
+            "--bb-out-file",
+            "bb.out",
+            "--pc-out-file",
+            "pc.out",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    crate::common::assert_status(&o, 0);
+    assert_eq!(work(tmp.path()), Vec::<String>::new());
 }

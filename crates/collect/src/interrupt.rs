@@ -18,7 +18,7 @@
 //! of a set of renames. QEMU starts with the signals unblocked, and dies with bbv even when bbv is killed
 //! with SIGKILL (`PR_SET_PDEATHSIG`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -223,5 +223,34 @@ pub fn ended(pid: u32, block: bool) -> std::io::Result<bool> {
         }
         registry().children.retain(|&c| c != pid as i32);
         return Ok(true);
+    }
+}
+
+/// The prefix of a temporary folder of this process: `PREFIX<pid>-`, so that a later run can
+/// tell an orphan (of a bbv killed with SIGKILL) from a live run's ([`remove_orphans`]).
+pub fn tagged(prefix: &str) -> String {
+    format!("{prefix}{}-", std::process::id())
+}
+
+/// Removes the folders in `dir` named by [`tagged`]`(prefix)` of processes that no longer
+/// exist: what a bbv killed with SIGKILL left behind.
+pub fn remove_orphans(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone && pid > 0 {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }

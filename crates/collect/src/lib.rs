@@ -289,8 +289,10 @@ impl Prepared {
     /// [`PROGRESS_PERIOD`] while it runs.
     pub fn run_watched(self, watcher: Option<&dyn Watcher>) -> Result<Outcome, CollectError> {
         let work = &self.request.work_dir;
+        interrupt::remove_orphans(work, ".bbv-collect-");
+        let prefix = interrupt::tagged(".bbv-collect-");
         let temp = |base: Option<&Path>| {
-            let b = tempfile::Builder::new().prefix(".bbv-collect-").to_owned();
+            let b = tempfile::Builder::new().prefix(&prefix).to_owned();
             let dir = match base {
                 Some(w) => b.clone().tempdir_in(w),
                 None => b.clone().tempdir(),

@@ -294,7 +294,9 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         )?
     };
     let (work, _cleanup) = bbv_collect::interrupt::Cleanup::create(|| {
-        let d = tempfile::Builder::new().prefix(".bbv-replay-").tempdir()?;
+        bbv_collect::interrupt::remove_orphans(&std::env::temp_dir(), ".bbv-replay-");
+        let prefix = bbv_collect::interrupt::tagged(".bbv-replay-");
+        let d = tempfile::Builder::new().prefix(&prefix).tempdir()?;
         let path = d.path().to_path_buf();
         Ok((d, path))
     })
