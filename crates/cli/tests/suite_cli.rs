@@ -116,7 +116,12 @@ fn a_suite_runs_isolates_failures_and_resumes() {
     ] {
         let a = std::fs::read(out.join("loop-a").join(f)).unwrap();
         let b = std::fs::read(direct.join(f)).unwrap();
-        assert!(a == b, "{f} differs between the suite and bbv run");
+        assert!(
+            a == b,
+            "{f} differs between the suite and bbv run:\n{}\n{}",
+            std::fs::read_to_string(out.join("loop-a/log")).unwrap_or_default(),
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 
     // Again: the finished jobs are skipped, the failed ones run again.

@@ -310,31 +310,34 @@ impl Prepared {
         let argv = self.command_line(dir.path());
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
-        // Like system(3): a terminal's ^C goes to the guest, which decides; we wait for it.
-        // (Where `interrupt` is installed the signals are blocked and waited for instead, and
-        // an ignored signal would never arrive.)
-        let ignored: &[libc::c_int] = if interrupt::installed() {
-            &[libc::SIGQUIT]
-        } else {
-            &[libc::SIGINT, libc::SIGQUIT]
-        };
-        // SAFETY: plain disposition changes, restored below.
-        let saved: Vec<_> = ignored
-            .iter()
-            .map(|&s| (s, unsafe { libc::signal(s, libc::SIG_IGN) }))
-            .collect();
         let waited = interrupt::spawn(&mut cmd).and_then(|mut child| {
+            // Like system(3): a terminal's ^C goes to the guest, which decides; we wait for
+            // it. Ignored only once QEMU runs, so that the guest starts with the dispositions
+            // bbv got (an ignored SIGQUIT changed the shell's start-up by an instruction).
+            // Where `interrupt` is installed SIGINT is blocked and waited for instead: an
+            // ignored signal would never arrive.
+            let ignored: &[libc::c_int] = if interrupt::installed() {
+                &[libc::SIGQUIT]
+            } else {
+                &[libc::SIGINT, libc::SIGQUIT]
+            };
+            // SAFETY: plain disposition changes, restored below.
+            let saved: Vec<_> = ignored
+                .iter()
+                .map(|&s| (s, unsafe { libc::signal(s, libc::SIG_IGN) }))
+                .collect();
             let pid = child.id();
-            match watcher {
-                None => drop(interrupt::ended(pid, true)?),
-                Some(w) => watch(pid, dir.path(), w)?,
+            let ended = match watcher {
+                None => interrupt::ended(pid, true).map(drop),
+                Some(w) => watch(pid, dir.path(), w),
+            };
+            for (s, old) in saved {
+                // SAFETY: as above.
+                unsafe { libc::signal(s, old) };
             }
+            ended?;
             Ok((pid, child.wait()?))
         });
-        for (s, old) in saved {
-            // SAFETY: as above.
-            unsafe { libc::signal(s, old) };
-        }
         let (pid, status) = waited.map_err(|e| CollectError::io(&self.qemu, e))?;
         if let Some(sig) = interrupt::received() {
             return Err(CollectError::Interrupted(sig));
