@@ -185,19 +185,21 @@ fn a_replay_killed_mid_run_leaves_nothing_behind() {
     assert_eq!(walk(&scratch), Vec::<String>::new());
 }
 
+/// `bbv collect` into bb.out and pc.out of the current folder.
+const COLLECT: [&str; 5] = [
+    "collect",
+    "--bb-out-file",
+    "bb.out",
+    "--pc-out-file",
+    "pc.out",
+];
+
 #[test]
 fn a_sigkilled_bbv_takes_its_qemu_with_it() {
     let tmp = tempfile::tempdir().unwrap();
     let tag = format!("bbv-sig-kill-{}", std::process::id());
     let mut cmd = bbv();
-    cmd.current_dir(tmp.path()).args([
-        "collect",
-        "--bb-out-file",
-        "bb.out",
-        "--pc-out-file",
-        "pc.out",
-        "--",
-    ]);
+    cmd.current_dir(tmp.path()).args(COLLECT).arg("--");
     let child = start(cmd, &tag);
     signal(&child, libc::SIGKILL);
     let out = finish(child);
@@ -214,15 +216,8 @@ fn a_sigkilled_bbv_takes_its_qemu_with_it() {
     assert_eq!(work(tmp.path()).len(), 1);
     let o = bbv()
         .current_dir(tmp.path())
-        .args([
-            "collect",
-            "--bb-out-file",
-            "bb.out",
-            "--pc-out-file",
-            "pc.out",
-            "--",
-            "true",
-        ])
+        .args(COLLECT)
+        .args(["--", "true"])
         .output()
         .unwrap();
     crate::common::assert_status(&o, 0);

@@ -103,11 +103,7 @@ impl JobRecord {
             "reason": self.reason,
             "hash": self.hash,
         });
-        let path = dir.join("job.json");
-        let tmp = dir.join(".job.json.tmp");
-        std::fs::write(&tmp, format!("{v:#}\n"))
-            .and_then(|_| std::fs::rename(&tmp, &path))
-            .map_err(|e| SuiteError::io(&path, e))
+        crate::write_atomic(&dir.join("job.json"), &format!("{v:#}\n"))
     }
 }
 

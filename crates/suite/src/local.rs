@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use crate::job::{run_job, JobRecord, Status};
 use crate::manifest::Manifest;
-use crate::SuiteError;
+use crate::{write_atomic, SuiteError};
 
 /// What the executor tells its caller (for a progress display).
 #[derive(Clone, Debug)]
@@ -138,16 +138,6 @@ pub fn merge(manifest: &Manifest, out: &Path, records: &[JobRecord]) -> Result<(
     );
     write_atomic(&out.join("summary.csv"), &csv)?;
     write_atomic(&out.join("index.html"), &page)
-}
-
-fn write_atomic(path: &Path, text: &str) -> Result<(), SuiteError> {
-    let mut name = std::ffi::OsString::from(".");
-    name.push(path.file_name().unwrap_or_default());
-    name.push(".tmp");
-    let tmp = path.with_file_name(name);
-    std::fs::write(&tmp, text)
-        .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(|e| SuiteError::io(path, e))
 }
 
 fn html(s: &str) -> String {

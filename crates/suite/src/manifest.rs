@@ -342,11 +342,8 @@ impl JobParser<'_> {
         let env = self.env()?;
         let timeout = self.timeout()?;
         let kind = if gpu {
-            if let Some((_, line)) = self
-                .job
-                .get("command")
-                .map(|v| (v, self.at.key_line(self.header, "command")))
-            {
+            if self.job.contains_key("command") {
+                let line = self.at.key_line(self.header, "command");
                 return Err(self.err(line, "a gpu job takes traces, not a command".into()));
             }
             let (traces, line) = self.path("traces", &cwd)?.ok_or_else(|| {
