@@ -190,6 +190,13 @@ impl Offload {
 
     #[cold]
     fn send_buffer(&mut self) {
+        // A forked child has no model thread, and must not touch the channels either: one
+        // the model thread was sending on at the fork is left mid-write, and a receive on it
+        // spins forever waiting for that write to finish.
+        if crate::fork::forked() {
+            self.buf.clear();
+            return;
+        }
         let next = self
             .free
             .try_recv()
