@@ -201,6 +201,7 @@ fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
         "exp-bbv",
         "replay",
         "collect --metrics",
+        "collect --metrics-calls-only",
     ];
     println!(
         "bbv bench collect: median wall time of {runs} run(s) per cell, slowdown = time / native"
@@ -214,7 +215,7 @@ fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
     println!(" bbv replay of a bbv run profile (interval 1e8) <= 1.1x collect; --metrics-out-file (bbv run");
     println!(" --validate's metrics) <= 4x bare QEMU, geomean)\n");
     println!(
-        "{:<14} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}",
+        "{:<14} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
         "program",
         "native s",
         "qemu",
@@ -227,11 +228,12 @@ fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
         "expbbv/coll",
         "expbbv/exact",
         "replay/coll",
-        "metr/qemu"
+        "metr/qemu",
+        "calls/qemu"
     );
     let (mut over_qemu, mut vs_exp, mut vs_exp_exact) = (Vec::new(), Vec::new(), Vec::new());
     let (mut replay_ratio, mut metrics_ratio) = (Vec::new(), Vec::new());
-    let mut metrics_cpu_ratio = Vec::new();
+    let (mut metrics_cpu_ratio, mut floor_ratio) = (Vec::new(), Vec::new());
     for (i, w) in workloads.iter().enumerate() {
         let profile = root.join(format!("profile-{i}"));
         prepare_replay(&bbv, w, &profile, scale, &qemu)?;
@@ -241,7 +243,10 @@ fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
                 let mut argv: Vec<String> = match mode {
                     "native" => vec![],
                     "qemu" => vec![qemu.clone()],
-                    "collect" | "collect --exact" | "collect --metrics" => {
+                    "collect"
+                    | "collect --exact"
+                    | "collect --metrics"
+                    | "collect --metrics-calls-only" => {
                         let mut v = vec![
                             s(&bbv),
                             "collect".into(),
@@ -254,8 +259,11 @@ fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
                         if mode == "collect --exact" {
                             v.push("--exact".into());
                         }
-                        if mode == "collect --metrics" {
+                        if mode.starts_with("collect --metrics") {
                             v.extend(["--metrics-out-file".into(), "metrics.%p".into()]);
+                        }
+                        if mode == "collect --metrics-calls-only" {
+                            v.push("--metrics-calls-only".into());
                         }
                         v.push("--".into());
                         v
@@ -298,12 +306,13 @@ fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
         let sd: Vec<f64> = med.iter().map(|t| t / med[0]).collect();
         let (q, c, e, v, r, m) = (sd[1], sd[2], sd[3], sd[4], sd[5], sd[6]);
         metrics_ratio.push(m / q);
+        floor_ratio.push(sd[7] / q);
         over_qemu.push(c / q);
         vs_exp.push(v / c);
         vs_exp_exact.push(v / e);
         replay_ratio.push(r / c);
         println!(
-            "{:<14} {:>8.2} {:>7.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>10.2}x {:>10.2}x {:>11.2}x {:>10.2}x {:>10.2}x",
+            "{:<14} {:>8.2} {:>7.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>8.1}x {:>10.2}x {:>10.2}x {:>11.2}x {:>10.2}x {:>10.2}x {:>10.2}x",
             w.name,
             med[0],
             q,
@@ -316,7 +325,8 @@ fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
             v / c,
             v / e,
             r / c,
-            m / q
+            m / q,
+            sd[7] / q
         );
     }
     let worst = |v: &[f64], max: bool| {
@@ -354,6 +364,11 @@ fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
         "  its CPU time / bare QEMU's:   geomean {:.2}x, worst {:.2}x (the cache model runs on a thread of its own)",
         geomean(&metrics_cpu_ratio),
         worst(&metrics_cpu_ratio, true)
+    );
+    println!(
+        "  QEMU's calls alone / bare:    geomean {:.2}x, worst {:.2}x (the same callbacks returning at once: the floor under any\n                                 plugin that sees every access; calls/qemu column)",
+        geomean(&floor_ratio),
+        worst(&floor_ratio, true)
     );
     Ok(())
 }

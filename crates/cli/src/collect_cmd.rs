@@ -65,6 +65,10 @@ pub struct GuestArgs {
     #[arg(long = "model-thread", value_name = "yes|no", default_value = "yes", value_parser = yes_no,
           action = clap::ArgAction::Set)]
     pub model_thread: bool,
+    /// Benchmarks only: the metrics' callbacks return at once (the rows count only the blocks
+    /// that also check for a cut), to measure what QEMU's calling them costs by itself.
+    #[arg(long = "metrics-calls-only", hide = true)]
+    pub metrics_calls_only: bool,
     /// Print the totals and the files written after the guest ends.
     #[arg(short, long)]
     pub verbose: bool,
@@ -207,11 +211,13 @@ fn cache_model(g: &GuestArgs, asked: bool, flag: &str) -> Result<Option<CacheMod
         l1d: g.l1d,
         l2: g.l2,
         own_thread: g.model_thread,
+        calls_only: g.metrics_calls_only,
+        slice_rows: false,
     };
     if !asked {
         if model != CacheModel::default() {
             bail!(
-                "--l1d, --l2 and --model-thread shape the metrics' cache model: they need {flag}"
+                "--l1d, --l2, --model-thread and --metrics-calls-only shape the metrics' cache model: they need {flag}"
             );
         }
         return Ok(None);
@@ -399,6 +405,11 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
         && (regions == bbv_pipeline::RegionsMode::Intervals || a.threads == "all")
     {
         bail!("--flow-quantum paces the threads for multi-threaded regions: it needs --regions auto or looppoint (and --threads main)");
+    }
+    if let Some(m) = collect.metrics.as_mut() {
+        // Only an explicit looppoint knows before the run that slices will be clustered; auto
+        // decides at the end, so its rows follow the main thread's intervals.
+        m.slice_rows = regions == bbv_pipeline::RegionsMode::Looppoint;
     }
     if regions != bbv_pipeline::RegionsMode::Intervals && a.threads == "main" {
         // Recorded whenever a second thread runs, so that auto can choose at the end.

@@ -240,3 +240,54 @@ fn looppoint_on_one_thread_and_an_unmapped_exclusion() {
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
     }
 }
+
+#[test]
+fn validate_cuts_the_metrics_at_the_slices() {
+    // Under --regions looppoint the metrics' rows are cut where the slices are, all threads
+    // together, so that every slice clustered has its row and the points can be validated.
+    let dir = tempfile::tempdir().unwrap();
+    let prog = omp(dir.path());
+    let extra = ["--regions", "looppoint", "--validate"];
+    let out = run(
+        dir.path(),
+        "2",
+        &[&["--interval", "10000000", "-o", "out"][..], &extra].concat(),
+        &[prog.to_str().unwrap(), "100"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("validation.json is not"), "{err}");
+    let d = dir.path().join("out");
+    let summary = json(&d.join("summary.json"));
+    assert_eq!(summary["threads"].as_array().unwrap().len(), 2, "{err}");
+    let rows = crate::validate_cli::csv_rows(&d.join("metrics.csv"));
+    let slices: Vec<Vec<f64>> = std::fs::read_to_string(d.join("slices.tsv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split('\t')
+                .skip(2)
+                .take(1)
+                .map(|f| f.parse().unwrap())
+                .collect()
+        })
+        .collect();
+    assert!(slices.len() > 10, "{} slices", slices.len());
+    assert_eq!(rows.len(), slices.len());
+    // Every instruction of every thread in exactly one row; a row counts the excluded
+    // libraries' instructions too, so it holds at least its slice's filtered ones (less the
+    // few the other thread runs between the cut and its next block).
+    let total: f64 = rows.iter().map(|r| r["instructions"]).sum();
+    assert_eq!(total, summary["instructions"].as_f64().unwrap());
+    for (i, (r, s)) in rows.iter().zip(&slices).enumerate() {
+        assert!(
+            r["instructions"] >= 0.99 * s[0],
+            "slice {i}: {r:?} for {s:?}"
+        );
+    }
+    crate::validate_cli::assert_validation_recomputes(&d);
+    assert!(std::fs::read_to_string(d.join("summary.txt"))
+        .unwrap()
+        .contains("estimate errors at k = "));
+}

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use crate::common::{assert_status, bbv, json, text_input};
 
 /// The rows of a metrics.csv as maps from column to value.
-fn csv_rows(path: &Path) -> Vec<HashMap<String, f64>> {
+pub(crate) fn csv_rows(path: &Path) -> Vec<HashMap<String, f64>> {
     let text = std::fs::read_to_string(path).unwrap();
     let mut lines = text.lines();
     let head: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
@@ -279,29 +279,11 @@ fn recompute(dir: &Path) -> Vec<(String, [f64; 7])> {
     out
 }
 
-#[test]
-fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in");
-    text_input(&input, 600_000);
-    let run = |out: &str, extra: &[&str]| {
-        let o = bbv()
-            .current_dir(dir.path())
-            .args(["run", "--interval", "2000000", "--max-k", "8", "-o", out])
-            .args(extra)
-            .args(["--", "gzip", "-9", "-c", input.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .output()
-            .unwrap();
-        assert_status(&o, 0);
-        String::from_utf8_lossy(&o.stderr).into_owned()
-    };
-    let text = run("v", &["--validate"]);
-    assert!(text.contains("estimate errors at k = "), "{text}");
-    let d = dir.path().join("v");
-    let v = json(&d.join("validation.json"));
+/// Checks `dir/validation.json` against [`recompute`] and returns it.
+pub(crate) fn assert_validation_recomputes(dir: &Path) -> serde_json::Value {
+    let v = json(&dir.join("validation.json"));
     let metrics = v["metrics"].as_array().unwrap();
-    let ours = recompute(&d);
+    let ours = recompute(dir);
     assert_eq!(metrics.len(), ours.len());
     for (m, (name, want)) in metrics.iter().zip(&ours) {
         assert_eq!(m["name"], name.as_str());
@@ -323,6 +305,30 @@ fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
         }
     }
     assert!(v["bbv_error"].as_f64().unwrap() > 0.0);
+    v
+}
+
+#[test]
+fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    text_input(&input, 600_000);
+    let run = |out: &str, extra: &[&str]| {
+        let o = bbv()
+            .current_dir(dir.path())
+            .args(["run", "--interval", "2000000", "--max-k", "8", "-o", out])
+            .args(extra)
+            .args(["--", "gzip", "-9", "-c", input.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert_status(&o, 0);
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let text = run("v", &["--validate"]);
+    assert!(text.contains("estimate errors at k = "), "{text}");
+    let d = dir.path().join("v");
+    let v = assert_validation_recomputes(&d);
     let k = v["k"].as_u64().unwrap();
     let s = json(&d.join("summary.json"));
     assert_eq!(s["k"].as_u64(), Some(k));

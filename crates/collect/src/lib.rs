@@ -82,6 +82,12 @@ pub struct CacheModel {
     pub l2: bbv_profile::CacheGeometry,
     /// The model runs on a thread of its own while the guest has one thread.
     pub own_thread: bool,
+    /// Only QEMU's calls into the plugin, which return at once (the rows count only the blocks
+    /// that also check for a cut), for `bbv bench collect`'s floor under any metrics run.
+    pub calls_only: bool,
+    /// Once a second thread runs with slices recorded, cut the rows at the slices' boundaries
+    /// (one row per slice, for `--regions looppoint`) instead of thread 1's intervals.
+    pub slice_rows: bool,
 }
 
 impl Default for CacheModel {
@@ -90,6 +96,8 @@ impl Default for CacheModel {
             l1d: bbv_profile::CacheGeometry::L1D,
             l2: bbv_profile::CacheGeometry::L2,
             own_thread: true,
+            calls_only: false,
+            slice_rows: false,
         }
     }
 }
@@ -211,6 +219,16 @@ impl Collected {
         rows.truncate(want);
         Ok(Some(rows))
     }
+
+    /// Every row of the metrics, as written: one per slice when they were cut at slices
+    /// ([`CacheModel::slice_rows`] and a second thread ran), which the caller matches against
+    /// the slices it builds.
+    pub fn metrics_rows_all(&self) -> Result<Option<Vec<bbv_profile::MetricsRow>>, CollectError> {
+        self.metrics
+            .as_ref()
+            .map(|path| bbv_profile::read_metrics(path).map_err(CollectError::Metrics))
+            .transpose()
+    }
 }
 
 /// The guest's end and, if the plugin completed its files, what it collected.
@@ -262,6 +280,12 @@ impl Prepared {
             ));
             if !m.own_thread {
                 plugin.push(",metrics_thread=off");
+            }
+            if m.calls_only {
+                plugin.push(",metrics_calls=empty");
+            }
+            if m.slice_rows {
+                plugin.push(",metrics_rows=slices");
             }
         }
         if let Some(m) = &r.markers {

@@ -69,7 +69,13 @@ pub fn run(
     let mut warnings = Vec::new();
     let finished = (|| {
         let c = outcome.collected?;
-        let rows = match c.metrics_rows() {
+        // Rows cut at slices are matched against the slices once they are built.
+        let sliced = r.metrics.is_some_and(|m| m.slice_rows) && c.slices.is_some();
+        let rows = match if sliced {
+            c.metrics_rows_all()
+        } else {
+            c.metrics_rows()
+        } {
             Ok(rows) => rows,
             Err(e) => {
                 warnings.push(format!("--validate: {e}; no validation"));
@@ -132,15 +138,17 @@ fn cluster_as(
     observer: &dyn Observer,
 ) -> Result<(), PipelineError> {
     let r = &req.collect;
-    let metrics = match rows {
-        Some(_) if mode == "looppoint" || req.threads_all => {
+    let per_slice = r.metrics.is_some_and(|m| m.slice_rows);
+    let mut metrics = match rows {
+        Some(_) if (mode == "looppoint" && !per_slice) || req.threads_all => {
             warnings.push(format!(
-                "--validate: the metrics follow the main thread's intervals, but this run clustered {}: metrics.csv is written, validation.json is not",
-                if mode == "looppoint" { "slices of all threads" } else { "every thread's intervals" }
+                "--validate: the metrics follow the main thread's intervals, but this run clustered {}: metrics.csv is written, validation.json is not{}",
+                if mode == "looppoint" { "slices of all threads" } else { "every thread's intervals" },
+                if mode == "looppoint" { " (--regions looppoint cuts them at the slices)" } else { "" }
             ));
             None
         }
-        other => other,
+        other => other.map(<[MetricsRow]>::to_vec),
     };
     summary.regions_mode = mode.into();
     summary.regions_reason = reason;
@@ -150,6 +158,12 @@ fn cluster_as(
         let slices = crate::slices::build(&req.out, &threads, &blocks, &r.exclude)?;
         summary.filtered_instructions = Some(slices.iter().map(|s| s.filtered).sum());
         warnings.extend(unmapped(c, &r.exclude));
+        if let Some(m) = metrics.as_mut() {
+            match_slices(&req.out, m, slices.len(), warnings)?;
+            if m.is_empty() {
+                metrics = None;
+            }
+        }
         slices.len() as u64
     } else if req.threads_all {
         concatenate(c, &req.out, &req.out.join("bb.all"))?
@@ -165,7 +179,7 @@ fn cluster_as(
     if rows > 0 {
         let input = rundir::clustered_input(&req.out, &summary);
         let var_length = mode == "looppoint";
-        let validate = metrics.map(|rows| crate::cluster::Validate {
+        let validate = metrics.as_deref().map(|rows| crate::cluster::Validate {
             rows,
             target_error: req.target_error,
         });
@@ -180,6 +194,30 @@ fn cluster_as(
         if let Some(v) = v.filter(|v| v.k_rule.contains("not met")) {
             warnings.push(format!("--target-error: {}", v.k_rule));
         }
+    }
+    Ok(())
+}
+
+/// Matches metrics rows cut at slices to the `n` slices built: the last row may be of a slice
+/// the exit left empty (dropped, and `metrics.csv` rewritten); fewer rows than slices (a guest
+/// killed before the plugin's exit wrote the last) leave the run without validation, emptied.
+fn match_slices(
+    dir: &Path,
+    rows: &mut Vec<MetricsRow>,
+    n: usize,
+    warnings: &mut Vec<String>,
+) -> Result<(), PipelineError> {
+    if rows.len() < n {
+        warnings.push(format!(
+            "--validate: the metrics have {} rows for {n} slices (the guest ended without running the plugin's exit?): no validation",
+            rows.len()
+        ));
+        rows.clear();
+    } else if rows.len() > n {
+        rows.truncate(n);
+        let mut files = AtomicFiles::default();
+        files.write(&dir.join("metrics.csv"), |w| crate::write_metrics(w, rows))?;
+        files.commit()?;
     }
     Ok(())
 }

@@ -172,6 +172,12 @@ fn decode_meminfo(info: sys::qemu_plugin_meminfo_t) -> (u32, bool) {
     if cached >> 8 == u64::from(info) {
         return ((cached & 0x7f) as u32, cached & 0x80 != 0);
     }
+    decode_meminfo_slow(info, slot)
+}
+
+#[cold]
+#[inline(never)]
+fn decode_meminfo_slow(info: sys::qemu_plugin_meminfo_t, slot: &AtomicU64) -> (u32, bool) {
     // SAFETY: plain queries of the access QEMU describes.
     let (shift, store) = unsafe {
         (
@@ -186,21 +192,30 @@ fn decode_meminfo(info: sys::qemu_plugin_meminfo_t) -> (u32, bool) {
     (shift, store)
 }
 
+/// [`on_metrics_block`] and [`on_mem`] doing nothing (`metrics_calls=empty`).
+extern "C" fn on_block_empty(_: c_uint, _: *mut c_void) {}
+
+extern "C" fn on_mem_empty(_: c_uint, _: sys::qemu_plugin_meminfo_t, _: u64, _: *mut c_void) {}
+
 extern "C" fn on_mem(vcpu: c_uint, info: sys::qemu_plugin_meminfo_t, vaddr: u64, _: *mut c_void) {
     let (shift, store) = decode_meminfo(info);
     thread::metrics_access(vcpu, vaddr, 1 << shift, store);
 }
 
+type MemCb = extern "C" fn(c_uint, sys::qemu_plugin_meminfo_t, u64, *mut c_void);
+type BlockCb = extern "C" fn(c_uint, *mut c_void);
+
 /// Registers the metrics callback of every memory access of a block's counted instructions.
 ///
 /// # Safety
 /// `tb` is the block being translated.
-unsafe fn register_accesses(tb: *mut qemu_plugin_tb, counted: usize) {
+unsafe fn register_accesses(tb: *mut qemu_plugin_tb, counted: usize, empty: bool) {
     let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+    let cb: MemCb = if empty { on_mem_empty } else { on_mem };
     for i in 0..counted {
         let p = sys::qemu_plugin_tb_get_insn(tb, i);
         let rw = sys::qemu_plugin_mem_rw::QEMU_PLUGIN_MEM_RW;
-        sys::qemu_plugin_register_vcpu_mem_cb(p, Some(on_mem), flags, rw, std::ptr::null_mut());
+        sys::qemu_plugin_register_vcpu_mem_cb(p, Some(cb), flags, rw, std::ptr::null_mut());
     }
 }
 
@@ -567,7 +582,12 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             if info.may_loop {
                 register_check(tb, udata, cfg.metrics);
             } else if cfg.metrics {
-                sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_metrics_block), flags, udata);
+                let cb: BlockCb = if cfg.metrics_calls_only {
+                    on_block_empty
+                } else {
+                    on_metrics_block
+                };
+                sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(cb), flags, udata);
             }
             count_inline(tb, info);
         } else {
@@ -576,7 +596,7 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(cb), flags, udata);
         }
         if cfg.metrics {
-            register_accesses(tb, info.insns as usize);
+            register_accesses(tb, info.insns as usize, cfg.metrics_calls_only);
         }
         if crate::replay::active() {
             // Registered after the block's own counting, so the block's instructions are

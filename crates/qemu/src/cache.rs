@@ -29,6 +29,11 @@ impl Cache {
         }
     }
 
+    /// Its number of sets.
+    pub fn sets(&self) -> u64 {
+        self.set_mask + 1
+    }
+
     /// Accesses line number `line`; true on a hit. A miss brings the line in, evicting the
     /// least recently used line of its set.
     #[inline]

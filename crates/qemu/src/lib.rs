@@ -102,6 +102,14 @@ pub(crate) struct Config {
     pub metrics: bool,
     /// Thread 1's cache model runs on a model thread of its own while it is the only thread.
     pub metrics_thread: bool,
+    /// The metrics' callbacks are registered as usual but return at once (`metrics_calls=empty`):
+    /// what QEMU's calling them costs by itself, the floor under any metrics run (`bbv bench
+    /// collect`). The metrics file then counts only the blocks that also check for a cut.
+    pub metrics_calls_only: bool,
+    /// Once slicing begins, the metrics' rows are cut at the slices' boundaries instead of
+    /// thread 1's intervals (`metrics_rows=slices`), so that they line up with the slices the
+    /// host clusters for `--regions looppoint`.
+    pub metrics_slices: bool,
     pub l1d: bbv_profile::CacheGeometry,
     pub l2: bbv_profile::CacheGeometry,
 }
@@ -127,6 +135,8 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
         flow: 0,
         metrics: false,
         metrics_thread: true,
+        metrics_calls_only: false,
+        metrics_slices: false,
         l1d: bbv_profile::CacheGeometry::L1D,
         l2: bbv_profile::CacheGeometry::L2,
     };
@@ -149,6 +159,28 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
             "tail" => cfg.tail = flag(k, v)?,
             "metrics" => cfg.metrics = flag(k, v)?,
             "metrics_thread" => cfg.metrics_thread = flag(k, v)?,
+            "metrics_rows" => {
+                cfg.metrics_slices = match v {
+                    "slices" => true,
+                    "intervals" => false,
+                    _ => {
+                        return Err(format!(
+                            "plugin argument metrics_rows={v}: expected intervals or slices"
+                        ))
+                    }
+                }
+            }
+            "metrics_calls" => {
+                cfg.metrics_calls_only = match v {
+                    "empty" => true,
+                    "full" => false,
+                    _ => {
+                        return Err(format!(
+                            "plugin argument metrics_calls={v}: expected full or empty"
+                        ))
+                    }
+                }
+            }
             "l1d" => cfg.l1d = metrics::geometry(k, v)?,
             "l2" => cfg.l2 = metrics::geometry(k, v)?,
             "count_rep" => {

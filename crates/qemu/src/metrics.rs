@@ -201,6 +201,11 @@ impl Engine {
         self.line_shift
     }
 
+    /// The L1D's number of sets (a power of two).
+    pub(crate) fn l1d_sets(&self) -> u64 {
+        self.l1d.sets()
+    }
+
     /// A block starts: the previous block's control transfer, then the block's instructions.
     #[inline(always)]
     pub(crate) fn block(&mut self, c: &mut impl Tally, tb: &TbInfo) {
@@ -286,6 +291,14 @@ impl Engine {
     }
 }
 
+/// An access counted on the guest's own thread. Kept out of line so that QEMU's per-access
+/// call stays short on the offloaded path, which then saves no registers it does not use.
+#[inline(never)]
+fn access_here(e: &mut Engine, counters: &Counters, vaddr: u64, size: u64, store: bool) {
+    let epoch = EPOCH.load(Ordering::Relaxed);
+    e.access(&mut &*counters, vaddr, size, store, epoch)
+}
+
 /// Where a thread's blocks and accesses are counted.
 enum Where {
     Here(Engine),
@@ -342,10 +355,7 @@ impl ThreadMetrics {
     #[inline]
     pub fn access(&mut self, vaddr: u64, size: u64, store: bool) {
         match &mut self.engine {
-            Where::Here(e) => {
-                let epoch = EPOCH.load(Ordering::Relaxed);
-                e.access(&mut &self.counters, vaddr, size, store, epoch)
-            }
+            Where::Here(e) => access_here(e, &self.counters, vaddr, size, store),
             Where::Away(o) => o.access(vaddr, size, store),
             Where::Moving => {}
         }
@@ -403,6 +413,16 @@ pub fn cut(main: Option<&mut ThreadMetrics>) {
     if let Some(Where::Away(away)) = main.map(|m| &mut m.engine) {
         away.cut(row);
     }
+}
+
+/// Whether rows are cut at slice boundaries now: asked for (`metrics_rows=slices`), and slicing
+/// has begun. Thread 1's engine is back on its own thread by then (it comes back when the
+/// second thread starts, before slicing begins), so a row needs no model thread.
+pub fn slice_rows() -> bool {
+    crate::slices::on()
+        && crate::CONFIG
+            .get()
+            .is_some_and(|c| c.metrics && c.metrics_slices)
 }
 
 /// Appends `row`; after a failed write (reported once) the file gets no more rows.

@@ -35,8 +35,8 @@ const STORE_BIT: u64 = 1 << 62;
 const BLOCK_BIT: u64 = 1 << 63;
 
 enum Msg {
-    /// Blocks and accesses.
-    Work(Vec<u64>),
+    /// Blocks and accesses: the first `.1` words of the buffer.
+    Work(Buffer, usize),
     /// Thread 1 cut an interval: the row of the other threads' counts (none while thread 1 is
     /// alone), to which the model thread adds thread 1's.
     Cut(MetricsRow),
@@ -46,19 +46,32 @@ enum Msg {
 
 type Returned = (Engine, MetricsRow, Option<MetricsWriter<File>>);
 
+/// A buffer of [`BUFFER`] words, always whole: the guest's thread writes each access's word
+/// before knowing whether it keeps it (no branch to mispredict), so every slot must exist.
+type Buffer = Box<[u64]>;
+
+fn new_buffer() -> Buffer {
+    vec![0; BUFFER].into_boxed_slice()
+}
+
 /// The guest side: thread 1's buffer and its end of the channel.
 pub struct Offload {
-    buf: Vec<u64>,
-    /// Cache-line size's log2, and the line the last recorded access ended on (`u64::MAX`
-    /// after a cut): an access within that same line is only counted here, since the engine
-    /// would find it in the same line and epoch and count nothing else for it. Most accesses
-    /// are such repeats; not recording them halves the words the model thread reads.
+    buf: Buffer,
+    /// Words of `buf` in use (always less than [`BUFFER`] between calls).
+    len: usize,
+    /// Cache-line size's log2, and per L1D set the line the last recorded access to that set
+    /// touched in this interval (`u64::MAX` for none). Such a line is the most recent of its
+    /// set in the engine's L1D, stamped with this interval: another access within it is a hit
+    /// that changes no state there (L2, pages and the recency order are untouched), so it is
+    /// only counted here. Most accesses are such repeats; not recording them leaves the model
+    /// thread a fraction of the words.
     line_shift: u32,
-    last_line: u64,
+    mru: Box<[u64]>,
+    set_mask: u64,
     /// Repeats since the last cut: loads, stores.
     repeats: [u64; 2],
     tx: SyncSender<Msg>,
-    free: Receiver<Vec<u64>>,
+    free: Receiver<Buffer>,
     worker: Option<JoinHandle<()>>,
 }
 
@@ -68,8 +81,9 @@ pub struct Offload {
 #[allow(clippy::result_large_err)]
 pub fn start(engine: Engine, epoch: u64) -> Result<Offload, Engine> {
     let line_shift = engine.line_shift();
+    let sets = engine.l1d_sets();
     let (tx, rx) = mpsc::sync_channel::<Msg>(DEPTH);
-    let (free_tx, free) = mpsc::channel::<Vec<u64>>();
+    let (free_tx, free) = mpsc::channel::<Buffer>();
     // The engine and the metrics file move to the model thread once it runs.
     let (home_tx, home_rx) = mpsc::sync_channel::<(Engine, Option<MetricsWriter<File>>)>(1);
     let spawned = without_signals(|| {
@@ -90,9 +104,11 @@ pub fn start(engine: Engine, epoch: u64) -> Result<Offload, Engine> {
         return Err(engine);
     }
     Ok(Offload {
-        buf: Vec::with_capacity(BUFFER),
+        buf: new_buffer(),
+        len: 0,
         line_shift,
-        last_line: u64::MAX,
+        mru: vec![u64::MAX; sets as usize].into_boxed_slice(),
+        set_mask: sets - 1,
         repeats: [0; 2],
         tx,
         free,
@@ -122,14 +138,14 @@ fn run(
     mut out: Option<MetricsWriter<File>>,
     mut epoch: u64,
     rx: Receiver<Msg>,
-    free: mpsc::Sender<Vec<u64>>,
+    free: mpsc::Sender<Buffer>,
 ) {
     // Counts since the last cut.
     let mut since = MetricsRow::default();
     for msg in rx {
         match msg {
-            Msg::Work(mut buf) => {
-                for &w in &buf {
+            Msg::Work(buf, len) => {
+                for &w in &buf[..len] {
                     if w & BLOCK_BIT != 0 {
                         // SAFETY: TbInfos are leaked at translation and never freed.
                         let tb = unsafe { &*((w & !BLOCK_BIT) as *const TbInfo) };
@@ -139,7 +155,6 @@ fn run(
                         engine.access(&mut since, w & ADDR_MASK, size, w & STORE_BIT != 0, epoch);
                     }
                 }
-                buf.clear();
                 let _ = free.send(buf);
             }
             Msg::Cut(mut row) => {
@@ -170,20 +185,29 @@ impl Offload {
     pub fn access(&mut self, vaddr: u64, size: u64, store: bool) {
         let first = vaddr >> self.line_shift;
         let last = (vaddr + size.max(1) - 1) >> self.line_shift;
-        if first == last && first == self.last_line {
-            self.repeats[store as usize] += 1;
-            return;
-        }
-        self.last_line = last;
+        let set = (first & self.set_mask) as usize;
+        // Whether an access is a repeat follows the data, so the branch on it mispredicted
+        // often: the word is written either way and kept only when it is not one.
+        let repeat = (first == last) & (self.mru[set] == first);
+        self.repeats[store as usize] += u64::from(repeat);
+        // Across two lines the engine accesses `first`, then `last` (which takes `first`'s
+        // place when both share a set).
+        self.mru[set] = first;
+        self.mru[(last & self.set_mask) as usize] = last;
         let shift = u64::from(size.max(1).trailing_zeros().min(7));
         let store = if store { STORE_BIT } else { 0 };
-        self.push(vaddr & ADDR_MASK | shift << ADDR_BITS | store);
+        self.buf[self.len] = vaddr & ADDR_MASK | shift << ADDR_BITS | store;
+        self.len += usize::from(!repeat);
+        if self.len == BUFFER {
+            self.send_buffer();
+        }
     }
 
     #[inline(always)]
     fn push(&mut self, word: u64) {
-        self.buf.push(word);
-        if self.buf.len() == BUFFER {
+        self.buf[self.len] = word;
+        self.len += 1;
+        if self.len == BUFFER {
             self.send_buffer();
         }
     }
@@ -194,22 +218,20 @@ impl Offload {
         // the model thread was sending on at the fork is left mid-write, and a receive on it
         // spins forever waiting for that write to finish.
         if crate::fork::forked() {
-            self.buf.clear();
+            self.len = 0;
             return;
         }
-        let next = self
-            .free
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BUFFER));
+        let next = self.free.try_recv().unwrap_or_else(|_| new_buffer());
         let full = std::mem::replace(&mut self.buf, next);
-        self.send(Msg::Work(full));
+        let len = std::mem::take(&mut self.len);
+        self.send(Msg::Work(full, len));
     }
 
     fn send(&mut self, msg: Msg) {
         // A forked child has no model thread (threads do not survive fork): it must not wait
         // on the full channel, and counts nothing for the parent anyway.
         if crate::fork::forked() {
-            self.buf.clear();
+            self.len = 0;
             return;
         }
         let _ = self.tx.send(msg);
@@ -219,7 +241,8 @@ impl Offload {
     /// has counted every block and access before the cut.
     pub fn cut(&mut self, mut row: MetricsRow) {
         self.take_repeats(&mut row);
-        self.last_line = u64::MAX;
+        // A line's first access in the new interval may be its page's first touch.
+        self.mru.fill(u64::MAX);
         self.send_partial();
         self.send(Msg::Cut(row));
     }
@@ -233,7 +256,7 @@ impl Offload {
 
     /// Sends what the buffer holds, if anything.
     fn send_partial(&mut self) {
-        if !self.buf.is_empty() {
+        if self.len > 0 {
             self.send_buffer();
         }
     }

@@ -325,6 +325,10 @@ impl ThreadSlices {
             DUE.store(false, Ordering::Relaxed);
             SLICE.store(s + 1, Ordering::Release);
             append(g, &format!("cut {} {number} {}\n", s + 1, tb.id));
+            // Under GLOBAL, so that rows follow the slices' order.
+            if crate::metrics::slice_rows() {
+                crate::metrics::cut(None);
+            }
             Some(end)
         });
         if let Some(Some(end)) = won {

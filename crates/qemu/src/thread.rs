@@ -459,6 +459,7 @@ fn single_cut(tb: &TbInfo, before: u64) {
         if t.metrics.is_some() {
             (before..intervals).for_each(|_| crate::metrics::cut(t.metrics.as_mut()));
         }
+        // (Only thread 1 runs here, so no slicing yet: its intervals cut the rows.)
         counter.store_mut().header().intervals = intervals;
         let cut_at = t.counter.last_cut();
         t.watch.start(intervals, cut_at);
@@ -596,7 +597,7 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     h.total = total;
     if intervals != before {
         h.intervals = intervals;
-        if t.main && t.metrics.is_some() {
+        if t.main && t.metrics.is_some() && !crate::metrics::slice_rows() {
             (before..intervals).for_each(|_| crate::metrics::cut(t.metrics.as_mut()));
         }
         let cut_at = t.counter.last_cut();
@@ -683,7 +684,11 @@ pub fn finish_all() {
         let p = FIRST.load(Ordering::Acquire);
         // SAFETY: at exit no guest thread runs blocks any more; thread 1's state is never freed.
         let mut first = unsafe { p.as_mut() }.and_then(|t| t.metrics.as_mut());
-        if cfg.tail {
+        if crate::metrics::slice_rows() {
+            // The row of the last slice, which the program's exit cut short (the host
+            // clusters it too).
+            crate::metrics::cut(None);
+        } else if cfg.tail {
             // The row of the unfinished interval, for the host's tail vector.
             crate::metrics::cut(first.as_deref_mut());
         }
