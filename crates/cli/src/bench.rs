@@ -63,9 +63,9 @@ pub enum BenchCommand {
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
     },
-    /// CPU collection: native, bare QEMU, bbv collect (default and --exact), valgrind's
-    /// exp-bbv and bbv replay on xz -9, bzip2 -9, gzip -9 and a python3 loop; median slowdowns
-    /// and ratios.
+    /// CPU collection: native, bare QEMU, bbv collect (default, --exact, with metrics, and the
+    /// metrics' callbacks alone), valgrind's exp-bbv and bbv replay on xz -9, bzip2 -9, gzip -9
+    /// and a python3 loop; median slowdowns and ratios.
     Collect {
         /// Runs per cell (the median is printed).
         #[arg(long, default_value_t = 3)]
