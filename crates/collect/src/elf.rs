@@ -99,7 +99,7 @@ pub struct ElfFacts {
 impl ElfFacts {
     /// Reads `path`; None if it cannot be read or is not an object file.
     pub fn read(path: &Path) -> Option<ElfFacts> {
-        let data = std::fs::read(path).ok()?;
+        let data = map(path)?;
         Some(ElfFacts::of(&object::File::parse(&*data).ok()?))
     }
 
@@ -158,7 +158,7 @@ impl ModuleSymbols {
             facts: ElfFacts::default(),
             functions: Vec::new(),
         };
-        let Ok(data) = std::fs::read(path) else {
+        let Some(data) = map(path) else {
             return m;
         };
         let Ok(file) = object::File::parse(&*data) else {
@@ -210,23 +210,32 @@ impl ModuleSymbols {
 
 /// Distributions strip binaries and ship their symbol tables and DWARF apart, found by build
 /// id (Debian's *-dbgsym / libc6-dbg under /usr/lib/debug/.build-id); same addresses.
-fn detached_debug(build_id: &str) -> Option<Vec<u8>> {
+fn detached_debug(build_id: &str) -> Option<memmap2::Mmap> {
     if build_id.len() < 4 {
         return None;
     }
-    std::fs::read(format!(
+    map(Path::new(&format!(
         "/usr/lib/debug/.build-id/{}/{}.debug",
         &build_id[..2],
         &build_id[2..]
-    ))
-    .ok()
+    )))
+}
+
+/// `path` mapped read-only: symbolizing reads a few parts of files of megabytes (a C library's
+/// detached debug file is 4 MB), and reading them whole cost a copy and fresh pages each run.
+fn map(path: &Path) -> Option<memmap2::Mmap> {
+    let f = std::fs::File::open(path).ok()?;
+    // SAFETY: the mapping is private and read-only; the files are the guest's binaries and
+    // their debug files, which nothing here writes (a file truncated meanwhile would fault,
+    // as reading a changing binary is undefined for any tool).
+    unsafe { memmap2::Mmap::map(&f) }.ok()
 }
 
 /// `file:line` of each link-time address of `path`, from its DWARF line tables (or its
 /// detached debug file's); None where there is no line information.
 pub fn source_lines(path: &Path, addrs: &[u64]) -> Vec<Option<String>> {
     let none = || vec![None; addrs.len()];
-    let Ok(data) = std::fs::read(path) else {
+    let Some(data) = map(path) else {
         return none();
     };
     let Ok(file) = object::File::parse(&*data) else {

@@ -445,3 +445,38 @@ fn remove_stale(dir: &Path, name: &str) -> Result<(), PipelineError> {
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(n: u64) -> Vec<MetricsRow> {
+        (0..n)
+            .map(|i| MetricsRow([1000 + i, i, 0, 0, 0, 0, 0, 0]))
+            .collect()
+    }
+
+    #[test]
+    fn slice_rows_are_matched_to_the_slices() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("metrics.csv");
+        let mut warnings = Vec::new();
+        // One row too many (a slice the exit left empty): dropped, and the file rewritten.
+        let mut m = rows(4);
+        std::fs::write(&csv, "stale").unwrap();
+        match_slices(dir.path(), &mut m, 3, &mut warnings).unwrap();
+        assert_eq!(m, rows(3));
+        assert_eq!(bbv_profile::read_metrics(&csv).unwrap(), rows(3));
+        assert!(warnings.is_empty());
+        // As many: untouched.
+        std::fs::write(&csv, "kept").unwrap();
+        match_slices(dir.path(), &mut m, 3, &mut warnings).unwrap();
+        assert_eq!(m, rows(3));
+        assert_eq!(std::fs::read_to_string(&csv).unwrap(), "kept");
+        // Too few (the guest died before the last row): no validation, and the user is told.
+        match_slices(dir.path(), &mut m, 5, &mut warnings).unwrap();
+        assert!(m.is_empty());
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("3 rows for 5 slices"), "{warnings:?}");
+    }
+}
