@@ -145,6 +145,12 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
         "off" | "no" | "false" => Ok(false),
         _ => Err(format!("plugin argument {k}={v}: expected on or off")),
     };
+    // A two-valued argument: false for `off`, true for `on`.
+    let choice = |k: &str, v: &str, off: &str, on: &str| match v {
+        _ if v == on => Ok(true),
+        _ if v == off => Ok(false),
+        _ => Err(format!("plugin argument {k}={v}: expected {off} or {on}")),
+    };
     for arg in raw {
         let (k, v) = arg.split_once('=').unwrap_or((arg.as_str(), "on"));
         match k {
@@ -159,41 +165,11 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
             "tail" => cfg.tail = flag(k, v)?,
             "metrics" => cfg.metrics = flag(k, v)?,
             "metrics_thread" => cfg.metrics_thread = flag(k, v)?,
-            "metrics_rows" => {
-                cfg.metrics_slices = match v {
-                    "slices" => true,
-                    "intervals" => false,
-                    _ => {
-                        return Err(format!(
-                            "plugin argument metrics_rows={v}: expected intervals or slices"
-                        ))
-                    }
-                }
-            }
-            "metrics_calls" => {
-                cfg.metrics_calls_only = match v {
-                    "empty" => true,
-                    "full" => false,
-                    _ => {
-                        return Err(format!(
-                            "plugin argument metrics_calls={v}: expected full or empty"
-                        ))
-                    }
-                }
-            }
+            "metrics_rows" => cfg.metrics_slices = choice(k, v, "intervals", "slices")?,
+            "metrics_calls" => cfg.metrics_calls_only = choice(k, v, "full", "empty")?,
             "l1d" => cfg.l1d = metrics::geometry(k, v)?,
             "l2" => cfg.l2 = metrics::geometry(k, v)?,
-            "count_rep" => {
-                cfg.rep_iterations = match v {
-                    "iteration" => true,
-                    "instance" => false,
-                    _ => {
-                        return Err(format!(
-                            "plugin argument count_rep={v}: expected instance or iteration"
-                        ))
-                    }
-                }
-            }
+            "count_rep" => cfg.rep_iterations = choice(k, v, "instance", "iteration")?,
             "watch" => {
                 cfg.watch = v
                     .parse()
