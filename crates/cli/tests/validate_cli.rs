@@ -369,7 +369,7 @@ fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
 #[test]
 fn bad_metrics_options_exit_2_before_running() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [&[&str]; 7] = [
+    let cases: [&[&str]; 8] = [
         &["run", "--validate", "--l1d", "48K,12,64"],
         &["run", "--validate", "--l2", "1M,16,128"],
         &["run", "--l1d", "16K,4,64"],
@@ -377,6 +377,7 @@ fn bad_metrics_options_exit_2_before_running() {
         &["collect", "--metrics-out-file", "m", "--instr-count-only"],
         &["collect", "--l2", "3M,16,64", "--metrics-out-file", "m"],
         &["collect", "--model-thread", "no"],
+        &["collect", "--metrics-calls-only"],
     ];
     for args in cases {
         let out = bbv()
@@ -394,4 +395,44 @@ fn bad_metrics_options_exit_2_before_running() {
         0,
         "nothing written"
     );
+}
+
+#[test]
+fn the_bench_probe_calls_the_plugin_but_records_nothing() {
+    // `--metrics-calls-only` (bbv bench collect's floor) registers the metrics' callbacks and
+    // returns from them at once: the rows are cut as usual, with no access counted.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    text_input(&input, 300_000);
+    let out = bbv()
+        .current_dir(dir.path())
+        .args(["collect", "--metrics-calls-only", "--metrics-out-file", "m"])
+        .args([
+            "--interval-size",
+            "2000000",
+            "--bb-out-file",
+            "bb",
+            "--pc-out-file",
+            "pc",
+        ])
+        .args(["--", "gzip", "-9", "-c", input.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_status(&out, 0);
+    let rows = csv_rows(&dir.path().join("m"));
+    let vectors = std::fs::read_to_string(dir.path().join("bb"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with('T'))
+        .count();
+    assert!(vectors > 3, "{vectors} intervals");
+    assert_eq!(rows.len(), vectors);
+    for r in &rows {
+        assert_eq!(
+            (r["loads"], r["stores"], r["l1d_misses"]),
+            (0.0, 0.0, 0.0),
+            "{r:?}"
+        );
+    }
 }
