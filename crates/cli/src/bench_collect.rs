@@ -304,9 +304,9 @@ fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
         metrics_cpu_ratio.push(cpu[6] / cpu[1]);
         let med: Vec<f64> = times.into_iter().map(median).collect();
         let sd: Vec<f64> = med.iter().map(|t| t / med[0]).collect();
-        let (q, c, e, v, r, m) = (sd[1], sd[2], sd[3], sd[4], sd[5], sd[6]);
+        let (q, c, e, v, r, m, calls) = (sd[1], sd[2], sd[3], sd[4], sd[5], sd[6], sd[7]);
         metrics_ratio.push(m / q);
-        floor_ratio.push(sd[7] / q);
+        floor_ratio.push(calls / q);
         over_qemu.push(c / q);
         vs_exp.push(v / c);
         vs_exp_exact.push(v / e);
@@ -326,7 +326,7 @@ fn bench(runs: usize, root: &Path, scale: f64, qemu: &Path) -> Result<()> {
             v / e,
             r / c,
             m / q,
-            sd[7] / q
+            calls / q
         );
     }
     let worst = |v: &[f64], max: bool| {

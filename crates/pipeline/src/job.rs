@@ -414,7 +414,6 @@ fn concatenate(c: &Collected, dir: &Path, out: &Path) -> Result<u64, PipelineErr
     Ok(rows)
 }
 
-/// Removes `dir/name` if an earlier run left it.
 /// Files of a run directory written after the vectors are placed.
 const STALE: [&str; 19] = [
     "validation.json",
@@ -438,6 +437,7 @@ const STALE: [&str; 19] = [
     "nemu/weights0",
 ];
 
+/// Removes `dir/name` if an earlier run left it.
 fn remove_stale(dir: &Path, name: &str) -> Result<(), PipelineError> {
     let p = dir.join(name);
     match std::fs::remove_file(&p) {

@@ -188,28 +188,30 @@ impl Offload {
     pub fn access(&mut self, vaddr: u64, size: u64, store: bool) {
         let first = vaddr >> self.line_shift;
         let last = (vaddr + size.max(1) - 1) >> self.line_shift;
-        let set = (first & self.set_mask) as usize;
-        // Whether an access is a repeat follows the data, so the branch on it mispredicted
-        // often: the word is written either way and kept only when it is not one.
-        let repeat = (first == last) & (self.mru[set] == first);
+        let group = (first & self.set_mask) as usize;
+        let repeat = (first == last) & (self.mru[group] == first);
         self.repeats[store as usize] += u64::from(repeat);
         // Across two lines the engine accesses `first`, then `last` (which takes `first`'s
-        // place when both share a set).
-        self.mru[set] = first;
+        // place when both share a group).
+        self.mru[group] = first;
         self.mru[(last & self.set_mask) as usize] = last;
         let shift = u64::from(size.max(1).trailing_zeros().min(7));
         let store = if store { STORE_BIT } else { 0 };
-        self.buf[self.len] = vaddr & ADDR_MASK | shift << ADDR_BITS | store;
-        self.len += usize::from(!repeat);
-        if self.len == BUFFER {
-            self.send_buffer();
-        }
+        self.put(vaddr & ADDR_MASK | shift << ADDR_BITS | store, !repeat);
     }
 
     #[inline(always)]
     fn push(&mut self, word: u64) {
+        self.put(word, true);
+    }
+
+    /// Writes `word` at the end of the buffer and keeps it there if `keep`. Whether an access
+    /// is kept follows the data, so a branch on it mispredicted often: the word is written
+    /// either way.
+    #[inline(always)]
+    fn put(&mut self, word: u64, keep: bool) {
         self.buf[self.len] = word;
-        self.len += 1;
+        self.len += usize::from(keep);
         if self.len == BUFFER {
             self.send_buffer();
         }

@@ -456,10 +456,10 @@ fn single_cut(tb: &TbInfo, before: u64) {
         let before = counter.intervals();
         let _ = counter.cut_pending(tb.id, &mut |pairs| write_vector(out, line, pairs));
         let intervals = counter.intervals();
+        // Only thread 1 runs here, so no slicing yet: its intervals cut the rows.
         if t.metrics.is_some() {
             (before..intervals).for_each(|_| crate::metrics::cut(t.metrics.as_mut()));
         }
-        // (Only thread 1 runs here, so no slicing yet: its intervals cut the rows.)
         counter.store_mut().header().intervals = intervals;
         let cut_at = t.counter.last_cut();
         t.watch.start(intervals, cut_at);
