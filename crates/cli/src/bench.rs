@@ -53,7 +53,7 @@ pub enum BenchCommand {
     /// `bbv cc` overhead on Lua, SQLite and bzip2 (C sources from crates cargo fetches) vs
     /// native clang-14 -O2 and -fprofile-generate.
     Cc {
-        /// Runs per cell (the median is printed).
+        /// Rounds over the variants (the median per cell is printed).
         #[arg(long, default_value_t = 3)]
         runs: usize,
         /// The clang to build with (clang-14, clang-15, clang-16).
@@ -67,7 +67,7 @@ pub enum BenchCommand {
     /// metrics' callbacks alone), valgrind's exp-bbv and bbv replay on xz -9, bzip2 -9, gzip -9
     /// and a python3 loop; median slowdowns and ratios.
     Collect {
-        /// Runs per cell (the median is printed).
+        /// Rounds over the variants (the median per cell is printed).
         #[arg(long, default_value_t = 3)]
         runs: usize,
         /// Multiplies the input sizes (1 = inputs of about 1.5-4 MB).
@@ -84,7 +84,7 @@ pub enum BenchCommand {
     /// Multi-threaded regions: `bbv run --regions looppoint` against `bbv collect` on an
     /// OpenMP program (2 and 4 threads), xz -T2 and pigz -p 2 (target: at most 1.3x).
     Threads {
-        /// Runs per cell (the median is printed).
+        /// Rounds over the variants (the median per cell is printed).
         #[arg(long, default_value_t = 3)]
         runs: usize,
         /// Where to write the inputs and outputs (a temporary folder is made and removed there).
@@ -94,7 +94,7 @@ pub enum BenchCommand {
     /// `bbv suite run`: six equal jobs with --jobs 1 and 2 (target: at most 60%), and a re-run
     /// where every job is done (target: well under 1% of the first run).
     Suite {
-        /// Runs per cell (the median is printed).
+        /// Runs per setting (the median is printed).
         #[arg(long, default_value_t = 3)]
         runs: usize,
         /// Where to write the inputs and outputs (a temporary folder is made and removed there).

@@ -1,7 +1,8 @@
 //! `bbv bench cc`: the cost of `bbv cc` on real C code not written by us — the Lua 5.4
 //! interpreter (from the `lua-src` crate), SQLite's amalgamation (`libsqlite3-sys`) and bzip2
 //! (`bzip2-sys`) — each driven by a small program of ours, built natively with clang -O2 (14 unless `--compiler` says), with
-//! `-fprofile-generate`, and with `bbv cc` in total and blocks modes; CPU-time ratios vs native.
+//! `-fprofile-generate`, and with `bbv cc` in total, blocks and count modes; CPU-time ratios vs
+//! native.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -148,7 +149,7 @@ fn build(p: &Program, variant: &str, compiler: &str, dir: &Path) -> Result<PathB
     let exe = dir.join(format!("{}-{variant}", p.name));
     let bbv = std::env::current_exe()?;
     let mut cmd = match variant {
-        "total" | "blocks" => {
+        "total" | "blocks" | "count" => {
             let mut c = Command::new(&bbv);
             c.args(["cc", "--mode", variant, "--", compiler]);
             c
@@ -276,29 +277,33 @@ pub fn run(runs: usize, dir: &Path, compiler: &str) -> Result<()> {
             runs: vec![vec!["-9".into(), "-k".into(), "-c".into(), s(&input)]],
         },
     ];
-    let variants = ["native", "profgen", "total", "blocks"];
-    println!("bbv bench cc: median CPU seconds of {runs} run(s); ratios vs native {compiler} -O2");
-    println!("(targets: total mode <= 1.3x native, blocks mode <= 1.8x, geometric means)\n");
+    let variants = ["native", "profgen", "total", "blocks", "count"];
     println!(
-        "{:<22} {:>9} {:>16} {:>10} {:>10}",
-        "workload", "native s", "-fprofile-gen", "bbv total", "bbv blocks"
+        "bbv bench cc: median CPU seconds of {runs} round(s) over the variants; ratios vs native {compiler} -O2"
     );
-    let (mut tot, mut blk, mut prof) = (Vec::new(), Vec::new(), Vec::new());
+    println!("(targets: total mode <= 1.3x native, blocks mode <= 1.8x, geometric means;");
+    println!(" --mode count is total mode without budget checks: what the checks cost)\n");
+    println!(
+        "{:<22} {:>9} {:>16} {:>10} {:>10} {:>10}",
+        "workload", "native s", "-fprofile-gen", "bbv total", "bbv blocks", "bbv count"
+    );
+    let (mut tot, mut blk, mut prof, mut cnt) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for p in &programs {
-        eprintln!("building {} (4 variants)...", p.name);
+        eprintln!("building {} ({} variants)...", p.name, variants.len());
         let exes: Vec<PathBuf> = variants
             .iter()
             .map(|v| build(p, v, compiler, d))
             .collect::<Result<_>>()?;
         for args in &p.runs {
-            let mut med = Vec::new();
-            for exe in &exes {
-                let mut times = Vec::new();
-                for _ in 0..runs.max(1) {
-                    times.push(cpu(exe, args, d)?);
+            // Round-robin over the variants, so that the machine's speed drifting during the
+            // benchmark (common on shared VMs) moves every variant alike.
+            let mut times = vec![Vec::new(); exes.len()];
+            for _ in 0..runs.max(1) {
+                for (t, exe) in times.iter_mut().zip(&exes) {
+                    t.push(cpu(exe, args, d)?);
                 }
-                med.push(median(times));
             }
+            let med: Vec<f64> = times.into_iter().map(median).collect();
             let label = match args.first() {
                 Some(a) if p.name == "lua" => format!(
                     "lua {}",
@@ -312,21 +317,24 @@ pub fn run(runs: usize, dir: &Path, compiler: &str) -> Result<()> {
             prof.push(med[1] / med[0]);
             tot.push(med[2] / med[0]);
             blk.push(med[3] / med[0]);
+            cnt.push(med[4] / med[0]);
             println!(
-                "{label:<22} {:>9.2} {:>15.2}x {:>9.2}x {:>9.2}x",
+                "{label:<22} {:>9.2} {:>15.2}x {:>9.2}x {:>9.2}x {:>9.2}x",
                 med[0],
                 med[1] / med[0],
                 med[2] / med[0],
-                med[3] / med[0]
+                med[3] / med[0],
+                med[4] / med[0]
             );
         }
     }
     let g = |v: &[f64]| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp();
     println!(
-        "\ngeometric means: -fprofile-generate {:.2}x, bbv total {:.2}x (target <= 1.3x), bbv blocks {:.2}x (target <= 1.8x)",
+        "\ngeometric means: -fprofile-generate {:.2}x, bbv total {:.2}x (target <= 1.3x), bbv blocks {:.2}x (target <= 1.8x), bbv count {:.2}x",
         g(&prof),
         g(&tot),
-        g(&blk)
+        g(&blk),
+        g(&cnt)
     );
     Ok(())
 }

@@ -17,8 +17,9 @@ const HEADER: &str = include_str!("../../llvm/runtime/include/bbv.h");
 /// `bbv cc` / `bbv c++` options.
 #[derive(clap::Args, Debug)]
 pub struct CcArgs {
-    /// total: per-thread totals and budgets; blocks: also per-block counts and BBV intervals.
-    #[arg(long, value_name = "total|blocks", default_value = "total", value_parser = ["total", "blocks"])]
+    /// total: per-thread totals and budgets; blocks: also per-block counts and BBV intervals;
+    /// count: per-thread totals only, without budget checks (the cheapest).
+    #[arg(long, value_name = "total|blocks|count", default_value = "total", value_parser = ["total", "blocks", "count"])]
     pub mode: String,
     /// Print the commands run.
     #[arg(short, long)]

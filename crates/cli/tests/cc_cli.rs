@@ -577,3 +577,62 @@ fn works_as_cc_in_a_makefile() {
         "helper's loop was counted: {text}"
     );
 }
+
+#[test]
+fn count_mode_counts_as_total_mode_and_refuses_budgets() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for compiler in ["clang-14", "clang-16"] {
+        for src in ["threads4.c", "known_longjmp.c", "gotos.c"] {
+            let s = guest(src);
+            let s = s.to_str().unwrap();
+            cc(
+                d,
+                "cc",
+                "total",
+                compiler,
+                &["-O2", "-pthread", "-o", "t", s],
+            );
+            let total = run(d, "t", &[("BBV_OUT", "t")]);
+            for level in ["-O0", "-O3"] {
+                cc(
+                    d,
+                    "cc",
+                    "count",
+                    compiler,
+                    &[level, "-pthread", "-o", "c", s],
+                );
+                let count = run(d, "c", &[("BBV_OUT", "c")]);
+                let what = format!("{src}, {compiler} {level}");
+                assert_eq!(count.status.code(), total.status.code(), "{what}");
+                assert_eq!(count.stdout, total.stdout, "{what}");
+                assert_eq!(
+                    count_file(&d.join("c.count")),
+                    count_file(&d.join("t.count")),
+                    "{what}"
+                );
+            }
+        }
+        // A budget would go unchecked: refused, from the environment and from the program.
+        let out = run(d, "c", &[("BBV_OUT", "r"), ("BBV_BUDGET", "1000")]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("BBV_BUDGET=1000") && err.contains("--mode count"),
+            "{err}"
+        );
+        assert!(!d.join("r.count").exists());
+        let budget = guest("budget.c");
+        cc(
+            d,
+            "cc",
+            "count",
+            compiler,
+            &["-O2", "-o", "b", budget.to_str().unwrap()],
+        );
+        let out = run(d, "b", &[]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("bbv_set_budget(20000)"), "{err}");
+    }
+}

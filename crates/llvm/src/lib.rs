@@ -7,7 +7,8 @@
 //! (`__bbv_tls[1]`) at function entries and loop heads, calling `bbv_budget_hit(site)` when it
 //! is passed. `bbv-blocks` also counts
 //! each block's executions in a per-module array the runtime finds through the `bbv_modules`
-//! section, for per-block counts and BBV intervals.
+//! section, for per-block counts and BBV intervals. `bbv-count` counts as `bbv-total` but never
+//! compares with the limit (no budgets), and marks the module so that the runtime refuses budgets.
 //!
 //! # Design constraints
 //! * Run on the frontend's IR before any optimisation (`bbv cc` fixes the frontend flags), so the
@@ -33,11 +34,24 @@ use llvm_plugin::{
 fn plugin_registrar(builder: &mut PassBuilder) {
     builder.add_module_pipeline_parsing_callback(|name, manager| match name {
         "bbv-total" => {
-            manager.add_pass(Instrument { blocks: false });
+            manager.add_pass(Instrument {
+                blocks: false,
+                checks: true,
+            });
             PipelineParsing::Parsed
         }
         "bbv-blocks" => {
-            manager.add_pass(Instrument { blocks: true });
+            manager.add_pass(Instrument {
+                blocks: true,
+                checks: true,
+            });
+            PipelineParsing::Parsed
+        }
+        "bbv-count" => {
+            manager.add_pass(Instrument {
+                blocks: false,
+                checks: false,
+            });
             PipelineParsing::Parsed
         }
         _ => PipelineParsing::NotParsed,
@@ -46,12 +60,14 @@ fn plugin_registrar(builder: &mut PassBuilder) {
 
 struct Instrument {
     blocks: bool,
+    /// Compare with the limit at function entries and loop heads (budgets, BBV cuts).
+    checks: bool,
 }
 
 impl LlvmModulePass for Instrument {
     fn run_pass(&self, module: &mut Module, _m: &ModuleAnalysisManager) -> PreservedAnalyses {
         // SAFETY: the module handle is valid for the duration of the pass.
-        unsafe { instrument(module.as_mut_ptr(), self.blocks) };
+        unsafe { instrument(module.as_mut_ptr(), self.blocks, self.checks) };
         PreservedAnalyses::None
     }
 }
@@ -153,7 +169,7 @@ impl Strings {
     }
 }
 
-unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
+unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool, checks: bool) {
     if !LLVMGetNamedGlobal(m, c("__bbv_tls").as_ptr()).is_null()
         && !LLVMGetNamedFunction(m, c("__bbv_count").as_ptr()).is_null()
     {
@@ -286,7 +302,7 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
             continue;
         }
         let fname = strings.get(&name);
-        let checks = check_points(f);
+        let check_at = check_points(f);
         let mut bb = LLVMGetFirstBasicBlock(f);
         let mut index = 0;
         while !bb.is_null() {
@@ -302,12 +318,20 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool) {
                 ];
                 let init = LLVMConstNamedStruct(site_ty, vals.as_mut_ptr(), 4);
                 sites.push(init);
-                block_refs.push((f, at, checks[index]));
+                block_refs.push((f, at, checks && check_at[index]));
             }
             bb = LLVMGetNextBasicBlock(bb);
             index += 1;
         }
         f = next;
+    }
+    if !checks {
+        // Tells the runtime that budgets would go unchecked (a weak definition: one per
+        // program however many modules define it).
+        let g = LLVMAddGlobal(m, i8t, c("__bbv_unchecked").as_ptr());
+        LLVMSetInitializer(g, LLVMConstInt(i8t, 1, 0));
+        LLVMSetLinkage(g, LLVMLinkage::LLVMWeakAnyLinkage);
+        append_used(m, ctx, g);
     }
     if block_refs.is_empty() {
         LLVMDisposeBuilder(b);

@@ -17,7 +17,8 @@ uint64_t bbv_count(void);
 void bbv_reset(void);
 
 /* Stops the calling thread once bbv_count() exceeds n (0 = no budget). The check runs at every
- * function entry and loop head, so the stop is at the same place and count on every run. */
+ * function entry and loop head, so the stop is at the same place and count on every run. A
+ * program built with `bbv cc --mode count` has no checks: there, n > 0 exits with status 2. */
 void bbv_set_budget(uint64_t n);
 
 /* Called when the budget runs out, with the count and where it ran out (bbv cc always compiles

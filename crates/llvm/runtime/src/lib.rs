@@ -36,7 +36,16 @@ struct ModuleRec {
 extern "C" {
     fn bbv_rt_tls() -> *mut u64;
     fn bbv_rt_modules(end: *mut *const ModuleRec) -> *const ModuleRec;
+    fn bbv_rt_unchecked() -> c_int;
 }
+
+/// Whether some of the program was built with `bbv cc --mode count` (no limit checks).
+fn unchecked() -> bool {
+    // SAFETY: reads the address of a weak symbol.
+    unsafe { bbv_rt_unchecked() != 0 }
+}
+
+const UNCHECKED: &str = "this program was built with `bbv cc --mode count`, which does not check budgets (build with --mode total)";
 
 /// The status of a program stopped by its budget: 128 + SIGXCPU, as a CPU-time limit gives.
 const BUDGET_STATUS: c_int = 152;
@@ -166,6 +175,9 @@ extern "C" fn init() {
     });
     let interval = env_number("BBV_INTERVAL").unwrap_or(100_000_000);
     let env_budget = env_number("BBV_BUDGET").unwrap_or(0);
+    if env_budget > 0 && unchecked() {
+        fail_start(&format!("BBV_BUDGET={env_budget}: {UNCHECKED}"));
+    }
     let _ = CONFIG.set(Config { out, env_budget });
     let _ = register_thread(NEXT_NUMBER.fetch_add(1, Ordering::Relaxed) as u32);
     blocks::init(interval);
@@ -217,6 +229,11 @@ pub extern "C" fn bbv_reset() {
 /// Stops the calling thread once its count exceeds `n` (0 removes the budget).
 #[no_mangle]
 pub extern "C" fn bbv_set_budget(n: u64) {
+    if n > 0 && unchecked() {
+        eprintln!("bbv: bbv_set_budget({n}): {UNCHECKED}");
+        // SAFETY: ending the program as a bad environment does, rather than run it unlimited.
+        unsafe { libc::exit(2) };
+    }
     BUDGET.with(|b| b.set(n));
     set_limit();
 }

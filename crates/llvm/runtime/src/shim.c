@@ -21,3 +21,14 @@ const struct bbv_module *bbv_rt_modules(const struct bbv_module **end) {
     *end = __stop_bbv_modules;
     return __start_bbv_modules;
 }
+
+/* Defined (weakly) by modules built with `bbv cc --mode count`, whose code never compares with the
+ * limit: budgets would go unnoticed there. */
+extern const char __bbv_unchecked __attribute__((weak));
+
+int bbv_rt_unchecked(void) { return &__bbv_unchecked != 0; }
+
+/* Programs built with --mode count refer to nothing but the counter, which is defined here: this
+ * reference brings in the rest of the runtime (its start-up, exit and thread accounting). */
+extern void bbv_budget_hit(const void *site);
+__attribute__((used)) void (*const bbv_rt_keep)(const void *) = bbv_budget_hit;
