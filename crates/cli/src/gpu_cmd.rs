@@ -55,7 +55,8 @@ pub enum GpuCommand {
     Sample {
         /// kernelslist.g of the trace.
         list: PathBuf,
-        /// Output folder: kernelslist.g (chosen launches), weights.csv, report, report.html.
+        /// Output folder: kernelslist.g (chosen launches), weights.csv, report, report.html,
+        /// summary.json.
         #[arg(short = 'o', value_name = "DIR")]
         output: PathBuf,
         /// Cluster the launches' basic-block vectors, trying k up to K.
@@ -267,6 +268,22 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 ));
             }
             files.write(&output.join("report"), |w| w.write_all(report.as_bytes()))?;
+            // The figures `bbv suite` puts in summary.csv, under the names `bbv run` uses.
+            let summary = serde_json::json!({
+                "kind": "gpu",
+                "instructions": counts.iter().map(|c| c.warp_insts).sum::<u64>(),
+                "instruction_unit": "warp instructions",
+                "intervals": counts.len(),
+                "interval_unit": "kernel launches",
+                "k": picks.len(),
+                "points": picks.iter().map(|p| serde_json::json!({
+                    "launch": p.launch,
+                    "kernel": counts[p.launch].header.name,
+                    "weight": p.weight,
+                })).collect::<Vec<_>>(),
+                "method": how,
+            });
+            files.write(&output.join("summary.json"), |w| writeln!(w, "{summary:#}"))?;
             let page = bbv_report::html(&bbv_report::from_gpu_sample(
                 &list.display().to_string(),
                 &counts,

@@ -275,9 +275,28 @@ fn a_gpu_job_samples_launches() {
     let o = suite_run(&manifest, &out, &[]);
     assert_status(&o, 0);
     assert_eq!(csv_statuses(&out), pairs(&[("mm", "done")]));
-    for f in ["kernelslist.g", "weights.csv", "report.html"] {
+    for f in [
+        "kernelslist.g",
+        "weights.csv",
+        "report.html",
+        "summary.json",
+    ] {
         assert!(out.join("mm").join(f).is_file(), "{f}");
     }
+    // The summary's columns come from the job's summary.json, which agrees with weights.csv.
+    let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    let weights = std::fs::read_to_string(out.join("mm/weights.csv")).unwrap();
+    let picks = weights.lines().count() - 1;
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("mm/summary.json")).unwrap())
+            .unwrap();
+    assert!(s["instructions"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(row[2], s["instructions"].to_string(), "{csv}");
+    assert_eq!(row[3], s["intervals"].to_string(), "{csv}");
+    assert!(s["intervals"].as_u64().unwrap() >= picks as u64, "{s}");
+    assert_eq!(row[4], picks.to_string(), "{csv}");
+    assert_eq!(row[5], picks.to_string(), "{csv}");
     assert!(std::fs::read_to_string(out.join("index.html"))
         .unwrap()
         .contains("mm/report.html"));
