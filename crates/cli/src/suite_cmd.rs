@@ -194,67 +194,93 @@ fn finish(m: &Manifest, output: &Path, records: &[bbv_suite::JobRecord]) -> Resu
     Ok(u8::from(!failed.is_empty()))
 }
 
-/// `--slurm`: submit, wait (with the done count on a terminal), merge.
+/// `--slurm`: submit (or, while the array of an earlier run still has tasks queued, wait for
+/// it instead of running its jobs a second time), wait with the done count on a terminal, merge.
+/// Stopped while waiting (SIGINT, SIGTERM, SIGHUP), it cancels the array, waits for the tasks to
+/// record their jobs and merges; main then exits 128+N.
 fn on_slurm(m: &Manifest, output: &Path, a: &SlurmArgs) -> Result<u8> {
-    let opts = bbv_suite::slurm::SlurmOptions {
-        partition: a.partition.clone(),
-        time: a.time.clone(),
-        mem: a.mem.clone(),
-        max_parallel: a.max_parallel,
-        sbatch_args: a.sbatch_arg.clone(),
-    };
     let version = version();
-    let submitted = bbv_suite::slurm::submit(m, output, &bbv_exe()?, version, &opts)?;
-    let Some(sub) = &submitted else {
-        // Everything is done already.
-        let records = bbv_suite::local::records(m, output);
-        let records: Vec<_> = records
-            .into_iter()
-            .map(|r| bbv_suite::JobRecord {
-                status: Status::Skipped,
-                ..r
-            })
-            .collect();
-        return finish(m, output, &records);
+    // Jobs already done with their current settings are reported as skipped at the end.
+    let done_before: Vec<bool> = bbv_suite::local::records(m, output)
+        .iter()
+        .zip(&m.jobs)
+        .map(|(r, j)| {
+            r.status == Status::Done && r.hash == bbv_suite::job::settings_hash(j, version)
+        })
+        .collect();
+    let (job_id, tasks) = match bbv_suite::slurm::still_queued(output)? {
+        Some((id, q)) => {
+            eprintln!(
+                "bbv suite: Slurm job {id} of an earlier run still has {} task(s) queued: waiting for it rather than submitting its jobs again",
+                q.len()
+            );
+            (id, q.len())
+        }
+        None => {
+            let opts = bbv_suite::slurm::SlurmOptions {
+                partition: a.partition.clone(),
+                time: a.time.clone(),
+                mem: a.mem.clone(),
+                max_parallel: a.max_parallel,
+                sbatch_args: a.sbatch_arg.clone(),
+            };
+            let Some(sub) = bbv_suite::slurm::submit(m, output, &bbv_exe()?, version, &opts)?
+            else {
+                return finish(m, output, &records_now(m, output, &done_before));
+            };
+            eprintln!(
+                "bbv suite: submitted {} of {} jobs as Slurm job {} (task logs in {})",
+                sub.indices.len(),
+                m.jobs.len(),
+                sub.job_id,
+                bbv_suite::slurm::slurm_dir(output).display()
+            );
+            (sub.job_id, sub.indices.len())
+        }
     };
-    eprintln!(
-        "bbv suite: submitted {} of {} jobs as Slurm job {} (task logs in {})",
-        sub.indices.len(),
-        m.jobs.len(),
-        sub.job_id,
-        bbv_suite::slurm::slurm_dir(output).display()
-    );
     if a.no_wait {
         return Ok(0);
     }
-    let bar = crate::progress::suite_bar(sub.indices.len() as u64);
-    let n = sub.indices.len() as u64;
-    bbv_suite::slurm::wait(&sub.job_id, &|q| {
+    // A signal from here on is ours to act on: cancel the array, then merge.
+    let _defer = bbv_collect::interrupt::defer();
+    let bar = crate::progress::suite_bar(tasks as u64);
+    bbv_suite::slurm::wait(&job_id, &|q| {
         if let Some(b) = &bar {
             let running = q.values().filter(|s| s.as_str() == "RUNNING").count();
-            b.set_position(n - q.len() as u64);
+            b.set_position(tasks.saturating_sub(q.len()) as u64);
             b.set_message(format!("{running} running, {} queued", q.len() - running));
         }
     })?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let records: Vec<_> = bbv_suite::local::records(m, output)
+    if bbv_collect::interrupt::received().is_some() {
+        eprintln!("bbv suite: stopped: cancelling Slurm job {job_id}");
+        bbv_suite::slurm::cancel(&job_id)?;
+        // Slurm sends SIGTERM, then SIGKILL after its KillWait (30 s by default).
+        if !bbv_suite::slurm::wait_gone(&job_id, std::time::Duration::from_secs(90))? {
+            eprintln!("bbv suite: Slurm job {job_id} is still queued 90 s after scancel");
+        }
+    }
+    finish(m, output, &records_now(m, output, &done_before))
+}
+
+/// Every job's record as its files say, a job done before this run shown as skipped.
+fn records_now(m: &Manifest, output: &Path, done_before: &[bool]) -> Vec<bbv_suite::JobRecord> {
+    bbv_suite::local::records(m, output)
         .into_iter()
-        .enumerate()
-        .map(|(i, r)| {
-            // Jobs not submitted were done already.
-            if sub.indices.contains(&i) {
-                r
-            } else {
+        .zip(done_before)
+        .map(|(r, &before)| {
+            if before && r.status == Status::Done {
                 bbv_suite::JobRecord {
                     status: Status::Skipped,
                     ..r
                 }
+            } else {
+                r
             }
         })
-        .collect();
-    finish(m, output, &records)
+        .collect()
 }
 
 /// Loads and checks the manifest (every job's options through `bbv run`'s own parser), and

@@ -479,3 +479,118 @@ fn scancel_reaches_the_guest_and_leaves_nothing_behind() {
         .collect();
     assert_eq!(left, Vec::<String>::new());
 }
+
+/// Whether a QEMU whose command line holds `tag` is running.
+fn qemu_with(tag: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+            let c = String::from_utf8_lossy(&c);
+            c.contains("qemu-") && c.contains(tag)
+        })
+    })
+}
+
+/// `squeue`'s lines for the job (none once it has left the queue).
+fn in_queue(conf: &str, id: &str) -> usize {
+    let o = std::process::Command::new("squeue")
+        .env("SLURM_CONF", conf)
+        .args(["-h", "-r", "-j", id])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).lines().count()
+}
+
+#[test]
+fn a_second_run_waits_for_the_array_still_queued() {
+    let conf = local_slurm();
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = tmp.path().join("suite.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "[[job]]\nname = \"one\"\ncommand = {}\n\n[[job]]\nname = \"two\"\ncommand = {}\n",
+            looping(20000),
+            looping(20000)
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let run = |extra: &[&str]| {
+        bbv()
+            .env("SLURM_CONF", &conf)
+            .args(["suite", "run"])
+            .arg(&manifest)
+            .arg("-o")
+            .arg(&out)
+            .args(["--slurm", "--max-parallel", "1"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let first = run(&["--no-wait"]);
+    assert_status(&first, 0);
+    let id = std::fs::read_to_string(out.join("slurm/job-id")).unwrap();
+    // The second run finds the array queued (one task at a time): it waits for it, submits
+    // nothing, and merges.
+    let second = run(&[]);
+    assert_status(&second, 0);
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains(&format!("Slurm job {} of an earlier run", id.trim()))
+            && !err.contains("submitted"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("slurm/job-id")).unwrap(),
+        id
+    );
+    assert_eq!(
+        csv_statuses(&out),
+        pairs(&[("one", "done"), ("two", "done")])
+    );
+    for job in ["one", "two"] {
+        assert_eq!(json(&out.join(job).join("job.json"))["attempt"], 1, "{job}");
+    }
+}
+
+#[test]
+fn stopping_a_waiting_suite_cancels_its_array() {
+    let conf = local_slurm();
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = tmp.path().join("suite.toml");
+    let tag = format!("bbv-stop-{}", std::process::id());
+    std::fs::write(
+        &manifest,
+        format!("[[job]]\nname = \"forever\"\ncommand = [\"sh\", \"-c\", \"while :; do :; done; echo {tag}\"]\n"),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let child = bbv()
+        .env("SLURM_CONF", &conf)
+        .args(["suite", "run"])
+        .arg(&manifest)
+        .arg("-o")
+        .arg(&out)
+        .arg("--slurm")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(120);
+    while !qemu_with(&tag) {
+        assert!(Instant::now() < until, "the task's guest never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let id = std::fs::read_to_string(out.join("slurm/job-id")).unwrap();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(128 + libc::SIGINT));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cancelling Slurm job"), "{err}");
+    // Gone from the queue, its guest ended, its job recorded failed and merged as such.
+    assert_eq!(in_queue(&conf, id.trim()), 0);
+    assert!(!qemu_with(&tag), "QEMU outlived the cancelled array");
+    assert_eq!(json(&out.join("forever/job.json"))["status"], "failed");
+    assert_eq!(csv_statuses(&out), pairs(&[("forever", "failed")]));
+}

@@ -9,6 +9,9 @@
 //!   foreground process group (a terminal's ^C or hang-up: the guest got it too). bbv waits
 //!   for the guest, then stops: [`CollectError::Interrupted`](crate::CollectError), and
 //!   nothing is written.
+//! * While a [`Defer`] lives (and no such child runs), the signal is only recorded: the code
+//!   that deferred it polls [`received`] and stops in its own way (a suite waiting for its Slurm
+//!   array cancels the array first).
 //! * Otherwise bbv removes every registered temporary path ([`Cleanup`]) and exits at once
 //!   with 128 + the signal.
 //!
@@ -30,6 +33,8 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 /// Live [`Hold`]s; changed only under the registry lock.
 static HOLDS: AtomicUsize = AtomicUsize::new(0);
+/// Live [`Defer`]s; changed only under the registry lock.
+static DEFERS: AtomicUsize = AtomicUsize::new(0);
 
 /// Paths removed if bbv is killed, by registration number, and the children signals go on to
 /// (a guest's QEMU; a suite's jobs).
@@ -119,6 +124,9 @@ fn serve(set: libc::sigset_t) {
             }
             continue;
         }
+        if DEFERS.load(Ordering::SeqCst) > 0 {
+            continue;
+        }
         // Let a set of renames under way finish first.
         let mut reg = reg;
         while HOLDS.load(Ordering::SeqCst) > 0 {
@@ -178,6 +186,24 @@ pub fn hold() -> Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         HOLDS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// While this lives, a killing signal is recorded for [`received`] and nothing else: the caller
+/// polls and stops in its own way.
+pub struct Defer(());
+
+/// See [`Defer`].
+pub fn defer() -> Defer {
+    let _reg = registry();
+    DEFERS.fetch_add(1, Ordering::SeqCst);
+    Defer(())
+}
+
+impl Drop for Defer {
+    fn drop(&mut self) {
+        let _reg = registry();
+        DEFERS.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

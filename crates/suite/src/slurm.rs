@@ -175,6 +175,48 @@ pub fn wait(job_id: &str, tick: &dyn Fn(&BTreeMap<usize, String>)) -> Result<(),
     }
 }
 
+/// Cancels the array (`scancel`): its running tasks get SIGTERM and record their jobs failed.
+pub fn cancel(job_id: &str) -> Result<(), SuiteError> {
+    let output = Command::new("scancel")
+        .arg(job_id)
+        .output()
+        .map_err(|e| no_slurm("scancel", e))?;
+    if !output.status.success() {
+        return Err(SuiteError::Slurm(format!(
+            "scancel {job_id} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Waits until none of the array's tasks is queued or `limit` has passed; whether it emptied.
+pub fn wait_gone(job_id: &str, limit: Duration) -> Result<bool, SuiteError> {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        if queued(job_id)?.is_empty() {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= until {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A Slurm job id and its tasks still queued (manifest index → state).
+pub type QueuedArray = (String, BTreeMap<usize, String>);
+
+/// The array last submitted for OUT and its tasks, if some are still queued: a new submission
+/// would run those jobs a second time, into the same folders.
+pub fn still_queued(out: &Path) -> Result<Option<QueuedArray>, SuiteError> {
+    let Some(id) = last_job_id(out) else {
+        return Ok(None);
+    };
+    let q = queued(&id)?;
+    Ok((!q.is_empty()).then_some((id, q)))
+}
+
 /// The id of the array last submitted for OUT, if any.
 pub fn last_job_id(out: &Path) -> Option<String> {
     std::fs::read_to_string(slurm_dir(out).join("job-id"))
