@@ -319,6 +319,18 @@ fn local_slurm() -> String {
         .to_string()
 }
 
+/// `bbv suite run MANIFEST -o OUT --slurm` against the local Slurm of `conf`.
+fn slurm_run(conf: &str, manifest: &Path, out: &Path) -> std::process::Command {
+    let mut c = bbv();
+    c.env("SLURM_CONF", conf)
+        .args(["suite", "run"])
+        .arg(manifest)
+        .arg("-o")
+        .arg(out)
+        .arg("--slurm");
+    c
+}
+
 #[test]
 fn slurm_and_the_local_executor_give_the_same_files() {
     let conf = local_slurm();
@@ -341,13 +353,8 @@ fn slurm_and_the_local_executor_give_the_same_files() {
     let (local, slurm) = (tmp.path().join("local"), tmp.path().join("slurm"));
     assert_status(&suite_run(&manifest, &local, &["--jobs", "2"]), 1);
     let on_slurm = |extra: &[&str]| {
-        bbv()
-            .env("SLURM_CONF", &conf)
-            .args(["suite", "run"])
-            .arg(&manifest)
-            .arg("-o")
-            .arg(&slurm)
-            .args(["--slurm", "--max-parallel", "2"])
+        slurm_run(&conf, &manifest, &slurm)
+            .args(["--max-parallel", "2"])
             .args(extra)
             .output()
             .unwrap()
@@ -421,39 +428,33 @@ fn slurm_and_the_local_executor_give_the_same_files() {
     }
 }
 
-#[test]
-fn scancel_reaches_the_guest_and_leaves_nothing_behind() {
-    let conf = local_slurm();
-    let tmp = tempfile::tempdir().unwrap();
-    let manifest = tmp.path().join("suite.toml");
-    let tag = format!("bbv-scancel-{}", std::process::id());
+/// A manifest in `dir` of one job, "forever", whose guest loops until killed and whose command
+/// line holds a tag of its own (which [`qemu_with`] finds); the manifest and the tag.
+fn forever(dir: &Path, what: &str) -> (std::path::PathBuf, String) {
+    let manifest = dir.join("suite.toml");
+    let tag = format!("bbv-{what}-{}", std::process::id());
     std::fs::write(
         &manifest,
         format!("[[job]]\nname = \"forever\"\ncommand = [\"sh\", \"-c\", \"while :; do :; done; echo {tag}\"]\n"),
     )
     .unwrap();
+    (manifest, tag)
+}
+
+#[test]
+fn scancel_reaches_the_guest_and_leaves_nothing_behind() {
+    let conf = local_slurm();
+    let tmp = tempfile::tempdir().unwrap();
+    let (manifest, tag) = forever(tmp.path(), "scancel");
     let out = tmp.path().join("out");
-    let o = bbv()
-        .env("SLURM_CONF", &conf)
-        .args(["suite", "run"])
-        .arg(&manifest)
-        .arg("-o")
-        .arg(&out)
-        .args(["--slurm", "--no-wait"])
+    let o = slurm_run(&conf, &manifest, &out)
+        .args(["--no-wait"])
         .output()
         .unwrap();
     assert_status(&o, 0);
     let id = std::fs::read_to_string(out.join("slurm/job-id")).unwrap();
-    let qemu_runs = || {
-        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
-                let c = String::from_utf8_lossy(&c);
-                c.contains("qemu-") && c.contains(&tag)
-            })
-        })
-    };
     let until = Instant::now() + Duration::from_secs(120);
-    while !qemu_runs() {
+    while !qemu_with(&tag) {
         assert!(Instant::now() < until, "the task's guest never ran");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -471,7 +472,7 @@ fn scancel_reaches_the_guest_and_leaves_nothing_behind() {
     let record = json(&out.join("forever/job.json"));
     assert_eq!(record["status"], "failed");
     assert_eq!(record["exit"], 128 + libc::SIGTERM);
-    assert!(!qemu_runs(), "QEMU outlived the cancelled task");
+    assert!(!qemu_with(&tag), "QEMU outlived the cancelled task");
     let left: Vec<String> = std::fs::read_dir(out.join("forever"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -516,13 +517,8 @@ fn a_second_run_waits_for_the_array_still_queued() {
     .unwrap();
     let out = tmp.path().join("out");
     let run = |extra: &[&str]| {
-        bbv()
-            .env("SLURM_CONF", &conf)
-            .args(["suite", "run"])
-            .arg(&manifest)
-            .arg("-o")
-            .arg(&out)
-            .args(["--slurm", "--max-parallel", "1"])
+        slurm_run(&conf, &manifest, &out)
+            .args(["--max-parallel", "1"])
             .args(extra)
             .output()
             .unwrap()
@@ -557,21 +553,9 @@ fn a_second_run_waits_for_the_array_still_queued() {
 fn stopping_a_waiting_suite_cancels_its_array() {
     let conf = local_slurm();
     let tmp = tempfile::tempdir().unwrap();
-    let manifest = tmp.path().join("suite.toml");
-    let tag = format!("bbv-stop-{}", std::process::id());
-    std::fs::write(
-        &manifest,
-        format!("[[job]]\nname = \"forever\"\ncommand = [\"sh\", \"-c\", \"while :; do :; done; echo {tag}\"]\n"),
-    )
-    .unwrap();
+    let (manifest, tag) = forever(tmp.path(), "stop");
     let out = tmp.path().join("out");
-    let child = bbv()
-        .env("SLURM_CONF", &conf)
-        .args(["suite", "run"])
-        .arg(&manifest)
-        .arg("-o")
-        .arg(&out)
-        .arg("--slurm")
+    let child = slurm_run(&conf, &manifest, &out)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
