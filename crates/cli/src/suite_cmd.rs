@@ -200,14 +200,8 @@ fn finish(m: &Manifest, output: &Path, records: &[bbv_suite::JobRecord]) -> Resu
 /// record their jobs and merges; main then exits 128+N.
 fn on_slurm(m: &Manifest, output: &Path, a: &SlurmArgs) -> Result<u8> {
     let version = version();
-    // Jobs already done with their current settings are reported as skipped at the end.
-    let done_before: Vec<bool> = bbv_suite::local::records(m, output)
-        .iter()
-        .zip(&m.jobs)
-        .map(|(r, j)| {
-            r.status == Status::Done && r.hash == bbv_suite::job::settings_hash(j, version)
-        })
-        .collect();
+    // Jobs already done with their current settings: not submitted, reported as skipped.
+    let done_before = bbv_suite::slurm::done_already(m, output, version);
     let (job_id, tasks) = match bbv_suite::slurm::still_queued(output)? {
         Some((id, q)) => {
             eprintln!(
@@ -224,7 +218,7 @@ fn on_slurm(m: &Manifest, output: &Path, a: &SlurmArgs) -> Result<u8> {
                 max_parallel: a.max_parallel,
                 sbatch_args: a.sbatch_arg.clone(),
             };
-            let Some(sub) = bbv_suite::slurm::submit(m, output, &bbv_exe()?, version, &opts)?
+            let Some(sub) = bbv_suite::slurm::submit(m, output, &bbv_exe()?, &done_before, &opts)?
             else {
                 return finish(m, output, &records_now(m, output, &done_before));
             };

@@ -73,6 +73,11 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
+    /// Whether it says the job is done with the settings of `hash` ([`settings_hash`]).
+    pub fn done_with(&self, hash: &str) -> bool {
+        self.status == Status::Done && self.hash == hash
+    }
+
     /// Reads `DIR/job.json`, if there is a readable one.
     pub fn read(dir: &Path) -> Option<JobRecord> {
         let text = std::fs::read_to_string(dir.join("job.json")).ok()?;
@@ -149,7 +154,7 @@ pub fn run_job(bbv: &Path, job: &Job, out: &Path, version: &str) -> Result<JobRe
     let hash = settings_hash(job, version);
     let previous = JobRecord::read(&dir);
     if let Some(p) = &previous {
-        if p.status == Status::Done && p.hash == hash {
+        if p.done_with(&hash) {
             return Ok(JobRecord {
                 status: Status::Skipped,
                 ..p.clone()

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::job::{settings_hash, JobRecord, Status};
+use crate::job::{settings_hash, JobRecord};
 use crate::manifest::Manifest;
 use crate::SuiteError;
 
@@ -44,24 +44,29 @@ pub fn slurm_dir(out: &Path) -> PathBuf {
     out.join("slurm")
 }
 
-/// Submits every job not done with its current settings as one array; None when all are.
+/// Per manifest job: whether OUT holds it done with its current settings.
+pub fn done_already(manifest: &Manifest, out: &Path, version: &str) -> Vec<bool> {
+    manifest
+        .jobs
+        .iter()
+        .map(|job| {
+            JobRecord::read(&out.join(&job.name))
+                .is_some_and(|r| r.done_with(&settings_hash(job, version)))
+        })
+        .collect()
+}
+
+/// Submits the jobs not `done` (per manifest job, from [`done_already`]) as one array; None
+/// when all are.
 pub fn submit(
     manifest: &Manifest,
     out: &Path,
     bbv: &Path,
-    version: &str,
+    done: &[bool],
     opts: &SlurmOptions,
 ) -> Result<Option<Submitted>, SuiteError> {
-    let indices: Vec<usize> = manifest
-        .jobs
-        .iter()
-        .enumerate()
-        .filter(|(_, job)| {
-            JobRecord::read(&out.join(&job.name)).map_or(true, |r| {
-                !(r.status == Status::Done && r.hash == settings_hash(job, version))
-            })
-        })
-        .map(|(i, _)| i)
+    let indices: Vec<usize> = (0..manifest.jobs.len())
+        .filter(|&i| !done.get(i).copied().unwrap_or(false))
         .collect();
     if indices.is_empty() {
         return Ok(None);
@@ -107,16 +112,7 @@ pub fn submit(
     }
     args.extend(opts.sbatch_args.iter().map(OsString::from));
     args.push(abs(&script)?.into());
-    let output = Command::new("sbatch")
-        .args(&args)
-        .output()
-        .map_err(|e| no_slurm("sbatch", e))?;
-    if !output.status.success() {
-        return Err(SuiteError::Slurm(format!(
-            "sbatch failed: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
-    }
+    let output = run_ok("sbatch", &args)?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     // --parsable prints "id" or "id;cluster".
     let job_id = stdout.trim().split(';').next().unwrap_or("").to_string();
@@ -128,6 +124,21 @@ pub fn submit(
     let id_file = dir.join("job-id");
     std::fs::write(&id_file, format!("{job_id}\n")).map_err(|e| SuiteError::io(&id_file, e))?;
     Ok(Some(Submitted { job_id, indices }))
+}
+
+/// Runs a Slurm command that must succeed; its output.
+fn run_ok(cmd: &str, args: &[OsString]) -> Result<std::process::Output, SuiteError> {
+    let output = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| no_slurm(cmd, e))?;
+    if !output.status.success() {
+        return Err(SuiteError::Slurm(format!(
+            "{cmd} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(output)
 }
 
 fn no_slurm(cmd: &str, e: std::io::Error) -> SuiteError {
@@ -160,48 +171,44 @@ pub fn queued(job_id: &str) -> Result<BTreeMap<usize, String>, SuiteError> {
     Ok(tasks)
 }
 
-/// Waits until none of the array's tasks is queued, calling `tick` with the queue meanwhile.
+/// Waits until none of the array's tasks is queued, calling `tick` with the queue meanwhile;
+/// returns early once bbv has received a killing signal.
 pub fn wait(job_id: &str, tick: &dyn Fn(&BTreeMap<usize, String>)) -> Result<(), SuiteError> {
+    let stopped = || bbv_collect::interrupt::received().is_some();
+    watch(job_id, Duration::from_millis(500), tick, &stopped).map(|_| ())
+}
+
+/// Polls the queue every `every` until the array has left it (true) or `give_up` says so
+/// (false), calling `tick` with the queue meanwhile.
+fn watch(
+    job_id: &str,
+    every: Duration,
+    tick: &dyn Fn(&BTreeMap<usize, String>),
+    give_up: &dyn Fn() -> bool,
+) -> Result<bool, SuiteError> {
     loop {
-        if bbv_collect::interrupt::received().is_some() {
-            return Ok(());
+        if give_up() {
+            return Ok(false);
         }
         let q = queued(job_id)?;
         tick(&q);
         if q.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(every);
     }
 }
 
 /// Cancels the array (`scancel`): its running tasks get SIGTERM and record their jobs failed.
 pub fn cancel(job_id: &str) -> Result<(), SuiteError> {
-    let output = Command::new("scancel")
-        .arg(job_id)
-        .output()
-        .map_err(|e| no_slurm("scancel", e))?;
-    if !output.status.success() {
-        return Err(SuiteError::Slurm(format!(
-            "scancel {job_id} failed: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
-    }
-    Ok(())
+    run_ok("scancel", &[OsString::from(job_id)]).map(|_| ())
 }
 
 /// Waits until none of the array's tasks is queued or `limit` has passed; whether it emptied.
 pub fn wait_gone(job_id: &str, limit: Duration) -> Result<bool, SuiteError> {
     let until = std::time::Instant::now() + limit;
-    loop {
-        if queued(job_id)?.is_empty() {
-            return Ok(true);
-        }
-        if std::time::Instant::now() >= until {
-            return Ok(false);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let late = || std::time::Instant::now() >= until;
+    watch(job_id, Duration::from_millis(200), &|_| {}, &late)
 }
 
 /// A Slurm job id and its tasks still queued (manifest index → state).
