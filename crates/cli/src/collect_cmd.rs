@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use bbv_collect::{CacheModel, Collected, GuestStatus, Outcome, Request};
 use bbv_profile::CacheGeometry;
 
-use bbv_pipeline::AtomicFiles;
+use bbv_files::AtomicFiles;
 
 fn yes_no(v: &str) -> Result<bool, String> {
     match v {
@@ -367,12 +367,12 @@ fn place(c: &Collected, bb: &Path, pc: &Path, blocks: Option<&Path>) -> Result<V
         })?;
     }
     // The PC file and the vectors land together, even if bbv is killed now.
-    let hold = bbv_collect::interrupt::hold();
+    let hold = bbv_files::interrupt::hold();
     let mut written = files.commit_held(&hold)?;
     for t in &c.threads {
         if let Some(src) = &t.bb {
             let dest = thread_file(bb, t.number);
-            bbv_collect::move_file(src, &dest)?;
+            bbv_files::move_file(src, &dest)?;
             written.push(dest);
         }
     }

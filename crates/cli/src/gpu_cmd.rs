@@ -215,7 +215,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 .with_context(|| format!("cannot create {}", output.display()))?;
             let chosen: std::collections::BTreeSet<usize> =
                 picks.iter().map(|p| p.launch).collect();
-            let mut files = bbv_pipeline::AtomicFiles::default();
+            let mut files = bbv_files::AtomicFiles::default();
             files.write(&output.join("kernelslist.g"), |w| {
                 let mut launch = 0;
                 for c in &kl.commands {
@@ -312,7 +312,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 s.push(ext);
                 PathBuf::from(s)
             };
-            let mut files = bbv_pipeline::AtomicFiles::default();
+            let mut files = bbv_files::AtomicFiles::default();
             files.write(&with(".bb"), |w| {
                 let mut bb = bbv_profile::BbvWriter::new(w);
                 bb.write_comment(&format!(

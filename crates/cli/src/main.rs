@@ -162,13 +162,13 @@ fn main() -> ExitCode {
         Command::Bench { .. } | Command::Cc(_) | Command::Cxx(_)
     ) {
         // Before any other thread starts, so that all of them leave the signals to it.
-        if let Err(e) = bbv_collect::interrupt::install() {
+        if let Err(e) = bbv_files::interrupt::install() {
             eprintln!("bbv: cannot handle signals: {e}");
             return ExitCode::from(2);
         }
     }
     let code = dispatch(cli.command);
-    match bbv_collect::interrupt::received() {
+    match bbv_files::interrupt::received() {
         // Killed while a guest ran: the guest got the signal, nothing was written.
         Some(sig) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
         None => code,

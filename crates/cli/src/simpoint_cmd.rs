@@ -15,7 +15,7 @@ use bbv_simpoint::{
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use bbv_pipeline::AtomicFiles;
+use bbv_files::AtomicFiles;
 
 /// Where the vectors come from.
 #[derive(Clone, Debug)]

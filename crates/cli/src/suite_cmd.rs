@@ -236,7 +236,7 @@ fn on_slurm(m: &Manifest, output: &Path, a: &SlurmArgs) -> Result<u8> {
         return Ok(0);
     }
     // A signal from here on is ours to act on: cancel the array, then merge.
-    let _defer = bbv_collect::interrupt::defer();
+    let _defer = bbv_files::interrupt::defer();
     let bar = crate::progress::suite_bar(tasks as u64);
     bbv_suite::slurm::wait(&job_id, &|q| {
         if let Some(b) = &bar {
@@ -248,7 +248,7 @@ fn on_slurm(m: &Manifest, output: &Path, a: &SlurmArgs) -> Result<u8> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    if bbv_collect::interrupt::received().is_some() {
+    if bbv_files::interrupt::received().is_some() {
         eprintln!("bbv suite: stopped: cancelling Slurm job {job_id}");
         bbv_suite::slurm::cancel(&job_id)?;
         // Slurm sends SIGTERM, then SIGKILL after its KillWait (30 s by default).

@@ -13,7 +13,6 @@
 
 mod elf;
 mod error;
-pub mod interrupt;
 mod pattern;
 mod qemu;
 mod state;
@@ -25,6 +24,7 @@ pub use pattern::expand;
 pub use qemu::{find_plugin, plugin_api, PluginApi};
 pub use table::{write_blocks_tsv, write_pc, Block, Image};
 
+use bbv_files::interrupt;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -479,32 +479,4 @@ fn read_results(
         slices,
         metrics,
     })
-}
-
-/// Moves a finished file to its final name: a rename, or a copy to a temporary name beside the
-/// destination and a rename when the two are on different file systems.
-pub fn move_file(from: &Path, to: &Path) -> Result<(), CollectError> {
-    if bbv_profile::is_special_file(to) {
-        // Renaming onto /dev/null would replace the device with our file.
-        let mut src = std::fs::File::open(from).map_err(|e| CollectError::io(from, e))?;
-        let mut dest = std::fs::OpenOptions::new()
-            .write(true)
-            .open(to)
-            .map_err(|e| CollectError::io(to, e))?;
-        std::io::copy(&mut src, &mut dest).map_err(|e| CollectError::io(to, e))?;
-        let _ = std::fs::remove_file(from);
-        return Ok(());
-    }
-    if std::fs::rename(from, to).is_ok() {
-        return Ok(());
-    }
-    let parent = to
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let tmp = tempfile::NamedTempFile::new_in(parent).map_err(|e| CollectError::io(parent, e))?;
-    std::fs::copy(from, tmp.path()).map_err(|e| CollectError::io(to, e))?;
-    tmp.persist(to).map_err(|e| CollectError::io(to, e.error))?;
-    let _ = std::fs::remove_file(from);
-    Ok(())
 }

@@ -8,7 +8,9 @@ use bbv_profile::MetricsRow;
 use bbv_simpoint::{KChoice, Observer, Options, PostResult, Prepared, Projection};
 
 use crate::validate::{self, Clusters, KRow, Validation};
-use crate::{AtomicFiles, PipelineError};
+use bbv_files::AtomicFiles;
+
+use crate::PipelineError;
 
 /// What `--validate` adds to clustering.
 pub struct Validate<'a> {

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use crate::markers::{Placer, Profile};
 use crate::regions::{self, Chosen, Entry};
 use crate::rundir::{self, ImageRow, Point, Summary};
-use crate::{AtomicFiles, PipelineError};
+use bbv_files::AtomicFiles;
+
+use crate::PipelineError;
 
 /// A finished run directory.
 #[derive(Debug)]

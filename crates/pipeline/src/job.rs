@@ -9,7 +9,9 @@ use bbv_simpoint::Observer;
 
 use crate::finish::{finish, Finished};
 use crate::rundir::{self, ImageRow, Program, Summary, ThreadTotal, LAYOUT};
-use crate::{AtomicFiles, PipelineError};
+use bbv_files::AtomicFiles;
+
+use crate::PipelineError;
 
 /// What `bbv run` asks for.
 #[derive(Clone, Debug)]
@@ -292,7 +294,7 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
     // The tables and the vectors land together, even if bbv is killed now, and without an
     // earlier run's later files: the clustering and the hand-off write theirs again when this
     // run gets that far (a run that stops before, or has no point, leaves none).
-    let hold = bbv_collect::interrupt::hold();
+    let hold = bbv_files::interrupt::hold();
     if rows.is_none() {
         remove_stale(dir, "metrics.csv")?;
     }
@@ -302,22 +304,22 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
     files.commit_held(&hold)?;
     for t in &c.threads {
         if let Some(src) = &t.bb {
-            bbv_collect::move_file(src, &rundir::thread_file(dir, t.number))?;
+            bbv_files::move_file(src, &rundir::thread_file(dir, t.number))?;
         }
     }
     if let Some(src) = &c.slices {
-        bbv_collect::move_file(src, &dir.join("slices.cuts"))?;
+        bbv_files::move_file(src, &dir.join("slices.cuts"))?;
     }
     for t in &c.threads {
         let name = format!("thread.{}.slices", t.number);
         match &t.slices {
-            Some(src) => bbv_collect::move_file(src, &dir.join(name))?,
+            Some(src) => bbv_files::move_file(src, &dir.join(name))?,
             None => remove_stale(dir, &name)?,
         }
     }
     let marks = dir.join("marks.out");
     match c.threads.first().and_then(|t| t.marks.as_ref()) {
-        Some(m) => bbv_collect::move_file(m, &marks)?,
+        Some(m) => bbv_files::move_file(m, &marks)?,
         None => std::fs::write(&marks, b"").map_err(|e| PipelineError::io(&marks, e))?,
     }
     Ok(())

@@ -10,10 +10,9 @@
 //!
 //! # Design constraints
 //! * A run directory is a contract ([`rundir`]): every file is written through this crate,
-//!   all together or not at all ([`AtomicFiles`]), and everything `bbv regions` needs is in it.
+//!   all together or not at all ([`bbv_files::AtomicFiles`]), and everything `bbv regions` needs is in it.
 //! * Errors are [`PipelineError`]; bad input names the file and line.
 
-mod atomic;
 mod cluster;
 mod finish;
 mod job;
@@ -26,7 +25,6 @@ pub mod rundir;
 pub mod slices;
 pub mod validate;
 
-pub use atomic::AtomicFiles;
 pub use cluster::{cluster_file, cluster_validated, Validate};
 pub use finish::{chosen, finish, Finished};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
@@ -93,6 +91,9 @@ pub enum PipelineError {
         /// The cut.
         cut: u64,
     },
+    /// Outputs could not be written.
+    #[error(transparent)]
+    Files(#[from] bbv_files::FilesError),
     /// Collecting failed.
     #[error(transparent)]
     Collect(#[from] bbv_collect::CollectError),

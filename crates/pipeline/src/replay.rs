@@ -12,7 +12,9 @@ use serde::Serialize;
 use crate::markers::Profile;
 use crate::regions::region_id;
 use crate::rundir::{self, Marker, Summary};
-use crate::{AtomicFiles, PipelineError};
+use bbv_files::AtomicFiles;
+
+use crate::PipelineError;
 
 /// What `bbv replay` asks for.
 #[derive(Clone, Debug)]
@@ -293,9 +295,9 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             &keep,
         )?
     };
-    let (work, _cleanup) = bbv_collect::interrupt::Cleanup::create(|| {
-        bbv_collect::interrupt::remove_orphans(&std::env::temp_dir(), ".bbv-replay-");
-        let prefix = bbv_collect::interrupt::tagged(".bbv-replay-");
+    let (work, _cleanup) = bbv_files::interrupt::Cleanup::create(|| {
+        bbv_files::interrupt::remove_orphans(&std::env::temp_dir(), ".bbv-replay-");
+        let prefix = bbv_files::interrupt::tagged(".bbv-replay-");
         let d = tempfile::Builder::new().prefix(&prefix).tempdir()?;
         let path = d.path().to_path_buf();
         Ok((d, path))

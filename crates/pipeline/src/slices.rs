@@ -16,7 +16,9 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use crate::rundir::{self, BlockRow};
-use crate::{AtomicFiles, PipelineError};
+use bbv_files::AtomicFiles;
+
+use crate::PipelineError;
 
 /// Where a slice starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -316,7 +318,8 @@ fn write_global(
         }
         bw.finish().map(drop)
     })?;
-    files.commit().map(drop)
+    files.commit()?;
+    Ok(())
 }
 
 fn write_table(w: &mut impl Write, rows: &[SliceRow]) -> std::io::Result<()> {

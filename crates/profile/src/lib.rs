@@ -36,10 +36,3 @@ pub use writer::BbvWriter;
 /// Largest block id accepted. Clustering allocates per-id state (a projection-matrix row), so an
 /// absurd id in a hostile file must be an error rather than an allocation of hundreds of GB.
 pub const MAX_BLOCK_ID: u32 = 1 << 26;
-
-/// Whether `path` exists and is neither a regular file nor a folder: a device such as
-/// `/dev/null` or `/dev/stdout`, or a FIFO. Outputs are written into such a file in place:
-/// writing a temporary file and renaming it over the path would replace the device itself.
-pub fn is_special_file(path: &std::path::Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
-}

@@ -209,24 +209,13 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
     Ok(cfg)
 }
 
-/// Writes `bytes` to `dir/name` through a temporary file and a rename.
-pub(crate) fn write_atomically(
-    dir: &std::path::Path,
-    name: &str,
-    bytes: &[u8],
-) -> std::io::Result<()> {
-    let tmp = dir.join(format!(".{name}.part"));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, dir.join(name))
-}
-
 /// Records a failure where the host will find it (stderr may be closed or the guest's).
 pub(crate) fn report_error(msg: &str) {
     if fork::forked() {
         return;
     }
     if let Some(cfg) = CONFIG.get() {
-        let _ = write_atomically(&cfg.dir, "error", msg.as_bytes());
+        let _ = bbv_files::write_atomic(&cfg.dir.join("error"), msg.as_bytes());
     }
 }
 

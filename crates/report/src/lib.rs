@@ -46,6 +46,9 @@ pub enum ReportError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The page could not be written.
+    #[error(transparent)]
+    Files(#[from] bbv_files::FilesError),
     /// A run-directory file is malformed.
     #[error(transparent)]
     Pipeline(#[from] bbv_pipeline::PipelineError),
@@ -159,7 +162,7 @@ pub struct KScore {
 /// Writes `report` as `path`, whole or not at all.
 pub fn write(path: &Path, report: &Report) -> Result<(), ReportError> {
     let page = html(report);
-    let mut files = bbv_pipeline::AtomicFiles::default();
+    let mut files = bbv_files::AtomicFiles::default();
     files.write(path, |w| w.write_all(page.as_bytes()))?;
     files.commit()?;
     Ok(())

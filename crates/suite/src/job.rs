@@ -108,7 +108,8 @@ impl JobRecord {
             "reason": self.reason,
             "hash": self.hash,
         });
-        crate::write_atomic(&dir.join("job.json"), &format!("{v:#}\n"))
+        bbv_files::write_atomic(&dir.join("job.json"), format!("{v:#}\n").as_bytes())?;
+        Ok(())
     }
 }
 
@@ -191,7 +192,7 @@ pub fn run_job(bbv: &Path, job: &Job, out: &Path, version: &str) -> Result<JobRe
         .stdout(log)
         .stderr(err);
     let start = Instant::now();
-    let child = bbv_collect::interrupt::spawn(&mut cmd).map_err(|e| SuiteError::io(bbv, e))?;
+    let child = bbv_files::interrupt::spawn(&mut cmd).map_err(|e| SuiteError::io(bbv, e))?;
     let (status, peak, reason) = wait(child.id(), job.timeout)?;
     record.seconds = start.elapsed().as_secs_f64();
     record.finished = now();
@@ -203,7 +204,7 @@ pub fn run_job(bbv: &Path, job: &Job, out: &Path, version: &str) -> Result<JobRe
     } else {
         Status::Failed
     };
-    if bbv_collect::interrupt::received().is_some() {
+    if bbv_files::interrupt::received().is_some() {
         // The suite itself is being stopped: the job runs again next time.
         record.status = Status::Failed;
         record.reason = Some("the suite was stopped".into());
@@ -220,7 +221,7 @@ fn wait(pid: u32, timeout: Option<Duration>) -> Result<(i32, u64, Option<String>
     let mut termed: Option<Instant> = None;
     let io = |e| SuiteError::io("bbv", e);
     loop {
-        if bbv_collect::interrupt::ended(pid, false).map_err(io)? {
+        if bbv_files::interrupt::ended(pid, false).map_err(io)? {
             break;
         }
         if let Some(t) = timeout {

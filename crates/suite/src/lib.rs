@@ -45,6 +45,9 @@ pub enum SuiteError {
     /// Slurm's commands failed or are missing.
     #[error("{0}")]
     Slurm(String),
+    /// A record or summary could not be written.
+    #[error(transparent)]
+    Files(#[from] bbv_files::FilesError),
 }
 
 impl SuiteError {
@@ -54,16 +57,4 @@ impl SuiteError {
             source,
         }
     }
-}
-
-/// Writes `text` to `path` through a temporary file beside it and a rename, so that a killed
-/// suite never leaves a half-written record or summary.
-pub(crate) fn write_atomic(path: &std::path::Path, text: &str) -> Result<(), SuiteError> {
-    let mut name = std::ffi::OsString::from(".");
-    name.push(path.file_name().unwrap_or_default());
-    name.push(".tmp");
-    let tmp = path.with_file_name(name);
-    std::fs::write(&tmp, text)
-        .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(|e| SuiteError::io(path, e))
 }

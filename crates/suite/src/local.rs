@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use crate::job::{run_job, JobRecord, Status};
 use crate::manifest::Manifest;
-use crate::{write_atomic, SuiteError};
+use crate::SuiteError;
 
 /// What the executor tells its caller (for a progress display).
 #[derive(Clone, Debug)]
@@ -38,7 +38,7 @@ pub fn run_local(
                 let Some(job) = manifest.jobs.get(i) else {
                     break;
                 };
-                if bbv_collect::interrupt::received().is_some() {
+                if bbv_files::interrupt::received().is_some() {
                     break;
                 }
                 on_event(Event::Started(job.name.clone()));
@@ -139,8 +139,9 @@ pub fn merge(manifest: &Manifest, out: &Path, records: &[JobRecord]) -> Result<(
          <h1>{}</h1>\n<table id=\"jobs\"><tr><th>job</th><th>status</th><th>instructions</th><th>k</th><th>seconds</th><th></th></tr>\n{rows}</table>\n</body></html>\n",
         html(&manifest.path.display().to_string())
     );
-    write_atomic(&out.join("summary.csv"), &csv)?;
-    write_atomic(&out.join("index.html"), &page)
+    bbv_files::write_atomic(&out.join("summary.csv"), csv.as_bytes())?;
+    bbv_files::write_atomic(&out.join("index.html"), page.as_bytes())?;
+    Ok(())
 }
 
 fn html(s: &str) -> String {

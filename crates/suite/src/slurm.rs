@@ -174,7 +174,7 @@ pub fn queued(job_id: &str) -> Result<BTreeMap<usize, String>, SuiteError> {
 /// Waits until none of the array's tasks is queued, calling `tick` with the queue meanwhile;
 /// returns early once bbv has received a killing signal.
 pub fn wait(job_id: &str, tick: &dyn Fn(&BTreeMap<usize, String>)) -> Result<(), SuiteError> {
-    let stopped = || bbv_collect::interrupt::received().is_some();
+    let stopped = || bbv_files::interrupt::received().is_some();
     watch(job_id, Duration::from_millis(500), tick, &stopped).map(|_| ())
 }
 

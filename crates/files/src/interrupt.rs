@@ -4,10 +4,10 @@
 //! [`install`] blocks the three signals in the calling thread (call it first thing in `main`,
 //! so every later thread inherits the mask) and waits for them on a thread of its own, where
 //! ordinary code may run (a handler could not take a lock or remove a folder):
-//! * While a child from [`spawn`] runs (a guest's QEMU under [`Prepared::run`](crate::Prepared::run),
+//! * While a child from [`spawn`] runs (a guest's QEMU under `bbv_collect::Prepared::run`,
 //!   or a suite's jobs), the signal is passed on to it (QEMU passes it to the guest), unless the kernel already sent it to the whole
 //!   foreground process group (a terminal's ^C or hang-up: the guest got it too). bbv waits
-//!   for the guest, then stops: [`CollectError::Interrupted`](crate::CollectError), and
+//!   for the guest, then stops (`bbv_collect::CollectError::Interrupted`), and
 //!   nothing is written.
 //! * While a [`Defer`] lives (and no such child runs), the signal is only recorded: the code
 //!   that deferred it polls [`received`] and stops in its own way (a suite waiting for its Slurm

@@ -1,0 +1,51 @@
+//! Files that appear whole or not at all, the one way bbvkit's Rust crates write an output.
+//!
+//! * [`AtomicFiles`]: a set of outputs, each written to a temporary file beside its
+//!   destination and renamed only when every one of them was written, so that a failed or
+//!   killed command leaves the previous files, not a mix.
+//! * [`write_atomic`]: the same for one file; [`move_file`]: a finished file moved into place,
+//!   across file systems too.
+//! * [`interrupt`]: the signal thread that removes registered temporaries when bbv is killed,
+//!   and holds a signal off during a set of renames.
+//!
+//! Devices and FIFOs (`/dev/null`, `/dev/stdout`) are written in place: renaming onto them
+//! would replace the device itself ([`is_special_file`]).
+
+mod atomic;
+pub mod interrupt;
+
+use std::path::{Path, PathBuf};
+
+pub use atomic::{move_file, write_atomic, AtomicFiles};
+
+/// What can go wrong writing outputs.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    /// A file could not be written, renamed or copied.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Outputs named in a way that cannot work (two outputs at one path, no file name).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl FilesError {
+    fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        FilesError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Whether `path` exists and is neither a regular file nor a folder: a device such as
+/// `/dev/null` or `/dev/stdout`, or a FIFO. Outputs are written into such a file in place:
+/// writing a temporary file and renaming it over the path would replace the device itself.
+pub fn is_special_file(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
