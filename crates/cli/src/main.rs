@@ -1,12 +1,5 @@
 //! The `bbv` command.
 
-mod bench;
-mod bench_cc;
-mod bench_collect;
-mod bench_regions;
-mod bench_report;
-mod bench_suite;
-mod bench_threads;
 mod cc_cmd;
 mod collect_cmd;
 mod gpu_cmd;
@@ -72,7 +65,7 @@ enum Command {
     /// Benchmarks against the anchor figures of the reference tools.
     Bench {
         #[command(subcommand)]
-        what: bench::BenchCommand,
+        what: bbv_bench::BenchCommand,
     },
 }
 
@@ -190,7 +183,7 @@ fn dispatch(command: Command) -> ExitCode {
         Command::Cc(a) | Command::Cxx(a) => cc_cmd::run_cc(a),
         Command::Simpoint { args } => simpoint(&args),
         Command::Gpu { what } => gpu_cmd::run(what),
-        Command::Bench { what } => bench::run(what),
+        Command::Bench { what } => bbv_bench::run(what),
         Command::Suite { what } => {
             return match suite_cmd::run(what) {
                 Ok(code) => ExitCode::from(code),

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::bench_collect::{in_temp_root, make_input, median, time, tool};
+use crate::measure::{in_temp_root, make_input, median, time, tool};
 
 /// Runs the benchmark in a temporary folder under `dir`.
 pub fn run(runs: usize, dir: &Path) -> Result<()> {

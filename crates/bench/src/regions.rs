@@ -6,8 +6,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::bench::measure_bbv_with;
-use crate::bench_collect::{in_temp_root, make_input, median, time, tool, Workload};
+use crate::measure::measure_bbv_with;
+use crate::measure::{in_temp_root, make_input, median, time, tool, Workload};
 
 /// Runs the benchmark in a temporary folder under `dir`.
 pub fn run(intervals: u64, runs: usize, dir: &Path) -> Result<()> {
@@ -46,7 +46,7 @@ fn bbv_run(interval: u64, out: &Path, w: &Workload, extra: &[&str]) -> Result<f6
 
 /// The real programs both benches record: gzip -9, xz -6 (a 4 MB text under `root`) and a
 /// python3 script, whose interpreter runs many distinct blocks per interval.
-pub(crate) fn workloads(root: &Path) -> Result<Vec<Workload>> {
+pub fn workloads(root: &Path) -> Result<Vec<Workload>> {
     let text = root.join("input.txt");
     make_input(&text, 4_000_000)?;
     let s = |p: &Path| p.to_string_lossy().into_owned();
@@ -76,7 +76,7 @@ pub(crate) fn workloads(root: &Path) -> Result<Vec<Workload>> {
 }
 
 /// A run recorded with at least the target number of intervals.
-pub(crate) struct Recorded {
+pub struct Recorded {
     pub out: std::path::PathBuf,
     pub instructions: u64,
     pub interval: u64,
@@ -87,7 +87,7 @@ pub(crate) struct Recorded {
 
 /// Records `w` as `bbv run EXTRA` into `root/run-TAG`, with an interval giving at least
 /// `target` intervals (a coarse run finds the program's length first).
-pub(crate) fn record(
+pub fn record(
     w: &Workload,
     tag: usize,
     target: u64,

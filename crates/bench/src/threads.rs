@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench_collect::{in_temp_root, median, time, tool, Workload};
+use crate::measure::{in_temp_root, median, time, tool, Workload};
 
 /// Runs the benchmark in a temporary folder under `dir`.
 pub fn run(runs: usize, dir: &Path) -> Result<()> {
@@ -17,7 +17,7 @@ pub fn run(runs: usize, dir: &Path) -> Result<()> {
 
 /// The OpenMP program of the tests, built with gcc -fopenmp.
 fn build_omp(root: &Path) -> Result<String> {
-    const SRC: &str = include_str!("../tests/guests/omp_phases.c");
+    const SRC: &str = include_str!("../../cli/tests/guests/omp_phases.c");
     let src = root.join("omp.c");
     std::fs::write(&src, SRC)?;
     let out = root.join("omp");

@@ -202,13 +202,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Runs the benchmark with `runs` repetitions per cell, building with `compiler` (a clang).
-pub fn run(runs: usize, dir: &Path, compiler: &str) -> Result<()> {
+/// The three programs with their sources and inputs, written into `d`.
+fn programs(d: &Path) -> Result<Vec<Program>> {
     let dirs = crate_dirs()?;
-    let root = tempfile::Builder::new()
-        .prefix("bbv-bench-cc-")
-        .tempdir_in(dir)?;
-    let d = root.path();
     let lua = dir_of(&dirs, "lua-src")?.join("lua-5.4.9");
     let mut lua_sources: Vec<PathBuf> = std::fs::read_dir(&lua)?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -251,7 +247,7 @@ pub fn run(runs: usize, dir: &Path, compiler: &str) -> Result<()> {
     }
     std::fs::write(&input, text)?;
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    let programs = vec![
+    Ok(vec![
         Program {
             name: "lua",
             sources: lua_sources,
@@ -276,7 +272,16 @@ pub fn run(runs: usize, dir: &Path, compiler: &str) -> Result<()> {
             defines: vec![],
             runs: vec![vec!["-9".into(), "-k".into(), "-c".into(), s(&input)]],
         },
-    ];
+    ])
+}
+
+/// Runs the benchmark with `runs` repetitions per cell, building with `compiler` (a clang).
+pub fn run(runs: usize, dir: &Path, compiler: &str) -> Result<()> {
+    let root = tempfile::Builder::new()
+        .prefix("bbv-bench-cc-")
+        .tempdir_in(dir)?;
+    let d = root.path();
+    let programs = programs(d)?;
     let variants = ["native", "profgen", "total", "blocks", "count"];
     println!(
         "bbv bench cc: median CPU seconds of {runs} round(s) over the variants; ratios vs native {compiler} -O2"

@@ -7,9 +7,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench::measure_bbv_with;
-use crate::bench_collect::{in_temp_root, median};
-use crate::bench_regions::{record, workloads};
+use crate::measure::measure_bbv_with;
+use crate::measure::{in_temp_root, median};
+use crate::regions::{record, workloads};
 
 /// Runs the benchmark in a temporary folder under `dir`.
 pub fn run(intervals: u64, runs: usize, dir: &Path) -> Result<()> {

@@ -1,0 +1,169 @@
+//! `bbv bench`: bbvkit's figures measured side by side with their anchors (the reference
+//! tools, native runs, bare QEMU), each printed with its ratio and target.
+//!
+//! The front end of the `bbv` command, as the CLI is: every benchmark times the bbv binary
+//! that runs it (as a child process) on real programs, and errors are `anyhow`'s, for people.
+
+mod cc;
+mod collect;
+mod gpu;
+mod measure;
+mod regions;
+mod report;
+mod simpoint;
+mod suite;
+mod threads;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+/// Benchmarks on real runs recorded with many intervals.
+#[derive(clap::Args)]
+pub struct Recorded {
+    /// Intervals each recorded run must reach.
+    #[arg(long, default_value_t = 10_000)]
+    intervals: u64,
+    /// Measurements per program (the median is printed).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Where to record the runs (a temporary folder is made and removed there).
+    #[arg(long, default_value = "/tmp")]
+    dir: PathBuf,
+}
+
+/// What to benchmark.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Clustering speed against SimPoint 3.2 (needs ../shared/data or --data).
+    Simpoint {
+        /// Folder holding simpoint-bench/ and simpoint-golden/.
+        #[arg(long, default_value = "../shared/data")]
+        data: PathBuf,
+        /// Repetitions per case (the fastest is printed: other load on the machine only ever adds).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+    /// GPU trace parsing speed and memory: generate a large Accel-Sim trace and count it.
+    Gpu {
+        /// Size of the generated kernel trace, in MB.
+        #[arg(long, default_value_t = 1000)]
+        mb: u64,
+        /// Kernel files (the size is split between them; they are parsed in parallel).
+        #[arg(long, default_value_t = 2)]
+        kernels: u64,
+        /// Where to write the generated trace (removed afterwards).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+        /// Runs per shape (the fastest is printed: this machine's speed drifts).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+    /// `bbv cc` overhead on Lua, SQLite and bzip2 (C sources from crates cargo fetches) vs
+    /// native clang-14 -O2 and -fprofile-generate.
+    Cc {
+        /// Rounds over the variants (the median per cell is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// The clang to build with (clang-14, clang-15, clang-16).
+        #[arg(long, default_value = "clang-14")]
+        compiler: String,
+        /// Where to build (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
+    /// CPU collection: native, bare QEMU, bbv collect (default, --exact, with metrics, and the
+    /// metrics' callbacks alone), valgrind's exp-bbv and bbv replay on xz -9, bzip2 -9, gzip -9
+    /// and a python3 loop; median slowdowns and ratios.
+    Collect {
+        /// Rounds over the variants (the median per cell is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Multiplies the input sizes (1 = inputs of about 1.5-4 MB).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Where to write the generated inputs (removed afterwards).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+        /// The QEMU measured, bare and under bbv (default: qemu-x86_64 from PATH), e.g. the
+        /// QEMU 10.0 scripts/build-qemu builds.
+        #[arg(long, value_name = "PATH")]
+        qemu: Option<PathBuf>,
+    },
+    /// Multi-threaded regions: `bbv run --regions looppoint` against `bbv collect` on an
+    /// OpenMP program (2 and 4 threads), xz -T2 and pigz -p 2 (target: at most 1.3x).
+    Threads {
+        /// Rounds over the variants (the median per cell is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the inputs and outputs (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
+    /// `bbv suite run`: six equal jobs with --jobs 1 and 2 (target: at most 60%), and a re-run
+    /// where every job is done (target: well under 1% of the first run).
+    Suite {
+        /// Runs per setting (the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the inputs and outputs (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
+    /// The HTML report of real `bbv run --validate` runs of at least --intervals intervals:
+    /// `bbv report DIR`'s time, the page's size and chromium's time to its load event.
+    Report(Recorded),
+    /// `bbv regions DIR` on real runs recorded with an interval that gives at least --intervals
+    /// intervals (gzip -9, xz -6 and a python3 script): median time, peak memory, reading speed.
+    Regions(Recorded),
+    /// Scale: generate a large BBV (phased, sparse) and cluster it, printing time and peak memory.
+    Scale {
+        /// Intervals (vectors).
+        #[arg(long, default_value_t = 1_000_000)]
+        intervals: usize,
+        /// Distinct blocks (largest block id).
+        #[arg(long, default_value_t = 100_000)]
+        blocks: u32,
+        /// k search limit.
+        #[arg(long = "max-k", default_value_t = 30)]
+        max_k: usize,
+        /// Where to write the generated file (removed afterwards).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
+}
+
+/// Runs a benchmark.
+pub fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Cc {
+            runs,
+            dir,
+            compiler,
+        } => cc::run(runs, &dir, &compiler),
+        BenchCommand::Collect {
+            runs,
+            scale,
+            dir,
+            qemu,
+        } => collect::run(runs, &dir, scale, qemu.as_deref()),
+        BenchCommand::Threads { runs, dir } => threads::run(runs, &dir),
+        BenchCommand::Suite { runs, dir } => suite::run(runs, &dir),
+        BenchCommand::Report(r) => report::run(r.intervals, r.runs, &r.dir),
+        BenchCommand::Regions(r) => regions::run(r.intervals, r.runs, &r.dir),
+        BenchCommand::Gpu {
+            mb,
+            kernels,
+            dir,
+            runs,
+        } => gpu::run(mb, kernels, &dir, runs),
+        BenchCommand::Scale {
+            intervals,
+            blocks,
+            max_k,
+            dir,
+        } => simpoint::scale(intervals, blocks, max_k, &dir),
+        BenchCommand::Simpoint { data, runs } => simpoint::simpoint(&data, runs),
+    }
+}
