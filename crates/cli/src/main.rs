@@ -70,12 +70,7 @@ enum Command {
 }
 
 fn simpoint(args: &[OsString]) -> anyhow::Result<()> {
-    let cfg = if simpoint_cmd::is_legacy(args) {
-        simpoint_cmd::parse_legacy(args)?
-    } else {
-        simpoint_cmd::parse_modern(args)?
-    };
-    simpoint_cmd::run(cfg)
+    simpoint_cmd::run(simpoint_cmd::parse(args)?)
 }
 
 fn message(e: &anyhow::Error) -> String {

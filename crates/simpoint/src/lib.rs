@@ -15,6 +15,7 @@
 
 pub mod cfmt;
 mod dataset;
+pub mod driver;
 mod kmeans;
 mod load;
 mod output;
@@ -71,6 +72,9 @@ pub enum SimpointError {
     /// Options or inputs that contradict each other.
     #[error("{0}")]
     Invalid(String),
+    /// The outputs could not be written.
+    #[error(transparent)]
+    Files(#[from] bbv_files::FilesError),
 }
 
 /// Which k values to try.
