@@ -3,7 +3,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
+use bbv_gpu::output::{CountFormat, CountStyle, SampleOptions};
 use bbv_gpu::{count_list, CountMode, KernelCount};
 use clap::{Subcommand, ValueEnum};
 
@@ -84,105 +85,14 @@ pub enum GpuCommand {
     },
 }
 
-/// A kernel name as NVBit prints it: mangled, or demangled when asked and possible.
-fn display_name(name: &str, demangle: bool) -> String {
-    if demangle {
-        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            if let Ok(text) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return text;
-            }
+impl From<Format> for CountFormat {
+    fn from(f: Format) -> CountFormat {
+        match f {
+            Format::Nvbit => CountFormat::Nvbit,
+            Format::Csv => CountFormat::Csv,
+            Format::Json => CountFormat::Json,
         }
     }
-    name.to_string()
-}
-
-fn write_counts(
-    out: &mut impl Write,
-    counts: &[(usize, &KernelCount)],
-    mode: CountMode,
-    format: Format,
-    opcodes: bool,
-    demangle: bool,
-) -> std::io::Result<()> {
-    match format {
-        Format::Nvbit => {
-            let mut total: u64 = 0;
-            for (launch, k) in counts {
-                let n = k.count(mode);
-                total += n;
-                writeln!(
-                    out,
-                    "kernel {launch} - {} - #thread-blocks {},  kernel instructions {n}, total instructions {total}",
-                    display_name(&k.header.name, demangle),
-                    k.header.blocks()
-                )?;
-                if opcodes {
-                    for (op, c) in k.sorted_opcodes() {
-                        writeln!(out, "  {op} = {c}")?;
-                    }
-                }
-            }
-            writeln!(out, "Total app instructions: {total}")?;
-        }
-        Format::Csv => {
-            writeln!(out, "kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, block_dimY, block_dimZ, #threads, total_insts, total_reported_insts")?;
-            for (_, k) in counts {
-                let h = &k.header;
-                writeln!(
-                    out,
-                    "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}",
-                    h.id,
-                    h.name,
-                    h.grid[0],
-                    h.grid[1],
-                    h.grid[2],
-                    h.blocks(),
-                    h.block[0],
-                    h.block[1],
-                    h.block[2],
-                    h.blocks() * h.threads_per_block(),
-                    k.count(mode),
-                    k.warp_insts
-                )?;
-            }
-        }
-        Format::Json => {
-            let mut v = Vec::new();
-            for (launch, k) in counts {
-                let h = &k.header;
-                let ops: serde_json::Map<String, serde_json::Value> = k
-                    .sorted_opcodes()
-                    .into_iter()
-                    .map(|(o, c)| (o.to_string(), c.into()))
-                    .collect();
-                v.push(serde_json::json!({
-                    "launch": launch,
-                    "kernel_id": h.id,
-                    "name": h.name,
-                    "file": k.path.display().to_string(),
-                    "grid": h.grid,
-                    "block": h.block,
-                    "blocks": h.blocks(),
-                    "threads": h.blocks() * h.threads_per_block(),
-                    "traced_blocks": k.traced_blocks,
-                    "count": k.count(mode),
-                    "warp_insts": k.warp_insts,
-                    "warp_insts_pred_on": k.warp_insts_pred_on,
-                    "thread_insts_pred_on": k.thread_insts,
-                    "mem_insts": k.mem_insts,
-                    "opcodes": ops,
-                }));
-            }
-            let total: u64 = counts.iter().map(|(_, k)| k.count(mode)).sum();
-            let doc = serde_json::json!({"launches": v, "total": total});
-            writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(&doc).unwrap_or_default()
-            )?;
-        }
-    }
-    out.flush()
 }
 
 /// Runs a `bbv gpu` command.
@@ -195,109 +105,28 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
             stratified,
             spread,
         } => {
-            use bbv_gpu::sample::{estimate, pick_scored, Method};
-            if max_k == 0 {
-                bail!("--max-k must be at least 1");
-            }
-            if !(spread.is_finite() && spread >= 0.0) {
-                bail!("--spread must be a non-negative number");
-            }
-            let kl = accelsim_trace::KernelList::open(&list)?;
-            let (counts, bv) = bbv_gpu::scan_list(&kl, false)?;
-            let method = if stratified {
-                Method::Stratified { spread }
-            } else {
-                Method::Cluster { max_k }
+            let options = SampleOptions {
+                max_k,
+                stratified,
+                spread,
             };
-            let (picks, bic) = pick_scored(&counts, &bv, method)?;
-            let estimates = estimate(&counts, &picks);
-            std::fs::create_dir_all(&output)
-                .with_context(|| format!("cannot create {}", output.display()))?;
-            let chosen: std::collections::BTreeSet<usize> =
-                picks.iter().map(|p| p.launch).collect();
+            let s = bbv_gpu::output::sample(&list, options)?;
             let mut files = bbv_files::AtomicFiles::default();
-            files.write(&output.join("kernelslist.g"), |w| {
-                let mut launch = 0;
-                for c in &kl.commands {
-                    match c {
-                        accelsim_trace::Command::MemcpyHtoD { text, .. } => writeln!(w, "{text}")?,
-                        accelsim_trace::Command::Kernel { path, .. } => {
-                            if chosen.contains(&launch) {
-                                let abs = std::fs::canonicalize(path)?;
-                                writeln!(w, "{}", abs.display())?;
-                            }
-                            launch += 1;
-                        }
-                    }
-                }
-                Ok(())
-            })?;
-            files.write(&output.join("weights.csv"), |w| {
-                writeln!(w, "launch,kernel,weight,launches_represented")?;
-                for p in &picks {
-                    writeln!(
-                        w,
-                        "{},{},{},{}",
-                        p.launch,
-                        counts[p.launch].header.name,
-                        p.weight,
-                        p.members.len()
-                    )?;
-                }
-                Ok(())
-            })?;
-            let mut report = String::new();
-            let how = if stratified {
-                "stratified by kernel name and instruction count"
-            } else {
-                "clustered basic-block vectors"
-            };
-            report.push_str(&format!(
-                "{} of {} launches chosen ({how})\n",
-                picks.len(),
-                counts.len(),
-            ));
-            report.push_str("metric | full trace | estimate | relative error\n");
-            for e in &estimates {
-                report.push_str(&format!(
-                    "{} | {} | {:.1} | {:.4}%\n",
-                    e.metric,
-                    e.actual,
-                    e.estimate,
-                    100.0 * e.relative_error()
-                ));
-            }
-            files.write(&output.join("report"), |w| w.write_all(report.as_bytes()))?;
-            // The figures `bbv suite` puts in summary.csv, under the names `bbv run` uses.
-            let summary = serde_json::json!({
-                "kind": "gpu",
-                "instructions": counts.iter().map(|c| c.warp_insts).sum::<u64>(),
-                "instruction_unit": "warp instructions",
-                "intervals": counts.len(),
-                "interval_unit": "kernel launches",
-                "k": picks.len(),
-                "points": picks.iter().map(|p| serde_json::json!({
-                    "launch": p.launch,
-                    "kernel": counts[p.launch].header.name,
-                    "weight": p.weight,
-                })).collect::<Vec<_>>(),
-                "method": how,
-            });
-            files.write(&output.join("summary.json"), |w| writeln!(w, "{summary:#}"))?;
+            s.write(&output, &mut files)?;
             let page = bbv_report::html(&bbv_report::from_gpu_sample(
                 &list.display().to_string(),
-                &counts,
-                &bv,
-                &picks,
-                &estimates,
-                &bic,
-                how,
+                &s.counts,
+                &s.vectors,
+                &s.picks,
+                &s.estimates,
+                &s.bic,
+                s.how,
             ));
             files.write(&output.join("report.html"), |w| {
                 w.write_all(page.as_bytes())
             })?;
             files.commit()?;
-            print!("{report}");
+            print!("{}", s.report());
             Ok(())
         }
         GpuCommand::Bbv {
@@ -307,49 +136,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
         } => {
             let kl = accelsim_trace::KernelList::open(&list)?;
             let bv = bbv_gpu::list_block_vectors(&kl, per_block)?;
-            let with = |ext: &str| {
-                let mut s = output.clone().into_os_string();
-                s.push(ext);
-                PathBuf::from(s)
-            };
-            let mut files = bbv_files::AtomicFiles::default();
-            files.write(&with(".bb"), |w| {
-                let mut bb = bbv_profile::BbvWriter::new(w);
-                bb.write_comment(&format!(
-                    "basic-block vectors of {} launches from {} (warp-level instructions per block)",
-                    bv.vectors.len(),
-                    list.display()
-                ))?;
-                for v in &bv.vectors {
-                    bb.write_vector(v)?;
-                }
-                bb.finish().map(|_| ())
-            })?;
-            if per_block {
-                files.write(&with(".tb.bb"), |w| {
-                    let mut bb = bbv_profile::BbvWriter::new(w);
-                    for (launch, c, v) in &bv.block_vectors {
-                        bb.write_comment(&format!(
-                            "launch {launch} thread block {},{},{}",
-                            c[0], c[1], c[2]
-                        ))?;
-                        bb.write_vector(v)?;
-                    }
-                    bb.finish().map(|_| ())
-                })?;
-            }
-            files.write(&with(".blocks"), |w| {
-                writeln!(w, "# id kernel start_pc size executions")?;
-                for b in &bv.blocks {
-                    writeln!(
-                        w,
-                        "{} {} 0x{:04x} {} {}",
-                        b.id, b.kernel, b.start, b.size, b.executions
-                    )?;
-                }
-                Ok(())
-            })?;
-            for p in files.commit()? {
+            for p in bbv_gpu::output::write_bbv_files(&bv, &list, &output, per_block)? {
                 eprintln!("wrote {}", p.display());
             }
             Ok(())
@@ -400,7 +187,12 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 .collect();
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            write_counts(&mut out, &chosen, mode, format, opcodes, demangle)?;
+            let style = CountStyle {
+                format: format.into(),
+                opcodes,
+                demangle,
+            };
+            bbv_gpu::output::write_counts(&mut out, &chosen, mode, style)?;
             Ok(())
         }
     }

@@ -10,6 +10,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 
 pub mod blocks;
+pub mod output;
 pub mod sample;
 
 use accelsim_trace::{Event, KernelHeader, KernelList, TraceError, TraceReader};
@@ -29,9 +30,20 @@ pub enum GpuError {
         /// The missing file.
         kernel: PathBuf,
     },
-    /// A setting the trace cannot answer.
+    /// A setting the trace cannot answer, or an option out of range.
     #[error("{0}")]
     Unsupported(String),
+    /// An output folder could not be made.
+    #[error("cannot create {}: {source}", path.display())]
+    CreateDir {
+        /// The folder.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Output files could not be written.
+    #[error(transparent)]
+    Files(#[from] bbv_files::FilesError),
 }
 
 /// What to count, as NVBit's `COUNT_WARP_LEVEL` and `EXCLUDE_PRED_OFF` choose.

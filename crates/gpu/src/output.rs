@@ -1,0 +1,354 @@
+//! What the `bbv gpu` commands write: counts in NVBit's, Accel-Sim's or a JSON layout, the
+//! basic-block vector files, and a sampling job's output folder.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use accelsim_trace::{Command, KernelList};
+use bbv_files::AtomicFiles;
+
+use crate::blocks::BlockVectors;
+use crate::sample::{estimate, pick_scored, Estimate, KScore, Method, Pick};
+use crate::{CountMode, GpuError, KernelCount};
+
+/// Layouts of per-launch counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountFormat {
+    /// NVBit instr_count_bb's lines.
+    Nvbit,
+    /// Accel-Sim's stats.csv.
+    Csv,
+    /// Every field and the count of every mode.
+    Json,
+}
+
+/// How counts are printed beside their layout.
+#[derive(Clone, Copy, Debug)]
+pub struct CountStyle {
+    /// The layout.
+    pub format: CountFormat,
+    /// Each launch's opcode histogram too (NVBit opcode_hist's lines; NVBit layout only).
+    pub opcodes: bool,
+    /// Kernel names demangled (NVBit MANGLED_NAMES=0; NVBit layout only).
+    pub demangle: bool,
+}
+
+/// A kernel name as NVBit prints it: mangled, or demangled when asked and possible.
+fn display_name(name: &str, demangle: bool) -> String {
+    if demangle {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(text) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return text;
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Writes `counts` (launch number, count) in `mode` and `style`.
+pub fn write_counts(
+    out: &mut impl Write,
+    counts: &[(usize, &KernelCount)],
+    mode: CountMode,
+    style: CountStyle,
+) -> std::io::Result<()> {
+    match style.format {
+        CountFormat::Nvbit => write_nvbit(out, counts, mode, style)?,
+        CountFormat::Csv => write_csv(out, counts, mode)?,
+        CountFormat::Json => write_json(out, counts, mode)?,
+    }
+    out.flush()
+}
+
+fn write_nvbit(
+    out: &mut impl Write,
+    counts: &[(usize, &KernelCount)],
+    mode: CountMode,
+    style: CountStyle,
+) -> std::io::Result<()> {
+    let mut total: u64 = 0;
+    for (launch, k) in counts {
+        let n = k.count(mode);
+        total += n;
+        writeln!(
+            out,
+            "kernel {launch} - {} - #thread-blocks {},  kernel instructions {n}, total instructions {total}",
+            display_name(&k.header.name, style.demangle),
+            k.header.blocks()
+        )?;
+        if style.opcodes {
+            for (op, c) in k.sorted_opcodes() {
+                writeln!(out, "  {op} = {c}")?;
+            }
+        }
+    }
+    writeln!(out, "Total app instructions: {total}")
+}
+
+fn write_csv(
+    out: &mut impl Write,
+    counts: &[(usize, &KernelCount)],
+    mode: CountMode,
+) -> std::io::Result<()> {
+    writeln!(out, "kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, block_dimY, block_dimZ, #threads, total_insts, total_reported_insts")?;
+    for (_, k) in counts {
+        let h = &k.header;
+        writeln!(
+            out,
+            "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}",
+            h.id,
+            h.name,
+            h.grid[0],
+            h.grid[1],
+            h.grid[2],
+            h.blocks(),
+            h.block[0],
+            h.block[1],
+            h.block[2],
+            h.blocks() * h.threads_per_block(),
+            k.count(mode),
+            k.warp_insts
+        )?;
+    }
+    Ok(())
+}
+
+fn write_json(
+    out: &mut impl Write,
+    counts: &[(usize, &KernelCount)],
+    mode: CountMode,
+) -> std::io::Result<()> {
+    let mut v = Vec::new();
+    for (launch, k) in counts {
+        let h = &k.header;
+        let ops: serde_json::Map<String, serde_json::Value> = k
+            .sorted_opcodes()
+            .into_iter()
+            .map(|(o, c)| (o.to_string(), c.into()))
+            .collect();
+        v.push(serde_json::json!({
+            "launch": launch,
+            "kernel_id": h.id,
+            "name": h.name,
+            "file": k.path.display().to_string(),
+            "grid": h.grid,
+            "block": h.block,
+            "blocks": h.blocks(),
+            "threads": h.blocks() * h.threads_per_block(),
+            "traced_blocks": k.traced_blocks,
+            "count": k.count(mode),
+            "warp_insts": k.warp_insts,
+            "warp_insts_pred_on": k.warp_insts_pred_on,
+            "thread_insts_pred_on": k.thread_insts,
+            "mem_insts": k.mem_insts,
+            "opcodes": ops,
+        }));
+    }
+    let total: u64 = counts.iter().map(|(_, k)| k.count(mode)).sum();
+    let doc = serde_json::json!({"launches": v, "total": total});
+    writeln!(
+        out,
+        "{}",
+        serde_json::to_string_pretty(&doc).unwrap_or_default()
+    )
+}
+
+/// Writes `PREFIX.bb`, `PREFIX.blocks` and, with per-block vectors, `PREFIX.tb.bb` (all or
+/// none); `list` names the trace in the vectors' comment. Returns the files written.
+pub fn write_bbv_files(
+    bv: &BlockVectors,
+    list: &Path,
+    prefix: &Path,
+    per_block: bool,
+) -> Result<Vec<PathBuf>, GpuError> {
+    let with = |ext: &str| {
+        let mut s = prefix.as_os_str().to_owned();
+        s.push(ext);
+        PathBuf::from(s)
+    };
+    let mut files = AtomicFiles::default();
+    files.write(&with(".bb"), |w| {
+        let mut bb = bbv_profile::BbvWriter::new(w);
+        bb.write_comment(&format!(
+            "basic-block vectors of {} launches from {} (warp-level instructions per block)",
+            bv.vectors.len(),
+            list.display()
+        ))?;
+        for v in &bv.vectors {
+            bb.write_vector(v)?;
+        }
+        bb.finish().map(|_| ())
+    })?;
+    if per_block {
+        files.write(&with(".tb.bb"), |w| {
+            let mut bb = bbv_profile::BbvWriter::new(w);
+            for (launch, c, v) in &bv.block_vectors {
+                bb.write_comment(&format!(
+                    "launch {launch} thread block {},{},{}",
+                    c[0], c[1], c[2]
+                ))?;
+                bb.write_vector(v)?;
+            }
+            bb.finish().map(|_| ())
+        })?;
+    }
+    files.write(&with(".blocks"), |w| {
+        writeln!(w, "# id kernel start_pc size executions")?;
+        for b in &bv.blocks {
+            writeln!(
+                w,
+                "{} {} 0x{:04x} {} {}",
+                b.id, b.kernel, b.start, b.size, b.executions
+            )?;
+        }
+        Ok(())
+    })?;
+    Ok(files.commit()?)
+}
+
+/// A kernel-sampling job (`bbv gpu sample`): the trace's launches, the picks and every
+/// metric's estimate.
+pub struct Sampled {
+    /// The trace's list.
+    pub list: KernelList,
+    /// Every launch's counts.
+    pub counts: Vec<KernelCount>,
+    /// Every launch's basic-block vector.
+    pub vectors: BlockVectors,
+    /// The representative launches with their weights.
+    pub picks: Vec<Pick>,
+    /// BIC per k tried (empty when stratified).
+    pub bic: Vec<KScore>,
+    /// Every metric estimated from the picks, against the full trace.
+    pub estimates: Vec<Estimate>,
+    /// How the picks were made, in words.
+    pub how: &'static str,
+}
+
+/// How `bbv gpu sample` picks its launches.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleOptions {
+    /// Cluster the launches' vectors trying k up to this.
+    pub max_k: usize,
+    /// Strata by kernel name and instruction count instead of clustering.
+    pub stratified: bool,
+    /// Relative width of an instruction-count stratum.
+    pub spread: f64,
+}
+
+/// Scans the trace of `list` and picks its representative launches.
+pub fn sample(list: &Path, o: SampleOptions) -> Result<Sampled, GpuError> {
+    if o.max_k == 0 {
+        return Err(GpuError::Unsupported("--max-k must be at least 1".into()));
+    }
+    if !(o.spread.is_finite() && o.spread >= 0.0) {
+        return Err(GpuError::Unsupported(
+            "--spread must be a non-negative number".into(),
+        ));
+    }
+    let method = if o.stratified {
+        Method::Stratified { spread: o.spread }
+    } else {
+        Method::Cluster { max_k: o.max_k }
+    };
+    let kl = KernelList::open(list)?;
+    let (counts, vectors) = crate::scan_list(&kl, false)?;
+    let (picks, bic) = pick_scored(&counts, &vectors, method)?;
+    let estimates = estimate(&counts, &picks);
+    let how = match method {
+        Method::Stratified { .. } => "stratified by kernel name and instruction count",
+        Method::Cluster { .. } => "clustered basic-block vectors",
+    };
+    Ok(Sampled {
+        list: kl,
+        counts,
+        vectors,
+        picks,
+        bic,
+        estimates,
+        how,
+    })
+}
+
+impl Sampled {
+    /// The text report: picks against launches, and each metric's estimate and error.
+    pub fn report(&self) -> String {
+        let mut report = format!(
+            "{} of {} launches chosen ({})\n",
+            self.picks.len(),
+            self.counts.len(),
+            self.how
+        );
+        report.push_str("metric | full trace | estimate | relative error\n");
+        for e in &self.estimates {
+            report.push_str(&format!(
+                "{} | {} | {:.1} | {:.4}%\n",
+                e.metric,
+                e.actual,
+                e.estimate,
+                100.0 * e.relative_error()
+            ));
+        }
+        report
+    }
+
+    /// Makes the folder `output` and adds its files to `files`: `kernelslist.g` (the chosen launches, with the
+    /// list's memory copies), `weights.csv`, `report` and `summary.json`.
+    pub fn write(&self, output: &Path, files: &mut AtomicFiles) -> Result<(), GpuError> {
+        std::fs::create_dir_all(output).map_err(|source| GpuError::CreateDir {
+            path: output.to_path_buf(),
+            source,
+        })?;
+        let chosen: BTreeSet<usize> = self.picks.iter().map(|p| p.launch).collect();
+        files.write(&output.join("kernelslist.g"), |w| {
+            let mut launch = 0;
+            for c in &self.list.commands {
+                match c {
+                    Command::MemcpyHtoD { text, .. } => writeln!(w, "{text}")?,
+                    Command::Kernel { path, .. } => {
+                        if chosen.contains(&launch) {
+                            let abs = std::fs::canonicalize(path)?;
+                            writeln!(w, "{}", abs.display())?;
+                        }
+                        launch += 1;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        files.write(&output.join("weights.csv"), |w| {
+            writeln!(w, "launch,kernel,weight,launches_represented")?;
+            for p in &self.picks {
+                writeln!(
+                    w,
+                    "{},{},{},{}",
+                    p.launch,
+                    self.counts[p.launch].header.name,
+                    p.weight,
+                    p.members.len()
+                )?;
+            }
+            Ok(())
+        })?;
+        let report = self.report();
+        files.write(&output.join("report"), |w| w.write_all(report.as_bytes()))?;
+        // The figures `bbv suite` puts in summary.csv, under the names `bbv run` uses.
+        let summary = serde_json::json!({
+            "kind": "gpu",
+            "instructions": self.counts.iter().map(|c| c.warp_insts).sum::<u64>(),
+            "instruction_unit": "warp instructions",
+            "intervals": self.counts.len(),
+            "interval_unit": "kernel launches",
+            "k": self.picks.len(),
+            "points": self.picks.iter().map(|p| serde_json::json!({
+                "launch": p.launch,
+                "kernel": self.counts[p.launch].header.name,
+                "weight": p.weight,
+            })).collect::<Vec<_>>(),
+            "method": self.how,
+        });
+        files.write(&output.join("summary.json"), |w| writeln!(w, "{summary:#}"))?;
+        Ok(())
+    }
+}
