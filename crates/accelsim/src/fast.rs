@@ -7,7 +7,7 @@
 //! errors; what this path accepts it parses exactly as the general path would (tested on the
 //! tracer's spellings and on random lines).
 
-use crate::trace::{AddressMode, Instruction};
+use crate::records::{AddressMode, Instruction};
 
 /// Value of a hex digit, or 0xff: a table, because digit classes vary unpredictably.
 static HEX: [u8; 256] = {
@@ -547,7 +547,8 @@ fn parse<'a>(mut c: impl Tokens<'a>, immediate: bool) -> Option<Instruction<'a>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{parse_instruction, KernelHeader};
+    use crate::records::KernelHeader;
+    use crate::trace::parse_instruction;
     use proptest::prelude::*;
 
     /// The general path's reading of a line (forced by asking for its addresses).

@@ -11,11 +11,13 @@ mod error;
 mod fast;
 mod input;
 mod list;
+mod records;
 mod trace;
 
 pub use error::TraceError;
 pub use list::{Command, KernelList};
-pub use trace::{AddressMode, Event, Instruction, KernelHeader, TraceReader};
+pub use records::{AddressMode, Event, Instruction, KernelHeader};
+pub use trace::TraceReader;
 
 /// Whether this CPU runs x86-64-v3 code (AVX2, BMI1/2, POPCNT, LZCNT): the reader's general
 /// path, and a caller's loop over [`TraceReader::next_event`], may then use a build made for it.

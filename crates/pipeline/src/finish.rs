@@ -1,12 +1,12 @@
 //! `bbv regions DIR` as a library call: from a run directory alone, place the markers of every
 //! point and write the hand-off files, `summary.json` and `summary.txt`.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::markers::{Placer, Profile};
-use crate::regions::{self, Chosen, Entry};
-use crate::rundir::{self, ImageRow, Point, Summary};
+use crate::regions::{self, Entry};
+use crate::rundir::{self, check_chosen, chosen, ImageRow, Point, Summary};
 use bbv_files::AtomicFiles;
 
 use crate::PipelineError;
@@ -18,56 +18,6 @@ pub struct Finished {
     pub summary: Summary,
     /// `summary.txt`'s content.
     pub text: String,
-}
-
-/// The chosen points (from `simpoint.simpoints` and `.weights`), heaviest first, and every
-/// clustered unit's cluster (`simpoint.labels`).
-pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
-    let prefix = dir.join("simpoint");
-    let points = rundir::read_pairs::<u64>(&prefix.with_extension("simpoints"))?;
-    let weights = rundir::read_pairs::<f64>(&prefix.with_extension("weights"))?;
-    // Labels lines are `CLUSTER DISTANCE`.
-    let labels = rundir::read_pairs::<usize>(&prefix.with_extension("labels"))?;
-    let weight_of: HashMap<usize, f64> = weights.iter().map(|&(w, c)| (c, w)).collect();
-    let mut chosen: Vec<Chosen> = points
-        .iter()
-        .map(|&(interval, cluster)| {
-            let weight = weight_of.get(&cluster).copied().ok_or_else(|| {
-                PipelineError::Invalid(format!(
-                    "{}: cluster {cluster} has a simulation point but no weight",
-                    prefix.with_extension("weights").display()
-                ))
-            })?;
-            Ok(Chosen {
-                cluster,
-                interval,
-                weight,
-            })
-        })
-        .collect::<Result<_, PipelineError>>()?;
-    chosen.sort_by(|x, y| {
-        y.weight
-            .total_cmp(&x.weight)
-            .then(x.interval.cmp(&y.interval))
-    });
-    Ok((chosen, labels.into_iter().map(|(l, _)| l).collect()))
-}
-
-/// Refuses a chosen point beyond the `n` rows (`unit`s: intervals or slices) clustered.
-pub(crate) fn check_chosen(
-    dir: &Path,
-    chosen: &[Chosen],
-    n: u64,
-    unit: &str,
-) -> Result<(), PipelineError> {
-    match chosen.iter().find(|c| c.interval >= n) {
-        Some(c) => Err(PipelineError::Invalid(format!(
-            "{}: {unit} {} is beyond the {n} {unit}s of the run",
-            dir.join("simpoint.simpoints").display(),
-            c.interval
-        ))),
-        None => Ok(()),
-    }
 }
 
 /// Blocks that threads other than thread 1 ran.

@@ -26,8 +26,9 @@ pub mod slices;
 pub mod validate;
 
 pub use cluster::{cluster_file, cluster_validated, Validate};
-pub use finish::{chosen, finish, Finished};
+pub use finish::{finish, Finished};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
+pub use rundir::chosen;
 
 /// Writes `metrics.csv` (see `bbv_profile::MetricsWriter`).
 pub fn write_metrics(

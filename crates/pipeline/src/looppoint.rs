@@ -262,7 +262,7 @@ pub struct Inputs<'a> {
 /// The points of a looppoint run directory, heaviest first.
 pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, PipelineError> {
     let rows = slices::read_table(&dir.join("slices.tsv"))?;
-    let (chosen, labels) = crate::finish::chosen(dir)?;
+    let (chosen, labels) = crate::rundir::chosen(dir)?;
     if labels.len() as u64 != s.intervals || rows.len() < labels.len() {
         return Err(PipelineError::Invalid(format!(
             "{}: {} labels for {} complete slices ({} in slices.tsv)",
@@ -274,7 +274,7 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
     }
     let chosen = substitute_last(dir, chosen, &labels, rows.len())?;
     let n_warm = warmup_slices(s);
-    crate::finish::check_chosen(dir, &chosen, s.intervals, "slice")?;
+    crate::rundir::check_chosen(dir, &chosen, s.intervals, "slice")?;
     let mut needed = BTreeSet::new();
     for c in &chosen {
         needed.extend(c.interval.saturating_sub(n_warm)..=c.interval + 1);
@@ -424,10 +424,10 @@ fn distance(a: &[(u32, u64)], b: &[(u32, u64)]) -> f64 {
 /// a cluster of that slice alone has no region (its instructions join the nearest region's).
 fn substitute_last(
     dir: &Path,
-    chosen: Vec<regions::Chosen>,
+    chosen: Vec<crate::rundir::Chosen>,
     labels: &[usize],
     n_rows: usize,
-) -> Result<Vec<regions::Chosen>, PipelineError> {
+) -> Result<Vec<crate::rundir::Chosen>, PipelineError> {
     if !dir.join("slices.cuts").exists() || n_rows == 0 {
         return Ok(chosen);
     }

@@ -4,19 +4,8 @@
 use std::io::Write;
 
 use crate::markers::{Placed, Placer, Profile};
-use crate::rundir::{ImageRow, Marker, Point};
+use crate::rundir::{Chosen, ImageRow, Marker, Point};
 use crate::PipelineError;
-
-/// A simulation point as SimPoint chose it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Chosen {
-    /// Cluster number.
-    pub cluster: usize,
-    /// Interval (0-based).
-    pub interval: u64,
-    /// Weight.
-    pub weight: f64,
-}
 
 /// Where warming starts when it would start before the program's first interval: the main
 /// image's entry point, run once.

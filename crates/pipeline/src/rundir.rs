@@ -9,13 +9,14 @@
 //! | `marks.out` | per cut of thread 1: the blocks first run in the 0.5% of an interval after it |
 //! | `simpoint.*` | SimPoint's simpoints, weights and labels |
 //! | `summary.json`, `summary.txt` | the run's facts and points with their markers |
-//! | `regions.*`, `gem5/`, `nemu/` | the hand-off files ([`crate::regions`]) |
+//! | `regions.*`, `gem5/`, `nemu/` | the hand-off files (the `regions` module) |
 //! | `report.html`, `bic.csv` | the HTML report (bbv-report) and every k's BIC |
 //! | `replay.json` | the last `bbv replay`'s report |
 //! | `metrics.csv`, `validation.json` | `--validate`: per-interval metrics and the points' estimate errors |
 //! | `slices.cuts`, `thread.N.slices` | multi-threaded runs: the plugin's slice boundaries and per-thread slice vectors |
-//! | `global.bb`, `slices.tsv` | the slices' concatenated vectors and their table ([`crate::slices`]) |
+//! | `global.bb`, `slices.tsv` | the slices' concatenated vectors and their table (the `slices` module) |
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
@@ -476,4 +477,65 @@ pub fn parse_id_pairs<'a, A: std::str::FromStr, B: std::str::FromStr>(
 /// last line unfinished, which is left out.
 pub fn whole_lines(text: &str) -> &str {
     &text[..text.rfind('\n').map_or(0, |i| i + 1)]
+}
+
+/// A simulation point as SimPoint chose it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Chosen {
+    /// Cluster number.
+    pub cluster: usize,
+    /// Interval (0-based).
+    pub interval: u64,
+    /// Weight.
+    pub weight: f64,
+}
+
+/// The chosen points (from `simpoint.simpoints` and `.weights`), heaviest first, and every
+/// clustered unit's cluster (`simpoint.labels`).
+pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
+    let prefix = dir.join("simpoint");
+    let points = read_pairs::<u64>(&prefix.with_extension("simpoints"))?;
+    let weights = read_pairs::<f64>(&prefix.with_extension("weights"))?;
+    // Labels lines are `CLUSTER DISTANCE`.
+    let labels = read_pairs::<usize>(&prefix.with_extension("labels"))?;
+    let weight_of: HashMap<usize, f64> = weights.iter().map(|&(w, c)| (c, w)).collect();
+    let mut chosen: Vec<Chosen> = points
+        .iter()
+        .map(|&(interval, cluster)| {
+            let weight = weight_of.get(&cluster).copied().ok_or_else(|| {
+                PipelineError::Invalid(format!(
+                    "{}: cluster {cluster} has a simulation point but no weight",
+                    prefix.with_extension("weights").display()
+                ))
+            })?;
+            Ok(Chosen {
+                cluster,
+                interval,
+                weight,
+            })
+        })
+        .collect::<Result<_, PipelineError>>()?;
+    chosen.sort_by(|x, y| {
+        y.weight
+            .total_cmp(&x.weight)
+            .then(x.interval.cmp(&y.interval))
+    });
+    Ok((chosen, labels.into_iter().map(|(l, _)| l).collect()))
+}
+
+/// Refuses a chosen point beyond the `n` rows (`unit`s: intervals or slices) clustered.
+pub(crate) fn check_chosen(
+    dir: &Path,
+    chosen: &[Chosen],
+    n: u64,
+    unit: &str,
+) -> Result<(), PipelineError> {
+    match chosen.iter().find(|c| c.interval >= n) {
+        Some(c) => Err(PipelineError::Invalid(format!(
+            "{}: {unit} {} is beyond the {n} {unit}s of the run",
+            dir.join("simpoint.simpoints").display(),
+            c.interval
+        ))),
+        None => Ok(()),
+    }
 }

@@ -21,7 +21,7 @@ pub enum ProfileError {
         /// Line being read when the stream failed.
         line: u64,
         /// Detected compression.
-        compression: crate::Compression,
+        compression: crate::compression::Compression,
         /// Underlying error.
         source: io::Error,
     },

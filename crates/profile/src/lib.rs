@@ -13,6 +13,7 @@
 //! * Compression (gzip, zstd) is detected from the content, not from the file name.
 //! * Every error names the file, the line and the column.
 
+mod compression;
 mod error;
 mod images;
 mod input;
@@ -22,9 +23,10 @@ pub mod plugin_state;
 mod reader;
 mod writer;
 
+pub use compression::Compression;
 pub use error::ProfileError;
 pub use images::{image_kind, image_matches, ImageKind};
-pub use input::{open_input, Compression, Input};
+pub use input::{open_input, Input};
 pub use intervals::{CountStore, CutMode, IntervalCounter};
 pub use metrics::{
     metrics_header, read_metrics, read_metrics_from, CacheGeometry, MetricsRow, MetricsWriter,
