@@ -1,13 +1,12 @@
 //! `bbv collect` (valgrind exp-bbv's job under QEMU) and `bbv run` (collect, cluster, report).
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
-use bbv_collect::{CacheModel, Collected, GuestStatus, Outcome, Request};
+use anyhow::Result;
+use bbv_collect::{GuestStatus, Outcome, Request};
+use bbv_pipeline::{CollectOptions, GuestOptions, RegionsMode, RunOptions};
 use bbv_profile::CacheGeometry;
-
-use bbv_files::AtomicFiles;
 
 fn yes_no(v: &str) -> Result<bool, String> {
     match v {
@@ -172,80 +171,45 @@ pub struct RunArgs {
     pub guest: GuestArgs,
 }
 
-fn request(
-    g: &GuestArgs,
-    interval: u64,
-    count_only: bool,
-    tail: bool,
-    work_dir: &Path,
-) -> Result<Request> {
-    let (program, args) = g.command.split_first().context("no program given")?;
-    let program = program
-        .to_str()
-        .with_context(|| format!("{}: program name is not UTF-8", program.to_string_lossy()))?;
-    Ok(Request {
-        program: program.to_string(),
-        args: args.to_vec(),
-        qemu: g.launch.qemu.clone(),
-        plugin: g.launch.plugin.clone(),
-        cpu: g.launch.cpu.clone(),
-        interval,
-        exact: g.exact,
-        count_only,
-        tail,
-        rep_iterations: g.count_rep == "iteration",
-        watch: 0,
-        slices: 0,
-        exclude: Vec::new(),
-        flow: 0,
-        markers: None,
-        metrics: None,
-        work_dir: work_dir.to_path_buf(),
-    })
-}
-
-/// The metrics' cache model, when metrics are asked for (`asked`); the cache options without
-/// them are a mistake worth reporting.
-fn cache_model(g: &GuestArgs, asked: bool, flag: &str) -> Result<Option<CacheModel>> {
-    let model = CacheModel {
-        l1d: g.l1d,
-        l2: g.l2,
-        own_thread: g.model_thread,
-        calls_only: g.metrics_calls_only,
-        slice_rows: false,
-    };
-    if !asked {
-        if model != CacheModel::default() {
-            bail!(
-                "--l1d, --l2, --model-thread and --metrics-calls-only shape the metrics' cache model: they need {flag}"
-            );
+impl GuestArgs {
+    fn options(&self) -> GuestOptions {
+        GuestOptions {
+            command: self.command.clone(),
+            qemu: self.launch.qemu.clone(),
+            plugin: self.launch.plugin.clone(),
+            cpu: self.launch.cpu.clone(),
+            exact: self.exact,
+            tail: self.tail,
+            rep_iterations: self.count_rep == "iteration",
+            l1d: self.l1d,
+            l2: self.l2,
+            model_thread: self.model_thread,
+            metrics_calls_only: self.metrics_calls_only,
         }
-        return Ok(None);
-    }
-    if g.l1d.line != g.l2.line {
-        bail!(
-            "--l1d and --l2: the line sizes differ ({} and {} bytes); the model needs one line size",
-            g.l1d.line,
-            g.l2.line
-        );
-    }
-    Ok(Some(model))
-}
-
-fn dir_of(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
     }
 }
 
-/// Fails unless files can be created in `dir` (checked before the guest runs).
-fn check_writable(dir: &Path) -> Result<()> {
-    tempfile::Builder::new()
-        .prefix(".bbv-check-")
-        .tempfile_in(dir)
-        .map(drop)
-        .with_context(|| format!("cannot create files in {}", dir.display()))
+impl RunArgs {
+    /// The typed options (as a suite manifest's job builds them too).
+    pub fn options(&self) -> RunOptions {
+        RunOptions {
+            interval: self.interval,
+            max_k: self.max_k,
+            output: self.output.clone(),
+            validate: self.validate,
+            target_error: self.target_error,
+            threads_all: self.threads == "all",
+            warmup: self.warmup,
+            regions: match self.regions.as_str() {
+                "intervals" => RegionsMode::Intervals,
+                "looppoint" => RegionsMode::Looppoint,
+                _ => RegionsMode::Auto,
+            },
+            exclude_image: self.exclude_image.clone(),
+            flow_quantum: self.flow_quantum,
+            guest: self.guest.options(),
+        }
+    }
 }
 
 /// Runs the guest; `Err` = bbv's own failure before the guest ran.
@@ -256,48 +220,24 @@ fn launch(req: Request, watcher: Option<&dyn bbv_collect::Watcher>) -> Result<Ou
 
 /// Result of a command that ran a guest: the guest's status, or bbv's failure afterwards.
 pub struct GuestExit {
+    /// How the guest ended.
     pub status: GuestStatus,
+    /// bbv's failure after the guest ran, if any.
     pub failure: Option<anyhow::Error>,
 }
 
 /// `bbv collect`.
 pub fn collect(a: CollectArgs) -> Result<GuestExit> {
-    bbv_collect::expand(&a.bb_out_file, None)?;
-    bbv_collect::expand(&a.pc_out_file, None)?;
-    if let Some(b) = &a.blocks_out_file {
-        bbv_collect::expand(b, None)?;
-        if !a.instr_count_only {
-            check_writable(&dir_of(Path::new(b)))?;
-        }
-    }
-    let bb_dir = dir_of(Path::new(&a.bb_out_file));
-    if let Some(m) = &a.metrics_out_file {
-        bbv_collect::expand(m, None)?;
-        if a.instr_count_only {
-            bail!(
-                "--metrics-out-file needs the vectors' cuts: it cannot go with --instr-count-only"
-            );
-        }
-        check_writable(&dir_of(Path::new(m)))?;
-    }
-    let metrics = cache_model(&a.guest, a.metrics_out_file.is_some(), "--metrics-out-file")?;
-    if !a.instr_count_only {
-        check_writable(&bb_dir)?;
-        check_writable(&dir_of(Path::new(&a.pc_out_file)))?;
-    }
-    let work = if a.instr_count_only {
-        std::env::temp_dir()
-    } else {
-        bb_dir
+    let options = CollectOptions {
+        bb_out_file: a.bb_out_file,
+        pc_out_file: a.pc_out_file,
+        blocks_out_file: a.blocks_out_file,
+        interval_size: a.interval_size,
+        metrics_out_file: a.metrics_out_file,
+        instr_count_only: a.instr_count_only,
+        guest: a.guest.options(),
     };
-    let mut req = request(
-        &a.guest,
-        a.interval_size,
-        a.instr_count_only,
-        a.guest.tail,
-        &work,
-    )?;
-    req.metrics = metrics;
+    let req = options.request()?;
     // -v: progress on a terminal while the guest runs.
     let progress = crate::progress::Progress::new(None);
     let outcome = launch(req, a.guest.verbose.then_some(&progress as _));
@@ -306,30 +246,13 @@ pub fn collect(a: CollectArgs) -> Result<GuestExit> {
     let status = outcome.status;
     let failure = (|| -> Result<()> {
         let collected = outcome.collected?;
-        if a.instr_count_only {
+        if options.instr_count_only {
             for t in &collected.threads {
                 eprint!("{}", t.summary);
             }
             return Ok(());
         }
-        let bb = PathBuf::from(bbv_collect::expand(&a.bb_out_file, Some(outcome.pid))?);
-        let pc = PathBuf::from(bbv_collect::expand(&a.pc_out_file, Some(outcome.pid))?);
-        let blocks = a
-            .blocks_out_file
-            .as_deref()
-            .map(|f| bbv_collect::expand(f, Some(outcome.pid)).map(PathBuf::from))
-            .transpose()?;
-        let metrics = a
-            .metrics_out_file
-            .as_deref()
-            .map(|f| bbv_collect::expand(f, Some(outcome.pid)).map(PathBuf::from))
-            .transpose()?;
-        let mut written = place(&collected, &bb, &pc, blocks.as_deref())?;
-        if let (Some(path), Some(rows)) = (metrics, collected.metrics_rows()?) {
-            let mut files = AtomicFiles::default();
-            files.write(&path, |w| bbv_pipeline::write_metrics(w, &rows))?;
-            written.extend(files.commit()?);
-        }
+        let written = options.place(&collected, outcome.pid)?;
         if a.guest.verbose {
             for t in &collected.threads {
                 eprint!("{}", t.summary);
@@ -346,106 +269,11 @@ pub fn collect(a: CollectArgs) -> Result<GuestExit> {
     })
 }
 
-/// Thread N's vector file: the name itself for thread 1, `NAME.N` for the others.
-fn thread_file(bb: &Path, number: u32) -> PathBuf {
-    if number == 1 {
-        bb.to_path_buf()
-    } else {
-        let mut s = bb.as_os_str().to_owned();
-        s.push(format!(".{number}"));
-        PathBuf::from(s)
-    }
-}
-
-/// Moves the vector files to their names and writes the PC file (and the block table).
-fn place(c: &Collected, bb: &Path, pc: &Path, blocks: Option<&Path>) -> Result<Vec<PathBuf>> {
-    let mut files = AtomicFiles::default();
-    files.write(pc, |w| bbv_collect::write_pc(w, &c.blocks))?;
-    if let Some(b) = blocks {
-        files.write(b, |w| {
-            bbv_collect::write_blocks_tsv(w, &c.blocks, &c.images)
-        })?;
-    }
-    // The PC file and the vectors land together, even if bbv is killed now.
-    let hold = bbv_files::interrupt::hold();
-    let mut written = files.commit_held(&hold)?;
-    for t in &c.threads {
-        if let Some(src) = &t.bb {
-            let dest = thread_file(bb, t.number);
-            bbv_files::move_file(src, &dest)?;
-            written.push(dest);
-        }
-    }
-    Ok(written)
-}
-
 /// `bbv run`: the pipeline's main job, with progress on a terminal.
 pub fn run(a: RunArgs) -> Result<GuestExit> {
-    if a.max_k == 0 {
-        bail!("--max-k must be at least 1");
-    }
-    let validate = a.validate || a.target_error.is_some();
-    let metrics = cache_model(&a.guest, validate, "--validate")?;
-    std::fs::create_dir_all(&a.output)
-        .with_context(|| format!("cannot create the output directory {}", a.output.display()))?;
-    check_writable(&a.output)?;
-    let mut collect = request(&a.guest, a.interval, false, a.guest.tail, &a.output)?;
-    collect.metrics = metrics;
-    // Markers must fall within 0.5% of an interval of each cut.
-    collect.watch = (a.interval as f64 * bbv_pipeline::markers::TOLERANCE) as u64;
-    let regions = match a.regions.as_str() {
-        "intervals" => bbv_pipeline::RegionsMode::Intervals,
-        "looppoint" => bbv_pipeline::RegionsMode::Looppoint,
-        _ => bbv_pipeline::RegionsMode::Auto,
-    };
-    if regions == bbv_pipeline::RegionsMode::Looppoint && a.threads == "all" {
-        bail!("--regions looppoint already covers every thread; --threads all is for --regions intervals");
-    }
-    if a.flow_quantum.is_some()
-        && (regions == bbv_pipeline::RegionsMode::Intervals || a.threads == "all")
-    {
-        bail!("--flow-quantum paces the threads for multi-threaded regions: it needs --regions auto or looppoint (and --threads main)");
-    }
-    if let Some(m) = collect.metrics.as_mut() {
-        // Only an explicit looppoint knows before the run that slices will be clustered; auto
-        // decides at the end, so its rows follow the main thread's intervals.
-        m.slice_rows = regions == bbv_pipeline::RegionsMode::Looppoint;
-    }
-    if regions != bbv_pipeline::RegionsMode::Intervals && a.threads == "main" {
-        // Recorded whenever a second thread runs, so that auto can choose at the end.
-        collect.slices = a.interval;
-        collect.flow = a
-            .flow_quantum
-            .unwrap_or_else(|| bbv_pipeline::flow_quantum(a.interval));
-        collect.exclude = if a.exclude_image.is_empty() {
-            bbv_pipeline::DEFAULT_EXCLUDE.map(String::from).to_vec()
-        } else {
-            a.exclude_image.clone()
-        };
-    }
-    for e in &a.exclude_image {
-        if e.is_empty() || e.contains([',', ':', '/']) {
-            bail!("--exclude-image {e:?}: expected a library's file name or its prefix (libgomp), without ',', ':' or '/'");
-        }
-    }
-    let req = bbv_pipeline::RunRequest {
-        collect,
-        out: a.output.clone(),
-        max_k: a.max_k,
-        threads_all: a.threads == "all",
-        warmup: a.warmup,
-        regions: if a.threads == "all" {
-            bbv_pipeline::RegionsMode::Intervals
-        } else {
-            regions
-        },
-        target_error: a.target_error,
-    };
-    let k = match a.target_error {
-        Some(_) => bbv_simpoint::KChoice::List((1..=a.max_k).collect()),
-        None => bbv_simpoint::KChoice::Search { max_k: a.max_k },
-    };
-    let progress = crate::progress::Progress::new(Some(k.max_runs()));
+    let options = a.options();
+    let req = options.request()?;
+    let progress = crate::progress::Progress::new(Some(options.k_choice().max_runs()));
     let outcome = bbv_pipeline::run(&req, &progress, Some(&progress));
     progress.done();
     let outcome = outcome?;
@@ -455,7 +283,7 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
     let failure = match outcome.finished {
         Ok(f) => {
             eprint!("{}", f.text);
-            bbv_report::write_run_report(&a.output)
+            bbv_report::write_run_report(&options.output)
                 .err()
                 .map(anyhow::Error::from)
         }

@@ -284,8 +284,15 @@ fn load(manifest: &Path, output: &Path) -> Result<Manifest> {
     for job in &m.jobs {
         let mut argv: Vec<OsString> = vec!["bbv".into()];
         argv.extend(job.bbv_args(&output.join(&job.name)));
-        if let Err(e) = crate::Cli::try_parse_from(&argv) {
-            let text = e.to_string();
+        // bbv run's own parser, then the rules of which options go together.
+        let checked = match crate::Cli::try_parse_from(&argv) {
+            Err(e) => Err(e.to_string()),
+            Ok(crate::Cli {
+                command: crate::Command::Run(a),
+            }) => a.options().check().map_err(|e| e.to_string()),
+            Ok(_) => Ok(()),
+        };
+        if let Err(text) = checked {
             let first = text
                 .lines()
                 .next()

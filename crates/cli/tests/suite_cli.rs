@@ -171,6 +171,10 @@ fn bad_manifests_stop_before_anything_runs() {
         // Values are checked by bbv run's own parser.
         ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nregions = \"sometimes\"\n", "suite.toml:1: job \"a\": invalid value 'sometimes'"),
         ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\ninterval = 0\n", "suite.toml:1: job \"a\": invalid value '0'"),
+        // And by bbv run's rules of which options go together (RunOptions::check).
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nregions = \"looppoint\"\nthreads = \"all\"\n", "suite.toml:1: job \"a\": --regions looppoint already covers every thread"),
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nmax-k = 0\n", "suite.toml:1: job \"a\": --max-k must be at least 1"),
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nl1d = \"16K,4,64\"\n", "suite.toml:1: job \"a\": --l1d, --l2, --model-thread and --metrics-calls-only shape the metrics' cache model: they need --validate"),
     ];
     for (text, want) in cases {
         let manifest = tmp.path().join("suite.toml");

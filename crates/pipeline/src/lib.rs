@@ -19,6 +19,7 @@ mod job;
 mod job_text;
 pub mod looppoint;
 pub mod markers;
+mod options;
 pub mod regions;
 mod replay;
 pub mod rundir;
@@ -28,6 +29,7 @@ pub mod validate;
 pub use cluster::{cluster_file, cluster_validated, Validate};
 pub use finish::{finish, Finished};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
+pub use options::{CollectOptions, GuestOptions, RunOptions};
 pub use rundir::chosen;
 
 /// Writes `metrics.csv` (see `bbv_profile::MetricsWriter`).
@@ -82,6 +84,14 @@ pub enum PipelineError {
     /// Input that cannot be used, explained.
     #[error("{0}")]
     Invalid(String),
+    /// A folder or file could not be made where it was asked for.
+    #[error("{what}: {source}")]
+    Create {
+        /// What was being made.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// No block qualified as a marker near a cut.
     #[error("interval {interval}: no {what} marker: no block of the program's own code (or of a system library other than the loader and the C library's string routines) first ran within 0.5% of an interval after cut {cut}; a longer --interval gives more room")]
     NoMarker {

@@ -27,6 +27,12 @@ use crate::PipelineError;
 /// Markers must fall within this fraction of an interval of the cut.
 pub const TOLERANCE: f64 = 0.005;
 
+/// The window after a cut, in instructions, in which a marker may be placed: [`TOLERANCE`] of
+/// an interval (the plugin watches the blocks first run in it).
+pub fn window(interval: u64) -> u64 {
+    (interval as f64 * TOLERANCE) as u64
+}
+
 /// What thread 1's vectors say, gathered in one pass for the cuts that need markers.
 #[derive(Debug, Default)]
 pub struct Profile {
@@ -193,7 +199,7 @@ impl<'a> Placer<'a> {
             spans,
             others,
             profile,
-            tolerance: (interval as f64 * TOLERANCE) as u64,
+            tolerance: window(interval),
             excluded: Vec::new(),
         }
     }

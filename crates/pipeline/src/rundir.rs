@@ -419,11 +419,7 @@ pub fn read_windows(path: &Path) -> Result<Vec<Window>, PipelineError> {
 
 /// Thread N's vector file in a run directory.
 pub fn thread_file(dir: &Path, number: u32) -> PathBuf {
-    if number == 1 {
-        dir.join("bb.out")
-    } else {
-        dir.join(format!("bb.out.{number}"))
-    }
+    bbv_collect::thread_file(&dir.join("bb.out"), number)
 }
 
 /// The vectors a run clustered: `global.bb` (slices, looppoint mode), `bb.all` (every
