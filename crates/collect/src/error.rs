@@ -84,6 +84,9 @@ pub enum CollectError {
         /// What was expected.
         what: &'static str,
     },
+    /// A file of the plugin's is malformed.
+    #[error(transparent)]
+    Contract(#[from] bbv_plugin_contract::ContractError),
 }
 
 impl CollectError {

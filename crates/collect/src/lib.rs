@@ -25,6 +25,7 @@ pub use qemu::{find_plugin, plugin_api, PluginApi};
 pub use table::{write_blocks_tsv, write_pc, Block, Image};
 
 use bbv_files::interrupt;
+use bbv_plugin_contract::files;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,65 +43,17 @@ pub struct Request {
     pub plugin: Option<PathBuf>,
     /// QEMU's guest CPU model (`-cpu`), instead of QEMU's default.
     pub cpu: Option<String>,
-    /// Instructions per interval.
-    pub interval: u64,
-    /// Cut intervals at exactly `interval` instructions, splitting blocks.
-    pub exact: bool,
-    /// Count instructions only; no vectors.
-    pub count_only: bool,
-    /// Also write the last, partial interval.
-    pub tail: bool,
-    /// Count every execution of a rep string instruction (gem5's and Pin's rule) instead of
-    /// once per instance (exp-bbv's).
-    pub rep_iterations: bool,
-    /// Record the blocks run in this many instructions after each cut (marker candidates for
-    /// `bbv-pipeline`; 0 = none).
-    pub watch: u64,
-    /// Replay: the marker file for the plugin (see the bbv-qemu crate's `replay`).
-    pub markers: Option<PathBuf>,
-    /// Once a second thread runs, record LoopPoint-style slices of this many filtered
-    /// instructions per thread that ran (0 = none; see the bbv-qemu crate's `slices`).
-    pub slices: u64,
-    /// Image file-name prefixes whose instructions do not count toward slices.
-    pub exclude: Vec<String>,
-    /// Flow control of a multi-threaded guest: no running thread more than this many
-    /// instructions ahead of the slowest (0 = none; see the bbv-qemu crate's `flow`).
-    pub flow: u64,
-    /// Per-interval metrics with this cache model (see the bbv-qemu crate's `metrics`).
-    pub metrics: Option<CacheModel>,
+    /// What the plugin counts and records (its `dir` is filled in at launch).
+    pub counting: PluginConfig,
     /// Directory to hold the plugin's files while the guest runs (best on the same file
     /// system as the final outputs, so they can be renamed into place).
     pub work_dir: PathBuf,
 }
 
-/// The caches of the metrics' model (`--l1d`, `--l2`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheModel {
-    /// The first-level data cache.
-    pub l1d: bbv_profile::CacheGeometry,
-    /// The second-level cache (data only).
-    pub l2: bbv_profile::CacheGeometry,
-    /// The model runs on a thread of its own while the guest has one thread.
-    pub own_thread: bool,
-    /// Only QEMU's calls into the plugin, which return at once (the rows count only the blocks
-    /// that also check for a cut), for `bbv bench collect`'s floor under any metrics run.
-    pub calls_only: bool,
-    /// Once a second thread runs with slices recorded, cut the rows at the slices' boundaries
-    /// (one row per slice, for `--regions looppoint`) instead of thread 1's intervals.
-    pub slice_rows: bool,
-}
-
-impl Default for CacheModel {
-    fn default() -> Self {
-        CacheModel {
-            l1d: bbv_profile::CacheGeometry::L1D,
-            l2: bbv_profile::CacheGeometry::L2,
-            own_thread: true,
-            calls_only: false,
-            slice_rows: false,
-        }
-    }
-}
+pub use bbv_plugin_contract::events::Events;
+/// The caches of the metrics' model (`--l1d`, `--l2`): the plugin's metrics settings.
+pub use bbv_plugin_contract::MetricsConfig as CacheModel;
+pub use bbv_plugin_contract::PluginConfig;
 
 /// A request whose program, QEMU and plugin were found.
 #[derive(Debug)]
@@ -202,6 +155,12 @@ pub struct Collected {
 }
 
 impl Collected {
+    /// The marker events a replay's plugin wrote ([`Request::counting`]'s `markers`).
+    pub fn events(&self) -> Result<Events, CollectError> {
+        let path = self.dir.path().join(files::EVENTS);
+        Ok(bbv_plugin_contract::events::read_events(&path)?)
+    }
+
     /// The per-interval metrics, one row per vector of thread 1. Rows past thread 1's last
     /// vector (other threads' work after its last cut) are dropped as the vectors drop it.
     pub fn metrics_rows(&self) -> Result<Option<Vec<bbv_profile::MetricsRow>>, CollectError> {
@@ -246,54 +205,17 @@ impl Prepared {
     /// The full QEMU command line (for messages).
     pub fn command_line(&self, dir: &Path) -> Vec<OsString> {
         let r = &self.request;
+        let mut counting = r.counting.clone();
+        // Slices and flow control are what the exclusions apply to.
+        if counting.slices == 0 && counting.flow == 0 {
+            counting.exclude.clear();
+        }
+        counting.dir = dir.to_path_buf();
         let mut plugin = OsString::from(&self.plugin);
-        plugin.push(format!(",interval={}", r.interval));
-        for (key, on) in [
-            ("exact", r.exact),
-            ("count_only", r.count_only),
-            ("tail", r.tail),
-        ] {
-            if on {
-                plugin.push(format!(",{key}=on"));
-            }
+        for arg in counting.to_args() {
+            plugin.push(",");
+            plugin.push(arg);
         }
-        if r.rep_iterations {
-            plugin.push(",count_rep=iteration");
-        }
-        if r.watch > 0 {
-            plugin.push(format!(",watch={}", r.watch));
-        }
-        if r.slices > 0 {
-            plugin.push(format!(",slices={}", r.slices));
-        }
-        if (r.slices > 0 || r.flow > 0) && !r.exclude.is_empty() {
-            plugin.push(format!(",exclude={}", r.exclude.join(":")));
-        }
-        if r.flow > 0 {
-            plugin.push(format!(",flow={}", r.flow));
-        }
-        if let Some(m) = &r.metrics {
-            plugin.push(format!(
-                ",metrics=on,l1d={},l2={}",
-                m.l1d.plugin_arg(),
-                m.l2.plugin_arg()
-            ));
-            if !m.own_thread {
-                plugin.push(",metrics_thread=off");
-            }
-            if m.calls_only {
-                plugin.push(",metrics_calls=empty");
-            }
-            if m.slice_rows {
-                plugin.push(",metrics_rows=slices");
-            }
-        }
-        if let Some(m) = &r.markers {
-            plugin.push(",markers=");
-            plugin.push(m);
-        }
-        plugin.push(",dir=");
-        plugin.push(dir);
         let mut v = vec![self.qemu.clone().into_os_string()];
         if let Some(cpu) = &r.cpu {
             v.extend(["-cpu".into(), cpu.into()]);
@@ -427,10 +349,10 @@ fn read_results(
     request: &Request,
 ) -> Result<Collected, CollectError> {
     let d = dir.path();
-    if let Ok(msg) = std::fs::read_to_string(d.join("error")) {
+    if let Ok(msg) = std::fs::read_to_string(d.join(files::ERROR)) {
         return Err(CollectError::Plugin(msg));
     }
-    let table = d.join("blocks");
+    let table = d.join(files::BLOCKS);
     if !table.exists() {
         return Err(CollectError::Incomplete(format!(
             "QEMU stopped (status {}) before loading the plugin; its reason is in the message above",
@@ -451,21 +373,15 @@ fn read_results(
     for entry in entries {
         let entry = entry.map_err(|e| CollectError::io(d, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(number) = name
-            .strip_prefix("thread.")
-            .and_then(|r| r.strip_suffix(".state"))
-        else {
-            continue;
-        };
-        let Ok(number) = number.parse::<u32>() else {
+        let Some(number) = files::state_thread(&name) else {
             continue;
         };
         threads.push(state::finish_thread(d, number, request)?);
     }
     threads.sort_by_key(|t| t.number);
-    let slices = Some(d.join("slices")).filter(|p| p.exists());
-    let metrics = Some(d.join("metrics")).filter(|p| p.exists());
-    if request.metrics.is_some() && metrics.is_none() {
+    let slices = Some(d.join(files::SLICES)).filter(|p| p.exists());
+    let metrics = Some(d.join(files::METRICS)).filter(|p| p.exists());
+    if request.counting.metrics.is_some() && metrics.is_none() {
         return Err(CollectError::Incomplete(
             "the plugin wrote no metrics file".into(),
         ));

@@ -4,10 +4,11 @@
 //! bbv-qemu crate) because QEMU 7.2 runs no plugin callback when the guest dies by a signal, so
 //! the closing comment (and the `--tail` vector) are written here, after the guest has ended.
 
+use bbv_plugin_contract::files;
 use std::io::{Read, Write};
 use std::path::Path;
 
-use bbv_profile::plugin_state::{thread, HEADER_WORDS, SLOTS_MAGIC, THREAD_MAGIC};
+use bbv_plugin_contract::state::{thread, HEADER_WORDS, SLOTS_MAGIC, THREAD_MAGIC};
 use bbv_profile::BbvWriter;
 
 use crate::{CollectError, Request, ThreadResult};
@@ -22,7 +23,7 @@ fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
 /// (`tbs` lists the slots, `tbs.state` holds their counters): (id, instructions) pairs, in no
 /// particular order, and the fldcw instructions among them.
 fn unharvested(dir: &Path) -> Result<(Vec<(u32, u64)>, u64), CollectError> {
-    let list = dir.join("tbs");
+    let list = dir.join(files::TBS);
     let Ok(text) = std::fs::read_to_string(&list) else {
         return Ok((Vec::new(), 0));
     };
@@ -41,7 +42,7 @@ fn unharvested(dir: &Path) -> Result<(Vec<(u32, u64)>, u64), CollectError> {
         }
         slots.push((f[1] as u32, f[2], f[3]));
     }
-    let path = dir.join("tbs.state");
+    let path = dir.join(files::TBS_STATE);
     let mut file = std::fs::File::open(&path).map_err(|e| CollectError::io(&path, e))?;
     let mut bytes = vec![0u8; (HEADER_WORDS + 2 * slots.len()) * 8];
     file.read_exact(&mut bytes)
@@ -71,7 +72,7 @@ pub(crate) fn finish_thread(
     number: u32,
     req: &Request,
 ) -> Result<ThreadResult, CollectError> {
-    let path = dir.join(format!("thread.{number}.state"));
+    let path = dir.join(files::thread_state(number));
     let bytes = std::fs::read(&path).map_err(|e| CollectError::io(&path, e))?;
     let bad = |what: &str| CollectError::Plugin(format!("{}: {what}", path.display()));
     if bytes.len() < HEADER_WORDS * 8 {
@@ -101,11 +102,11 @@ pub(crate) fn finish_thread(
         }
     }
 
-    let bb = dir.join(format!("thread.{number}.bb"));
+    let bb = dir.join(files::thread_bb(number));
     // The vector file, and what goes at its end before the closing comment.
     let mut open_file = None;
-    let intervals = if req.count_only {
-        total / req.interval
+    let intervals = if req.counting.count_only {
+        total / req.counting.interval
     } else {
         let mut file = std::fs::OpenOptions::new()
             .read(true)
@@ -124,7 +125,7 @@ pub(crate) fn finish_thread(
         let mut tail = Vec::new();
         // More vectors than recorded: the process died after writing the unfinished interval
         // out and before clearing it, so the counts in the state are already in the file.
-        if req.tail && intervals == recorded {
+        if req.counting.tail && intervals == recorded {
             let pairs: Vec<(u32, u64)> = counts
                 .iter()
                 .copied()
@@ -144,7 +145,7 @@ pub(crate) fn finish_thread(
     };
     let summary = format!(
         "# Thread {number}\n#   Total intervals: {intervals} (Interval Size {})\n#   Total instructions: {total}\n#   Total reps: {rep_iterations}\n#   Unique reps: {rep_instances}\n#   Total fldcw instructions: {fldcw}\n",
-        req.interval
+        req.counting.interval
     );
     let bb = match open_file {
         Some((mut file, mut tail)) => {
@@ -155,9 +156,9 @@ pub(crate) fn finish_thread(
         }
         None => None,
     };
-    let marks = Some(dir.join(format!("thread.{number}.marks"))).filter(|p| p.exists());
+    let marks = Some(dir.join(files::thread_marks(number))).filter(|p| p.exists());
     // The plugin creates the file with the thread; it stays empty unless slicing began.
-    let slices = Some(dir.join(format!("thread.{number}.slices")))
+    let slices = Some(dir.join(files::thread_slices(number)))
         .filter(|p| p.metadata().is_ok_and(|m| m.len() > 0));
     Ok(ThreadResult {
         number,
@@ -180,12 +181,7 @@ pub(crate) fn progress(dir: &Path) -> crate::Progress {
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(number) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("thread."))
-            .and_then(|r| r.strip_suffix(".state"))
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let Some(number) = name.to_str().and_then(files::state_thread) else {
             continue;
         };
         let mut head = [0u8; HEADER_WORDS * 8];

@@ -72,7 +72,7 @@ pub fn run(
     let finished = (|| {
         let c = outcome.collected?;
         // Rows cut at slices are matched against the slices once they are built.
-        let sliced = r.metrics.is_some_and(|m| m.slice_rows) && c.slices.is_some();
+        let sliced = r.counting.metrics.is_some_and(|m| m.slice_rows) && c.slices.is_some();
         let rows = match if sliced {
             c.metrics_rows_all()
         } else {
@@ -140,7 +140,7 @@ fn cluster_as(
     observer: &dyn Observer,
 ) -> Result<(), PipelineError> {
     let r = &req.collect;
-    let per_slice = r.metrics.is_some_and(|m| m.slice_rows);
+    let per_slice = r.counting.metrics.is_some_and(|m| m.slice_rows);
     let mut metrics = match rows {
         Some(_) if (mode == "looppoint" && !per_slice) || req.threads_all => {
             warnings.push(format!(
@@ -157,9 +157,9 @@ fn cluster_as(
     let rows = if mode == "looppoint" {
         let blocks = rundir::read_blocks(&req.out.join("blocks.tsv"))?;
         let threads: Vec<u32> = c.threads.iter().map(|t| t.number).collect();
-        let slices = crate::slices::build(&req.out, &threads, &blocks, &r.exclude)?;
+        let slices = crate::slices::build(&req.out, &threads, &blocks, &r.counting.exclude)?;
         summary.filtered_instructions = Some(slices.iter().map(|s| s.filtered).sum());
-        warnings.extend(unmapped(c, &r.exclude));
+        warnings.extend(unmapped(c, &r.counting.exclude));
         if let Some(m) = metrics.as_mut() {
             match_slices(&req.out, m, slices.len(), warnings)?;
             if m.is_empty() {
@@ -343,7 +343,7 @@ fn run_facts(
                 instructions: t.instructions,
             })
             .collect(),
-        interval: r.interval,
+        interval: r.counting.interval,
         intervals: 0,
         k: 0,
         max_k: req.max_k,
@@ -358,20 +358,20 @@ fn run_facts(
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect(),
         },
-        count_rep: if r.rep_iterations {
+        count_rep: if r.counting.rep_iterations {
             "iteration"
         } else {
             "instance"
         }
         .into(),
-        exact: r.exact,
+        exact: r.counting.exact,
         clustered: if req.threads_all { "all" } else { "main" }.into(),
-        warmup: req.warmup.unwrap_or(r.interval),
+        warmup: req.warmup.unwrap_or(r.counting.interval),
         regions_mode: "intervals".into(),
         regions_reason: String::new(),
-        exclude: r.exclude.clone(),
+        exclude: r.counting.exclude.clone(),
         filtered_instructions: None,
-        flow_quantum: r.flow,
+        flow_quantum: r.counting.flow,
         points: Vec::new(),
     })
 }

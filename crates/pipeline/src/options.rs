@@ -63,17 +63,14 @@ impl GuestOptions {
             qemu: self.qemu.clone(),
             plugin: self.plugin.clone(),
             cpu: self.cpu.clone(),
-            interval,
-            exact: self.exact,
-            count_only,
-            tail: self.tail,
-            rep_iterations: self.rep_iterations,
-            watch: 0,
-            slices: 0,
-            exclude: Vec::new(),
-            flow: 0,
-            markers: None,
-            metrics: None,
+            counting: bbv_collect::PluginConfig {
+                interval,
+                exact: self.exact,
+                count_only,
+                tail: self.tail,
+                rep_iterations: self.rep_iterations,
+                ..Default::default()
+            },
             work_dir: work_dir.to_path_buf(),
         })
     }
@@ -179,7 +176,7 @@ impl CollectOptions {
             bb_dir
         };
         let mut req = (self.guest).request(self.interval_size, self.instr_count_only, &work)?;
-        req.metrics = metrics;
+        req.counting.metrics = metrics;
         Ok(req)
     }
 
@@ -301,21 +298,21 @@ impl RunOptions {
         })?;
         check_writable(&self.output)?;
         let mut collect = self.guest.request(self.interval, false, &self.output)?;
-        collect.metrics = metrics;
+        collect.counting.metrics = metrics;
         // Markers must fall within 0.5% of an interval of each cut.
-        collect.watch = crate::markers::window(self.interval);
+        collect.counting.watch = crate::markers::window(self.interval);
         self.check_threads()?;
-        if let Some(m) = collect.metrics.as_mut() {
+        if let Some(m) = collect.counting.metrics.as_mut() {
             // Only an explicit looppoint knows before the run that slices will be clustered;
             // auto decides at the end, so its rows follow the main thread's intervals.
             m.slice_rows = self.regions == RegionsMode::Looppoint;
         }
         if self.regions != RegionsMode::Intervals && !self.threads_all {
             // Recorded whenever a second thread runs, so that auto can choose at the end.
-            collect.slices = self.interval;
-            collect.flow =
+            collect.counting.slices = self.interval;
+            collect.counting.flow =
                 (self.flow_quantum).unwrap_or_else(|| crate::flow_quantum(self.interval));
-            collect.exclude = if self.exclude_image.is_empty() {
+            collect.counting.exclude = if self.exclude_image.is_empty() {
                 crate::DEFAULT_EXCLUDE.map(String::from).to_vec()
             } else {
                 self.exclude_image.clone()

@@ -14,6 +14,8 @@ use crate::regions::region_id;
 use crate::rundir::{self, Marker, Summary};
 use bbv_files::AtomicFiles;
 
+use bbv_collect::Events;
+
 use crate::PipelineError;
 
 /// What `bbv replay` asks for.
@@ -225,26 +227,6 @@ fn write_markers(path: &Path, p: &Plan, global: bool) -> Result<(), PipelineErro
 }
 
 /// Event -> (position, cumulative instructions per replay block id).
-type Events = HashMap<usize, (u64, Vec<(u32, u64)>)>;
-
-fn read_events(path: &Path) -> Result<Events, PipelineError> {
-    let text = std::fs::read_to_string(path).map_err(|e| PipelineError::io(path, e))?;
-    let mut out = Events::new();
-    for (n, line) in rundir::whole_lines(&text).lines().enumerate() {
-        let bad = || PipelineError::Parse {
-            path: path.into(),
-            line: n + 1,
-            what: "`EVENT POSITION id:count ...`".into(),
-        };
-        let mut f = line.split(' ');
-        let event: usize = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-        let pos: u64 = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-        let pairs = rundir::parse_id_pairs(f, bad)?;
-        out.entry(event).or_insert((pos, pairs));
-    }
-    Ok(out)
-}
-
 /// L1 distance between two vectors normalised to sum 1.
 fn l1(a: &HashMap<Key, u64>, b: &HashMap<Key, u64>) -> f64 {
     let (sa, sb) = (
@@ -311,28 +293,26 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         qemu: req.qemu.clone(),
         plugin: req.plugin.clone(),
         cpu: req.cpu.clone().or_else(|| s.cpu.clone()),
-        // One interval that never closes: the counts are cumulative.
-        interval: u64::MAX / 4,
-        exact: false,
-        count_only: true,
-        tail: false,
-        rep_iterations: s.count_rep == "iteration",
-        watch: 0,
-        slices: 0,
-        exclude: if looppoint {
-            s.exclude.clone()
-        } else {
-            Vec::new()
+        counting: bbv_collect::PluginConfig {
+            // One interval that never closes: the counts are cumulative.
+            interval: u64::MAX / 4,
+            count_only: true,
+            rep_iterations: s.count_rep == "iteration",
+            exclude: if looppoint {
+                s.exclude.clone()
+            } else {
+                Vec::new()
+            },
+            flow: if looppoint { s.flow_quantum } else { 0 },
+            markers: Some(markers),
+            ..Default::default()
         },
-        flow: if looppoint { s.flow_quantum } else { 0 },
-        metrics: None,
-        markers: Some(markers),
         work_dir: work.path().to_path_buf(),
     };
     let outcome = bbv_collect::prepare(request)?.run()?;
     let report = (|| {
         let c = outcome.collected?;
-        let events = read_events(&c.dir.path().join("events"))?;
+        let events = c.events()?;
         let key_of_replay: Vec<Option<Key>> = c
             .blocks
             .iter()

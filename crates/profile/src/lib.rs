@@ -19,7 +19,6 @@ mod images;
 mod input;
 mod intervals;
 mod metrics;
-pub mod plugin_state;
 mod reader;
 mod writer;
 

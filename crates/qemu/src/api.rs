@@ -5,6 +5,7 @@
 //! the callbacks we need are registered (its defaults take a global lock on every syscall), and
 //! register the hot execution callback with our own pointer as user data.
 
+use bbv_plugin_contract::files;
 use std::ffi::{c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -38,33 +39,36 @@ impl Register for BbvPlugin {
                 // Without a valid configuration there is nowhere to count into; leave the error
                 // where the host looks (if the directory is known) and let the guest run.
                 if let Some(dir) = args.raw.iter().find_map(|a| a.strip_prefix("dir=")) {
-                    let _ = std::fs::write(std::path::Path::new(dir).join("error"), msg);
+                    let _ = std::fs::write(std::path::Path::new(dir).join(files::ERROR), msg);
                 }
                 return Ok(());
             }
         };
         if let Err(e) = blocks::init(&cfg).and_then(|_| crate::fast::init(&cfg)) {
             let _ = std::fs::write(
-                cfg.dir.join("error"),
+                cfg.host.dir.join(files::ERROR),
                 format!("creating the block table: {e}"),
             );
             return Ok(());
         }
-        if let Some(markers) = &cfg.markers {
-            if let Err(msg) = crate::replay::init(&cfg.dir, markers) {
-                let _ = std::fs::write(cfg.dir.join("error"), msg);
+        if let Some(markers) = &cfg.host.markers {
+            if let Err(msg) = crate::replay::init(&cfg.host.dir, markers) {
+                let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
                 return Ok(());
             }
         }
-        if cfg.metrics {
+        if cfg.metrics() {
             if let Err(e) = crate::metrics::init(&cfg) {
-                let _ = std::fs::write(cfg.dir.join("error"), format!("creating metrics: {e}"));
+                let _ = std::fs::write(
+                    cfg.host.dir.join(files::ERROR),
+                    format!("creating metrics: {e}"),
+                );
                 return Ok(());
             }
         }
-        crate::fork::install(&cfg.dir);
-        INLINE.store(!cfg.exact, Ordering::Relaxed);
-        thread::METRICS.store(cfg.metrics, Ordering::Relaxed);
+        crate::fork::install(&cfg.host.dir);
+        INLINE.store(!cfg.host.exact, Ordering::Relaxed);
+        thread::METRICS.store(cfg.metrics(), Ordering::Relaxed);
         let _ = CONFIG.set(cfg);
         PLUGIN_ID.store(id, Ordering::Relaxed);
         register_all(id);
@@ -85,7 +89,7 @@ fn register_all(id: qemu_plugin_id_t) {
         sys::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit));
         sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
         sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
-        if CONFIG.get().is_some_and(|c| c.flow > 0) {
+        if CONFIG.get().is_some_and(|c| c.host.flow > 0) {
             sys::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
             sys::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_ret));
         }
@@ -580,9 +584,9 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         if inline {
             let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
             if info.may_loop {
-                register_check(tb, udata, cfg.metrics);
-            } else if cfg.metrics {
-                let cb: BlockCb = if cfg.metrics_calls_only {
+                register_check(tb, udata, cfg.metrics());
+            } else if cfg.metrics() {
+                let cb: BlockCb = if cfg.model().calls_only {
                     on_block_empty
                 } else {
                     on_metrics_block
@@ -595,8 +599,8 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
             sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(cb), flags, udata);
         }
-        if cfg.metrics {
-            register_accesses(tb, info.insns as usize, cfg.metrics_calls_only);
+        if cfg.metrics() {
+            register_accesses(tb, info.insns as usize, cfg.model().calls_only);
         }
         if crate::replay::active() {
             // Registered after the block's own counting, so the block's instructions are

@@ -1,5 +1,6 @@
 //! Translation-time analysis of a TB and the global block table.
 
+use bbv_plugin_contract::files;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -90,7 +91,7 @@ fn append(table: &mut Table, line: &str) {
 
 /// Creates `DIR/blocks` (at install time, so the host can tell the plugin was loaded).
 pub fn init(cfg: &Config) -> std::io::Result<()> {
-    let file = MapLog::create(&cfg.dir.join("blocks"))?;
+    let file = MapLog::create(&cfg.host.dir.join(files::BLOCKS))?;
     *TABLE.lock().unwrap_or_else(|e| e.into_inner()) = Some(Table {
         ids: HashMap::new(),
         sizes: HashSet::new(),
@@ -154,19 +155,19 @@ pub fn analyze<'a>(
     let bytes = end.saturating_sub(first.vaddr);
     let key = maps::locate(haddr).unwrap_or((ANON, first.vaddr));
     // Loop heads and image kinds serve slicing only.
-    let slicing = cfg.slices > 0;
+    let slicing = cfg.host.slices > 0;
     let back = match (slicing, cfg.x86, cfg.aarch64) {
         (true, true, _) => x86::backward_target(last.bytes, last.vaddr),
         (true, _, true) => crate::decode::aarch64_backward_target(last.bytes, last.vaddr),
         _ => None,
     };
     // Flow control lets threads in excluded libraries (spinning at a barrier) run unpaced.
-    let name = ((slicing || cfg.flow > 0) && key.0 != ANON)
+    let name = ((slicing || cfg.host.flow > 0) && key.0 != ANON)
         .then(|| maps::file_name(key.0))
         .flatten();
     let (own, excluded) = match name {
         Some(name) => {
-            let excluded = bbv_profile::image_matches(&name, &cfg.exclude);
+            let excluded = bbv_profile::image_matches(&name, &cfg.host.exclude);
             let own = !excluded && bbv_profile::image_kind(&name) == bbv_profile::ImageKind::Own;
             (own, excluded)
         }

@@ -17,11 +17,12 @@
 //! that distance is used up (a conditional callback). Callback-counted blocks (rep string
 //! blocks) still count into the mapping and [`TOTAL`]; readers add the two.
 
+use bbv_plugin_contract::files;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use bbv_profile::plugin_state::{HEADER_WORDS, SLOTS_MAGIC};
+use bbv_plugin_contract::state::{HEADER_WORDS, SLOTS_MAGIC};
 
 use crate::maplog::MapLog;
 use crate::{report_error, Config};
@@ -95,7 +96,7 @@ static META: Mutex<Meta> = Mutex::new(Meta {
 
 /// Creates `tbs` and `tbs.state`.
 pub fn init(cfg: &Config) -> std::io::Result<()> {
-    let path = cfg.dir.join("tbs.state");
+    let path = cfg.host.dir.join(files::TBS_STATE);
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -122,7 +123,7 @@ pub fn init(cfg: &Config) -> std::io::Result<()> {
     unsafe { *base = SLOTS_MAGIC };
     BASE.store(base, Ordering::Release);
     let mut meta = META.lock().unwrap_or_else(|e| e.into_inner());
-    meta.file = Some(MapLog::create(&cfg.dir.join("tbs"))?);
+    meta.file = Some(MapLog::create(&cfg.host.dir.join(files::TBS))?);
     Ok(())
 }
 

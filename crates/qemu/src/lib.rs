@@ -68,145 +68,46 @@ mod state;
 mod thread;
 mod x86;
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// What the host asked for, parsed from the plugin arguments.
+use bbv_plugin_contract::{files, MetricsConfig, PluginConfig};
+
+/// What the host asked for (the plugin arguments, as `bbv_plugin_contract` spells them) and
+/// what QEMU says of the guest.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
-    pub dir: PathBuf,
-    pub interval: u64,
-    pub exact: bool,
-    pub count_only: bool,
-    pub tail: bool,
+    /// The host's request.
+    pub host: PluginConfig,
+    /// The guest is x86 (32 or 64 bit).
     pub x86: bool,
+    /// The guest is AArch64.
     pub aarch64: bool,
+    /// The guest is RISC-V 64.
     pub riscv64: bool,
-    /// Count every QEMU execution of a rep string instruction (gem5's and Pin's rule) instead
-    /// of once per instance (exp-bbv's).
-    pub rep_iterations: bool,
-    /// Instructions after each cut during which the blocks run are recorded as marker
-    /// candidates (0 = none).
-    pub watch: u64,
-    /// Replay: the marker file to watch (see [`replay`]).
-    pub markers: Option<PathBuf>,
-    /// Multi-threaded slices of this many filtered instructions per thread that ran (0 = none;
-    /// see [`slices`]).
-    pub slices: u64,
-    /// Image file-name prefixes whose instructions do not count toward slices.
-    pub exclude: Vec<String>,
-    /// Flow control: no running thread more than this many instructions ahead of the slowest
-    /// (0 = none; see [`flow`]).
-    pub flow: u64,
-    /// Per-interval metrics (see [`metrics`]), with these cache geometries.
-    pub metrics: bool,
-    /// Thread 1's cache model runs on a model thread of its own while it is the only thread.
-    pub metrics_thread: bool,
-    /// The metrics' callbacks are registered as usual but return at once (`metrics_calls=empty`):
-    /// what QEMU's calling them costs by itself, the floor under any metrics run (`bbv bench
-    /// collect`). The metrics file then counts only the blocks that also check for a cut.
-    pub metrics_calls_only: bool,
-    /// Once slicing begins, the metrics' rows are cut at the slices' boundaries instead of
-    /// thread 1's intervals (`metrics_rows=slices`), so that they line up with the slices the
-    /// host clusters for `--regions looppoint`.
-    pub metrics_slices: bool,
-    pub l1d: bbv_profile::CacheGeometry,
-    pub l2: bbv_profile::CacheGeometry,
+}
+
+impl Config {
+    /// Per-interval metrics asked for.
+    pub fn metrics(&self) -> bool {
+        self.host.metrics.is_some()
+    }
+
+    /// The metrics' settings (their defaults when metrics are off).
+    pub fn model(&self) -> MetricsConfig {
+        self.host.metrics.unwrap_or_default()
+    }
 }
 
 pub(crate) static CONFIG: OnceLock<Config> = OnceLock::new();
 
-/// Parses `key=value` plugin arguments; unknown keys are errors so a host/plugin mismatch is caught.
+/// Parses the plugin arguments for QEMU's `target` (`x86_64-linux-user`, ...).
 pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String> {
-    let mut cfg = Config {
-        dir: PathBuf::new(),
-        interval: 100_000_000,
-        exact: false,
-        count_only: false,
-        tail: false,
+    Ok(Config {
+        host: PluginConfig::parse(raw)?,
         x86: target.starts_with("x86_64") || target.starts_with("i386"),
         aarch64: target.starts_with("aarch64"),
         riscv64: target.starts_with("riscv64"),
-        rep_iterations: false,
-        watch: 0,
-        markers: None,
-        slices: 0,
-        exclude: Vec::new(),
-        flow: 0,
-        metrics: false,
-        metrics_thread: true,
-        metrics_calls_only: false,
-        metrics_slices: false,
-        l1d: bbv_profile::CacheGeometry::L1D,
-        l2: bbv_profile::CacheGeometry::L2,
-    };
-    let flag = |k: &str, v: &str| match v {
-        "on" | "yes" | "true" => Ok(true),
-        "off" | "no" | "false" => Ok(false),
-        _ => Err(format!("plugin argument {k}={v}: expected on or off")),
-    };
-    // A two-valued argument: false for `off`, true for `on`.
-    let choice = |k: &str, v: &str, off: &str, on: &str| match v {
-        _ if v == on => Ok(true),
-        _ if v == off => Ok(false),
-        _ => Err(format!("plugin argument {k}={v}: expected {off} or {on}")),
-    };
-    for arg in raw {
-        let (k, v) = arg.split_once('=').unwrap_or((arg.as_str(), "on"));
-        match k {
-            "dir" => cfg.dir = PathBuf::from(v),
-            "interval" => {
-                cfg.interval = v.parse().ok().filter(|&n: &u64| n > 0).ok_or_else(|| {
-                    format!("plugin argument interval={v}: expected a positive integer")
-                })?
-            }
-            "exact" => cfg.exact = flag(k, v)?,
-            "count_only" => cfg.count_only = flag(k, v)?,
-            "tail" => cfg.tail = flag(k, v)?,
-            "metrics" => cfg.metrics = flag(k, v)?,
-            "metrics_thread" => cfg.metrics_thread = flag(k, v)?,
-            "metrics_rows" => cfg.metrics_slices = choice(k, v, "intervals", "slices")?,
-            "metrics_calls" => cfg.metrics_calls_only = choice(k, v, "full", "empty")?,
-            "l1d" => cfg.l1d = metrics::geometry(k, v)?,
-            "l2" => cfg.l2 = metrics::geometry(k, v)?,
-            "count_rep" => cfg.rep_iterations = choice(k, v, "instance", "iteration")?,
-            "watch" => {
-                cfg.watch = v
-                    .parse()
-                    .map_err(|_| format!("plugin argument watch={v}: expected a whole number"))?
-            }
-            "markers" => cfg.markers = Some(PathBuf::from(v)),
-            "slices" => {
-                cfg.slices = v
-                    .parse()
-                    .map_err(|_| format!("plugin argument slices={v}: expected a whole number"))?
-            }
-            "flow" => {
-                cfg.flow = v
-                    .parse()
-                    .map_err(|_| format!("plugin argument flow={v}: expected a whole number"))?
-            }
-            // Colon-separated: QEMU splits plugin arguments at commas.
-            "exclude" => {
-                cfg.exclude = v
-                    .split(':')
-                    .filter(|x| !x.is_empty())
-                    .map(String::from)
-                    .collect()
-            }
-            _ => return Err(format!("unknown plugin argument {arg}")),
-        }
-    }
-    if cfg.l1d.line != cfg.l2.line {
-        return Err(format!(
-            "plugin arguments l1d and l2: line sizes {} and {} differ",
-            cfg.l1d.line, cfg.l2.line
-        ));
-    }
-    if cfg.dir.as_os_str().is_empty() {
-        return Err("plugin argument dir=DIR is required".into());
-    }
-    Ok(cfg)
+    })
 }
 
 /// Records a failure where the host will find it (stderr may be closed or the guest's).
@@ -215,7 +116,7 @@ pub(crate) fn report_error(msg: &str) {
         return;
     }
     if let Some(cfg) = CONFIG.get() {
-        let _ = bbv_files::write_atomic(&cfg.dir.join("error"), msg.as_bytes());
+        let _ = bbv_files::write_atomic(&cfg.host.dir.join(files::ERROR), msg.as_bytes());
     }
 }
 
@@ -224,51 +125,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plugin_arguments() {
+    fn plugin_arguments_and_the_guest() {
         let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let c = parse_args(
-            &args(&[
-                "dir=/tmp/x",
-                "interval=5",
-                "exact=on",
-                "tail",
-                "count_rep=iteration",
-            ]),
-            "x86_64-linux-user",
-        )
-        .unwrap();
-        assert_eq!(
-            (
-                c.interval,
-                c.exact,
-                c.tail,
-                c.count_only,
-                c.x86,
-                c.rep_iterations
-            ),
-            (5, true, true, false, true, true)
-        );
-        assert!(parse_args(&args(&["dir=a", "count_rep=some"]), "x86_64").is_err());
-        assert!(parse_args(&args(&["dir=a", "watch=-1"]), "x86_64").is_err());
-        assert!(parse_args(&args(&["dir=a", "flow=fast"]), "x86_64").is_err());
-        assert_eq!(
-            parse_args(&args(&["dir=a", "flow=1000"]), "x86_64")
-                .unwrap()
-                .flow,
-            1000
-        );
-        assert!(
-            parse_args(&args(&["interval=5"]), "x86_64").is_err(),
-            "dir is required"
-        );
-        assert!(parse_args(&args(&["dir=a", "interval=0"]), "x86_64").is_err());
-        assert!(parse_args(&args(&["dir=a", "exact=maybe"]), "x86_64").is_err());
+        let c = parse_args(&args(&["dir=/tmp/x", "interval=5"]), "x86_64-linux-user").unwrap();
+        assert!(c.x86 && !c.aarch64 && c.host.interval == 5 && !c.metrics());
         let c = parse_args(&args(&["dir=a", "metrics", "l1d=16K:4:64"]), "x86_64").unwrap();
-        assert!(c.metrics && c.l1d.size == 16384 && c.l2 == bbv_profile::CacheGeometry::L2);
-        assert!(parse_args(&args(&["dir=a", "l1d=48K:12:64"]), "x86_64").is_err());
-        assert!(parse_args(&args(&["dir=a", "l2=1M:16:128"]), "x86_64").is_err());
-        assert!(parse_args(&args(&["dir=a", "colour=red"]), "x86_64").is_err());
+        assert!(c.metrics() && c.model().l1d.size == 16384);
         let c = parse_args(&args(&["dir=a"]), "aarch64-linux-user").unwrap();
-        assert!(c.aarch64 && !c.x86 && c.interval == 100_000_000);
+        assert!(c.aarch64 && !c.x86 && c.host.interval == 100_000_000);
+        assert!(parse_args(&args(&["dir=a", "colour=red"]), "x86_64").is_err());
     }
 }

@@ -16,11 +16,12 @@
 //! counting), the block's metrics are counted before the cut; when it is taken before the block
 //! (inline counting), after. So thread 1's instructions per row are its vector's instructions.
 
+use bbv_plugin_contract::files;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use bbv_profile::{CacheGeometry, MetricsRow, MetricsWriter};
+use bbv_profile::{MetricsRow, MetricsWriter};
 
 use crate::blocks::TbInfo;
 use crate::cache::{Cache, Gshare};
@@ -140,7 +141,7 @@ impl PageTable {
 
 /// Creates `metrics` with its header.
 pub fn init(cfg: &Config) -> std::io::Result<()> {
-    let out = MetricsWriter::new(File::create(cfg.dir.join("metrics"))?)?;
+    let out = MetricsWriter::new(File::create(cfg.host.dir.join(files::METRICS))?)?;
     *ROWS.lock().unwrap_or_else(|e| e.into_inner()) = Some(Rows {
         threads: Vec::new(),
         out: Some(out),
@@ -182,9 +183,9 @@ impl Engine {
             0
         };
         Engine {
-            l1d: Cache::new(&cfg.l1d),
-            l2: Cache::new(&cfg.l2),
-            line_shift: cfg.l1d.line.trailing_zeros(),
+            l1d: Cache::new(&cfg.model().l1d),
+            l2: Cache::new(&cfg.model().l2),
+            line_shift: cfg.model().l1d.line.trailing_zeros(),
             last_line: u64::MAX,
             last_epoch: 0,
             pages: Box::new([(u64::MAX, 0); FILTER]),
@@ -192,7 +193,7 @@ impl Engine {
             prev_end: 0,
             prev_branch: 0,
             prev_rep: 0,
-            rep_iterations: cfg.rep_iterations,
+            rep_iterations: cfg.host.rep_iterations,
         }
     }
 
@@ -321,7 +322,7 @@ impl ThreadMetrics {
     /// `alone`: the guest's only thread, whose engine may run on a model thread.
     pub fn new(cfg: &Config, alone: bool) -> ThreadMetrics {
         let engine = Engine::new(cfg);
-        let engine = if alone && cfg.metrics_thread {
+        let engine = if alone && cfg.model().own_thread {
             match offload::start(engine, EPOCH.load(Ordering::Relaxed)) {
                 Ok(away) => Where::Away(away),
                 Err(engine) => Where::Here(engine),
@@ -424,7 +425,7 @@ pub fn slice_rows() -> bool {
     crate::slices::on()
         && crate::CONFIG
             .get()
-            .is_some_and(|c| c.metrics && c.metrics_slices)
+            .is_some_and(|c| c.metrics() && c.model().slice_rows)
 }
 
 /// Appends `row`; after a failed write (reported once) the file gets no more rows.
@@ -450,9 +451,4 @@ pub(crate) fn put_out(out: Option<MetricsWriter<File>>) {
     if let Some(rows) = ROWS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
         rows.out = out;
     }
-}
-
-/// Parses `SIZE:WAYS:LINE` for the plugin arguments `l1d=` and `l2=`.
-pub fn geometry(key: &str, value: &str) -> Result<CacheGeometry, String> {
-    CacheGeometry::parse(value).map_err(|e| format!("plugin argument {key}: {e}"))
 }

@@ -10,6 +10,7 @@
 //! are the instructions each block had run by then (the region's vector is the difference of
 //! two such lines). After a `global` line, POSITION and the pairs cover every thread.
 
+use bbv_plugin_contract::files;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::fmt::Write as _;
@@ -87,7 +88,7 @@ pub fn init(dir: &Path, file: &Path) -> Result<(), String> {
     for t in &mut m.targets {
         t.sort_unstable();
     }
-    let events = File::create(dir.join("events"))
+    let events = File::create(dir.join(files::EVENTS))
         .map_err(|e| format!("creating the replay's event file: {e}"))?;
     *m.events.lock().unwrap_or_else(|e| e.into_inner()) = Some(events);
     MARKERS

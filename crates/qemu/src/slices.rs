@@ -19,6 +19,7 @@
 //! * `thread.N.slices`: `INDEX FILTERED id:instructions ...` for every slice thread N ran in.
 //!   Each line is one write, so a killed process leaves whole lines.
 
+use bbv_plugin_contract::files;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs::File;
@@ -155,7 +156,7 @@ pub fn begin(dir: &Path, per_thread: u64, first: u64) {
     if guard.is_some() {
         return;
     }
-    let file = match File::create(dir.join("slices")) {
+    let file = match File::create(dir.join(files::SLICES)) {
         Ok(f) => Some(f),
         Err(e) => {
             report_error(&format!("creating the slice file: {e}"));
@@ -200,7 +201,7 @@ pub struct ThreadSlices {
 impl ThreadSlices {
     /// The slice state of thread `number`, writing `DIR/thread.N.slices`.
     pub fn new(dir: &Path, number: u32) -> Option<ThreadSlices> {
-        let file = match File::create(dir.join(format!("thread.{number}.slices"))) {
+        let file = match File::create(dir.join(files::thread_slices(number))) {
             Ok(f) => f,
             Err(e) => {
                 report_error(&format!("creating thread {number}'s slice file: {e}"));

@@ -8,11 +8,11 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use bbv_profile::plugin_state::{HEADER_WORDS, THREAD_MAGIC};
+use bbv_plugin_contract::state::{HEADER_WORDS, THREAD_MAGIC};
 use bbv_profile::CountStore;
 
 /// The thread's totals, kept current while it runs; field order is the word order of
-/// `bbv_profile::plugin_state::thread`.
+/// `bbv_plugin_contract::state::thread`.
 #[repr(C)]
 pub struct Header {
     pub magic: u64,

@@ -4,6 +4,7 @@
 //! unfinished interval live in `thread.N.state` (a shared mapping), so nothing is lost when the
 //! process dies without running any plugin callback; the host writes the closing comment.
 
+use bbv_plugin_contract::files;
 use std::fs::File;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -99,7 +100,7 @@ const WATCH_BLOCKS: usize = 128;
 const START_REACH: u64 = 100;
 const START_BLOCKS: usize = 8192;
 
-/// The blocks first run in the `cfg.watch` instructions after the thread's latest cut; the
+/// The blocks first run in the `cfg.host.watch` instructions after the thread's latest cut; the
 /// host places (PC, count) markers of interval boundaries on them (see `bbv-pipeline`).
 struct Watch {
     /// Instructions watched after each cut (0 = no watching).
@@ -210,44 +211,44 @@ pub fn start(vcpu: u32) {
         return;
     };
     let number = NEXT_NUMBER.fetch_add(1, Ordering::Relaxed);
-    let shared = match Shared::create(&cfg.dir.join(format!("thread.{number}.state")), number) {
+    let shared = match Shared::create(&cfg.host.dir.join(files::thread_state(number)), number) {
         Ok(s) => s,
         Err(e) => return report_error(&format!("creating thread {number}'s counters: {e}")),
     };
-    let out = if cfg.count_only {
+    let out = if cfg.host.count_only {
         None
     } else {
-        match File::create(cfg.dir.join(format!("thread.{number}.bb"))) {
+        match File::create(cfg.host.dir.join(files::thread_bb(number))) {
             Ok(f) => Some(f),
             Err(e) => return report_error(&format!("creating thread {number}'s vector file: {e}")),
         }
     };
-    let marks = if cfg.watch > 0 && !cfg.count_only {
-        match File::create(cfg.dir.join(format!("thread.{number}.marks"))) {
+    let marks = if cfg.host.watch > 0 && !cfg.host.count_only {
+        match File::create(cfg.host.dir.join(files::thread_marks(number))) {
             Ok(f) => Some(f),
             Err(e) => return report_error(&format!("creating thread {number}'s marks file: {e}")),
         }
     } else {
         None
     };
-    let mode = if cfg.exact {
+    let mode = if cfg.host.exact {
         CutMode::Exact
     } else {
         CutMode::BlockEnd
     };
     let t = Box::new(Thread {
-        counter: IntervalCounter::with_store(cfg.interval, mode, shared),
+        counter: IntervalCounter::with_store(cfg.host.interval, mode, shared),
         out,
         line: Vec::new(),
         last_rep: 0,
-        watch: Watch::new(cfg.watch, marks),
-        slices: if cfg.slices > 0 && !cfg.count_only {
-            ThreadSlices::new(&cfg.dir, number)
+        watch: Watch::new(cfg.host.watch, marks),
+        slices: if cfg.host.slices > 0 && !cfg.host.count_only {
+            ThreadSlices::new(&cfg.host.dir, number)
         } else {
             None
         },
-        pace: (cfg.flow > 0).then(|| Pace::new(number, cfg.flow)),
-        metrics: cfg.metrics.then(|| ThreadMetrics::new(cfg, number == 1)),
+        pace: (cfg.host.flow > 0).then(|| Pace::new(number, cfg.host.flow)),
+        metrics: cfg.metrics().then(|| ThreadMetrics::new(cfg, number == 1)),
         main: number == 1,
         vcpu,
         anchor: 0,
@@ -308,7 +309,7 @@ fn take_over_first() {
         if let (Some(sl), Some(cfg)) = (t.slices.as_mut(), CONFIG.get()) {
             // Thread 1's finished intervals are the slices before this one, which starts
             // with its unfinished interval.
-            slices::begin(&cfg.dir, cfg.slices, t.counter.intervals());
+            slices::begin(&cfg.host.dir, cfg.host.slices, t.counter.intervals());
             sl.add_filtered(t.counter.total() - t.counter.last_cut());
         }
     }
@@ -320,9 +321,9 @@ pub fn after_reset() {
     let inline_multi = INIT_ON_NEW_THREAD
         && crate::api::INLINE.load(Ordering::Relaxed)
         && !crate::replay::active()
-        && CONFIG
-            .get()
-            .is_some_and(|c| c.slices == 0 && c.flow == 0 && c.watch == 0 && !c.metrics);
+        && CONFIG.get().is_some_and(|c| {
+            c.host.slices == 0 && c.host.flow == 0 && c.host.watch == 0 && !c.metrics()
+        });
     if INIT_ON_NEW_THREAD {
         // Thread 1's hand-over, and what every other thread counted inline on its own vCPU.
         take_over_first();
@@ -525,7 +526,7 @@ pub fn exec_rep(vcpu: u32, tb: &TbInfo) {
 /// `count_rep=iteration`: every execution of a rep instruction counts.
 #[inline]
 fn rep_iterations_count() -> bool {
-    CONFIG.get().is_some_and(|c| c.rep_iterations)
+    CONFIG.get().is_some_and(|c| c.host.rep_iterations)
 }
 
 /// The state of the thread running on `vcpu`. Only that vCPU's own host thread may call this
@@ -640,14 +641,14 @@ pub fn snapshot_all(mut each: impl FnMut(u32, u64)) -> u64 {
     };
     let mut total = 0;
     for number in 1..NEXT_NUMBER.load(Ordering::Acquire) {
-        let Ok(bytes) = std::fs::read(cfg.dir.join(format!("thread.{number}.state"))) else {
+        let Ok(bytes) = std::fs::read(cfg.host.dir.join(files::thread_state(number))) else {
             continue;
         };
         let words: Vec<u64> = bytes
             .chunks_exact(8)
             .map(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
             .collect();
-        let Some(counts) = words.get(bbv_profile::plugin_state::HEADER_WORDS..) else {
+        let Some(counts) = words.get(bbv_plugin_contract::state::HEADER_WORDS..) else {
             continue;
         };
         // Word 2 of the header is the thread's total (see state.rs).
@@ -680,7 +681,7 @@ pub fn finish_all() {
         }
     }
     slices::finish();
-    if let Some(cfg) = CONFIG.get().filter(|c| c.metrics) {
+    if let Some(cfg) = CONFIG.get().filter(|c| c.metrics()) {
         let p = FIRST.load(Ordering::Acquire);
         // SAFETY: at exit no guest thread runs blocks any more; thread 1's state is never freed.
         let mut first = unsafe { p.as_mut() }.and_then(|t| t.metrics.as_mut());
@@ -688,7 +689,7 @@ pub fn finish_all() {
             // The row of the last slice, which the program's exit cut short (the host
             // clusters it too).
             crate::metrics::cut(None);
-        } else if cfg.tail {
+        } else if cfg.host.tail {
             // The row of the unfinished interval, for the host's tail vector.
             crate::metrics::cut(first.as_deref_mut());
         }

@@ -2,7 +2,7 @@
 //! (bbv-collect) reads afterwards, also when the guest died without warning. Native-endian u64
 //! words: a header of [`HEADER_WORDS`], then the payload.
 //!
-//! * `thread.N.state`: header (word indices in [`thread`]), then one count per block id of the
+//! * `thread.N.state` ([`crate::files::thread_state`]): header (word indices in [`thread`]), then one count per block id of the
 //!   thread's unfinished interval.
 //! * `tbs.state`: header (word 0 = [`SLOTS_MAGIC`]), then `[executions, harvested]` per slot
 //!   listed in `tbs`.

@@ -1,0 +1,40 @@
+//! What `bbv collect` (the host) and its QEMU plugin (bbv-qemu) agree on, in one place:
+//!
+//! * [`PluginConfig`]: what the host asks for, written as QEMU's `key=value` plugin
+//!   arguments ([`PluginConfig::to_args`]) and parsed back in the plugin
+//!   ([`PluginConfig::parse`]);
+//! * [`files`]: the name of every file the plugin writes into its directory;
+//! * [`state`]: the layout of the shared mappings the plugin keeps while the guest runs;
+//! * [`events`]: the reader of the marker events a replay writes.
+//!
+//! Both sides depend on this crate, so a field or a file name is spelled once.
+
+mod config;
+pub mod events;
+pub mod files;
+pub mod state;
+
+pub use config::{MetricsConfig, PluginConfig};
+
+/// What can go wrong reading a file of the plugin's.
+#[derive(Debug, thiserror::Error)]
+pub enum ContractError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A line is not what the plugin writes.
+    #[error("{}:{line}: expected {what}", path.display())]
+    Parse {
+        /// The file.
+        path: std::path::PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What was expected.
+        what: String,
+    },
+}
