@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use crate::api::Insn;
+use crate::ffi::Insn;
 use crate::maplog::MapLog;
 use crate::{maps, report_error, x86, Config};
 

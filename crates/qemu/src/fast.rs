@@ -40,7 +40,7 @@ static NEXT_CUT: AtomicU64 = AtomicU64::new(u64::MAX);
 /// QEMU for an entry costs more than a block's whole callback otherwise).
 #[inline(always)]
 fn on_board() -> bool {
-    !cfg!(any(test, feature = "api-v1")) && crate::api::INLINE.load(Ordering::Relaxed)
+    !cfg!(any(test, feature = "api-v1")) && crate::ffi::INLINE.load(Ordering::Relaxed)
 }
 
 /// Instructions executed by the single thread so far.
@@ -243,4 +243,4 @@ pub mod board {
 }
 
 #[cfg(not(any(test, feature = "api-v1")))]
-pub use crate::api::board;
+pub use crate::ffi::board;

@@ -35,10 +35,10 @@
 #![cfg_attr(test, allow(dead_code))]
 
 #[cfg(not(test))]
-mod api;
+mod ffi;
 /// Unit tests run without QEMU, which provides the qemu_plugin_* symbols at load time.
 #[cfg(test)]
-mod api {
+mod ffi {
     use std::sync::atomic::AtomicBool;
     pub(crate) static INLINE: AtomicBool = AtomicBool::new(false);
     pub(crate) fn request_reset() {}
@@ -61,7 +61,10 @@ mod fork;
 mod maplog;
 mod maps;
 mod metrics;
+mod model;
 mod offload;
+#[cfg(not(test))]
+mod plugin;
 mod replay;
 mod slices;
 mod state;

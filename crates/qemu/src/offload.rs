@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use bbv_profile::{MetricsRow, MetricsWriter};
 
 use crate::blocks::TbInfo;
-use crate::metrics::{self, Engine};
+use crate::model::{self, Engine};
 
 /// Words (blocks and accesses) per buffer: 128 KiB, small enough to stay in a core's cache.
 const BUFFER: usize = 16 * 1024;
@@ -102,8 +102,8 @@ pub fn start(engine: Engine, epoch: u64) -> Result<Offload, Engine> {
         Ok(h) => h,
         Err(_) => return Err(engine),
     };
-    if let Err(mpsc::SendError((engine, out))) = home_tx.send((engine, metrics::take_out())) {
-        metrics::put_out(out);
+    if let Err(mpsc::SendError((engine, out))) = home_tx.send((engine, model::take_out())) {
+        model::put_out(out);
         return Err(engine);
     }
     Ok(Offload {
@@ -166,7 +166,7 @@ fn run(
                 }
                 since = MetricsRow::default();
                 epoch += 1;
-                metrics::write_row(&mut out, &row);
+                model::write_row(&mut out, &row);
             }
             Msg::Back(reply) => {
                 let _ = reply.send((engine, since, out));
@@ -254,8 +254,8 @@ impl Offload {
 
     /// Adds the repeats since the last cut to `row`'s loads and stores.
     fn take_repeats(&mut self, row: &mut MetricsRow) {
-        row.0[metrics::LOADS] += self.repeats[0];
-        row.0[metrics::STORES] += self.repeats[1];
+        row.0[model::LOADS] += self.repeats[0];
+        row.0[model::STORES] += self.repeats[1];
         self.repeats = [0; 2];
     }
 
@@ -289,7 +289,7 @@ impl Offload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Counters;
+    use crate::model::Counters;
 
     enum Event {
         Block(&'static TbInfo),
@@ -321,7 +321,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let args = [format!("dir={}", dir.display()), "metrics=on".to_string()];
         let cfg = crate::parse_args(&args, "x86_64").unwrap();
-        metrics::init(&cfg).unwrap();
+        model::init(&cfg).unwrap();
         // Block i falls through into block i + 1 and ends with a conditional branch: the stream
         // goes on to the next block half of the time, to a random one otherwise.
         let blocks: Vec<&'static TbInfo> = (0..17u64)

@@ -327,7 +327,7 @@ impl ThreadSlices {
             SLICE.store(s + 1, Ordering::Release);
             append(g, &format!("cut {} {number} {}\n", s + 1, tb.id));
             // Under GLOBAL, so that rows follow the slices' order.
-            if crate::metrics::slice_rows() {
+            if slice_rows() {
                 crate::metrics::cut(None);
             }
             Some(end)
@@ -383,4 +383,13 @@ impl ThreadSlices {
             }
         }
     }
+}
+
+/// Whether rows are cut at slice boundaries now: asked for (`metrics_rows=slices`), and slicing
+/// has begun. Thread 1's engine is back on its own thread by then (it comes back when the
+/// second thread starts, before slicing begins), so a row needs no model thread.
+pub fn slice_rows() -> bool {
+    on() && crate::CONFIG
+        .get()
+        .is_some_and(|c| c.metrics() && c.model().slice_rows)
 }

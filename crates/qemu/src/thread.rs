@@ -35,7 +35,7 @@ static MULTI: AtomicBool = AtomicBool::new(false);
 static LAST_REP_PC: AtomicU64 = AtomicU64::new(0);
 static LAST_REP_TOTAL: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Per-interval metrics are on (`metrics=on`): the counting callbacks also count each block's
-/// metrics (see `api::on_tb_trans` for which side of a cut they fall on).
+/// metrics (see `plugin::on_tb_trans` for which side of a cut they fall on).
 pub static METRICS: AtomicBool = AtomicBool::new(false);
 /// Between the second thread's creation and the flush that ends inline counting.
 static SWITCHING: AtomicBool = AtomicBool::new(false);
@@ -269,9 +269,9 @@ pub fn start(vcpu: u32) {
             // On the new thread, thread 1 running: see INIT_ON_NEW_THREAD.
             if !SWITCHING.swap(true, Ordering::SeqCst) {
                 NEWEST.store(t, Ordering::Release);
-                crate::api::request_reset();
+                crate::ffi::request_reset();
             }
-        } else if crate::api::INLINE.load(Ordering::Relaxed) {
+        } else if crate::ffi::INLINE.load(Ordering::Relaxed) {
             // Inline adds cannot tell threads apart: flush every translation (QEMU does it at
             // the next safe point, before this creating thread runs another guest instruction)
             // and count per thread from then on. Until then only the new thread can run, so
@@ -279,7 +279,7 @@ pub fn start(vcpu: u32) {
             if !SWITCHING.swap(true, Ordering::SeqCst) {
                 take_over_first();
                 NEWEST.store(t, Ordering::Release);
-                crate::api::request_reset();
+                crate::ffi::request_reset();
             }
         } else {
             take_over_first();
@@ -319,10 +319,14 @@ fn take_over_first() {
 /// what the fast path counted since thread 1's hand-over was run by the new thread.
 pub fn after_reset() {
     let inline_multi = INIT_ON_NEW_THREAD
-        && crate::api::INLINE.load(Ordering::Relaxed)
-        && !crate::replay::active()
+        && crate::ffi::INLINE.load(Ordering::Relaxed)
         && CONFIG.get().is_some_and(|c| {
-            c.host.slices == 0 && c.host.flow == 0 && c.host.watch == 0 && !c.metrics()
+            // No marker watched (a replay), no slices, flow, marker candidates or metrics.
+            c.host.markers.is_none()
+                && c.host.slices == 0
+                && c.host.flow == 0
+                && c.host.watch == 0
+                && !c.metrics()
         });
     if INIT_ON_NEW_THREAD {
         // Thread 1's hand-over, and what every other thread counted inline on its own vCPU.
@@ -351,7 +355,7 @@ pub fn after_reset() {
     if inline_multi {
         MULTI_INLINE.store(true, Ordering::SeqCst);
     } else {
-        crate::api::INLINE.store(false, Ordering::SeqCst);
+        crate::ffi::INLINE.store(false, Ordering::SeqCst);
     }
     MULTI.store(true, Ordering::SeqCst);
 }
@@ -598,7 +602,7 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     h.total = total;
     if intervals != before {
         h.intervals = intervals;
-        if t.main && t.metrics.is_some() && !crate::metrics::slice_rows() {
+        if t.main && t.metrics.is_some() && !crate::slices::slice_rows() {
             (before..intervals).for_each(|_| crate::metrics::cut(t.metrics.as_mut()));
         }
         let cut_at = t.counter.last_cut();
@@ -685,7 +689,7 @@ pub fn finish_all() {
         let p = FIRST.load(Ordering::Acquire);
         // SAFETY: at exit no guest thread runs blocks any more; thread 1's state is never freed.
         let mut first = unsafe { p.as_mut() }.and_then(|t| t.metrics.as_mut());
-        if crate::metrics::slice_rows() {
+        if crate::slices::slice_rows() {
             // The row of the last slice, which the program's exit cut short (the host
             // clusters it too).
             crate::metrics::cut(None);

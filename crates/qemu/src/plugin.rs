@@ -1,0 +1,311 @@
+//! The top layer: registration and the raw callbacks QEMU calls, each handing its event to the
+//! counting engine ([`crate::thread`]) or a feature (metrics, replay), for plugin API v1
+//! (feature `api-v1`, QEMU 6.0-8.2) or v3 (feature `api-v3`, QEMU 9.1 and later).
+//!
+//! The qemu-plugin crate owns `qemu_plugin_install`; we override `register_default` so that only
+//! the callbacks we need are registered (its defaults take a global lock on every syscall), and
+//! register the hot execution callback with our own pointer as user data.
+
+use bbv_plugin_contract::files;
+use std::ffi::{c_uint, c_void};
+use std::sync::atomic::Ordering;
+
+use qemu_plugin::install::{Args, Info};
+use qemu_plugin::plugin::{HasCallbacks, Register};
+use qemu_plugin::sys::{self, qemu_plugin_cb_flags, qemu_plugin_id_t, qemu_plugin_tb};
+use qemu_plugin::PluginId;
+
+use crate::blocks::{self, TbInfo};
+#[cfg(not(feature = "api-v1"))]
+use crate::ffi::board;
+use crate::ffi::{decode_meminfo, Insn, InsnBytes, INLINE, ON_RESET, PLUGIN_ID};
+use crate::{parse_args, thread, CONFIG};
+
+struct BbvPlugin;
+
+impl HasCallbacks for BbvPlugin {}
+
+impl Register for BbvPlugin {
+    fn register_default(
+        &mut self,
+        id: PluginId,
+        args: &Args,
+        info: &Info,
+    ) -> qemu_plugin::Result<()> {
+        let cfg = match parse_args(&args.raw, &info.target_name) {
+            Ok(cfg) => cfg,
+            Err(msg) => {
+                // Without a valid configuration there is nowhere to count into; leave the error
+                // where the host looks (if the directory is known) and let the guest run.
+                if let Some(dir) = args.raw.iter().find_map(|a| a.strip_prefix("dir=")) {
+                    let _ = std::fs::write(std::path::Path::new(dir).join(files::ERROR), msg);
+                }
+                return Ok(());
+            }
+        };
+        if let Err(e) = blocks::init(&cfg).and_then(|_| crate::fast::init(&cfg)) {
+            let _ = std::fs::write(
+                cfg.host.dir.join(files::ERROR),
+                format!("creating the block table: {e}"),
+            );
+            return Ok(());
+        }
+        if let Some(markers) = &cfg.host.markers {
+            if let Err(msg) = crate::replay::init(&cfg.host.dir, markers) {
+                let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
+                return Ok(());
+            }
+        }
+        if cfg.metrics() {
+            if let Err(e) = crate::model::init(&cfg) {
+                let _ = std::fs::write(
+                    cfg.host.dir.join(files::ERROR),
+                    format!("creating metrics: {e}"),
+                );
+                return Ok(());
+            }
+        }
+        crate::fork::install(&cfg.host.dir);
+        INLINE.store(!cfg.host.exact, Ordering::Relaxed);
+        thread::METRICS.store(cfg.metrics(), Ordering::Relaxed);
+        let _ = CONFIG.set(cfg);
+        PLUGIN_ID.store(id, Ordering::Relaxed);
+        let _ = ON_RESET.set(on_reset);
+        register_all(id);
+        Ok(())
+    }
+}
+
+fn register_all(id: qemu_plugin_id_t) {
+    // SAFETY: registering callbacks with the id QEMU gave us.
+    unsafe {
+        sys::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init));
+        sys::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit));
+        sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
+        sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
+        if CONFIG.get().is_some_and(|c| c.host.flow > 0) {
+            sys::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
+            sys::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_ret));
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn on_syscall(
+    _id: qemu_plugin_id_t,
+    vcpu: c_uint,
+    _num: i64,
+    _a1: u64,
+    _a2: u64,
+    _a3: u64,
+    _a4: u64,
+    _a5: u64,
+    _a6: u64,
+    _a7: u64,
+    _a8: u64,
+) {
+    thread::syscall(vcpu, true);
+}
+
+extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, _num: i64, _ret: i64) {
+    thread::syscall(vcpu, false);
+}
+
+extern "C" fn on_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
+    thread::finish_all();
+}
+
+extern "C" fn on_marker(vcpu: c_uint, udata: *mut c_void) {
+    crate::replay::hit(vcpu, udata);
+}
+
+extern "C" fn on_reset(id: qemu_plugin_id_t) {
+    thread::after_reset();
+    register_all(id);
+}
+
+extern "C" fn on_candidate(vcpu: c_uint, udata: *mut c_void) {
+    // SAFETY: as in on_tb_exec.
+    let tb = unsafe { &*(udata as *const TbInfo) };
+    thread::check_cut(vcpu, tb);
+}
+
+qemu_plugin::register!(BbvPlugin);
+
+extern "C" fn on_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
+    thread::start(vcpu);
+}
+
+extern "C" fn on_vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {
+    thread::finish_vcpu(vcpu);
+}
+
+extern "C" fn on_tb_exec(vcpu: c_uint, udata: *mut c_void) {
+    // SAFETY: udata is the TbInfo leaked for this TB in on_tb_trans; it is never freed.
+    let tb = unsafe { &*(udata as *const TbInfo) };
+    thread::exec_fast(vcpu, tb);
+}
+
+extern "C" fn on_metrics_block(vcpu: c_uint, udata: *mut c_void) {
+    // SAFETY: as in on_tb_exec.
+    let tb = unsafe { &*(udata as *const TbInfo) };
+    thread::metrics_block(vcpu, tb);
+}
+
+/// [`on_metrics_block`] and [`on_mem`] doing nothing (`metrics_calls=empty`).
+extern "C" fn on_block_empty(_: c_uint, _: *mut c_void) {}
+
+extern "C" fn on_mem_empty(_: c_uint, _: sys::qemu_plugin_meminfo_t, _: u64, _: *mut c_void) {}
+
+extern "C" fn on_mem(vcpu: c_uint, info: sys::qemu_plugin_meminfo_t, vaddr: u64, _: *mut c_void) {
+    let (shift, store) = decode_meminfo(info);
+    thread::metrics_access(vcpu, vaddr, 1 << shift, store);
+}
+
+type MemCb = extern "C" fn(c_uint, sys::qemu_plugin_meminfo_t, u64, *mut c_void);
+type BlockCb = extern "C" fn(c_uint, *mut c_void);
+
+/// Registers the metrics callback of every memory access of a block's counted instructions.
+///
+/// # Safety
+/// `tb` is the block being translated.
+unsafe fn register_accesses(tb: *mut qemu_plugin_tb, counted: usize, empty: bool) {
+    let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+    let cb: MemCb = if empty { on_mem_empty } else { on_mem };
+    for i in 0..counted {
+        let p = sys::qemu_plugin_tb_get_insn(tb, i);
+        let rw = sys::qemu_plugin_mem_rw::QEMU_PLUGIN_MEM_RW;
+        sys::qemu_plugin_register_vcpu_mem_cb(p, Some(cb), flags, rw, std::ptr::null_mut());
+    }
+}
+
+extern "C" fn on_rep_exec(vcpu: c_uint, udata: *mut c_void) {
+    // SAFETY: as in on_tb_exec.
+    let tb = unsafe { &*(udata as *const TbInfo) };
+    thread::exec_rep(vcpu, tb);
+}
+
+/// Inline counting of a block: one add to its slot, one to the total (API v1's global inline
+/// adds; QEMU 9.0 removed them).
+///
+/// # Safety
+/// `tb` is the block being translated.
+#[cfg(feature = "api-v1")]
+unsafe fn count_inline(tb: *mut qemu_plugin_tb, info: &TbInfo) {
+    let add = sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64;
+    sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, info.execs as *mut c_void, 1);
+    let total = crate::fast::TOTAL.as_ptr() as *mut c_void;
+    sys::qemu_plugin_register_vcpu_tb_exec_inline(tb, add, total, info.insns);
+}
+
+/// Inline counting of a block at API v3: per-vCPU adds to its slot's scoreboard entry and
+/// (down) to the vCPU's distance to the next cut, from which its instructions follow.
+///
+/// # Safety
+/// `tb` is the block being translated.
+#[cfg(not(feature = "api-v1"))]
+unsafe fn count_inline(tb: *mut qemu_plugin_tb, info: &TbInfo) {
+    let add = sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64;
+    let per_vcpu = sys::qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu;
+    per_vcpu(tb, add, board::slot(info.slot as usize), 1);
+    per_vcpu(tb, add, board::distance(), info.insns.wrapping_neg());
+}
+
+/// The cut check of an inline-counted block that may close a loop, registered before its
+/// inline adds (API v3 runs a block's callbacks and adds in registration order; v1 runs the
+/// callbacks first anyway), so that it sees the total without the block. Under API v3 it is a
+/// conditional callback that QEMU makes only when the distance to the next cut is used up;
+/// with metrics, which need every block, it is made every time.
+///
+/// # Safety
+/// `tb` is the block being translated; `udata` its leaked `TbInfo`.
+unsafe fn register_check(tb: *mut qemu_plugin_tb, udata: *mut c_void, every_time: bool) {
+    let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+    #[cfg(not(feature = "api-v1"))]
+    if !every_time {
+        let ge = sys::qemu_plugin_cond::QEMU_PLUGIN_COND_GE;
+        sys::qemu_plugin_register_vcpu_tb_exec_cond_cb(
+            tb,
+            Some(on_candidate),
+            flags,
+            ge,
+            board::distance(),
+            board::USED_UP,
+            udata,
+        );
+        return;
+    }
+    let _ = every_time;
+    sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_candidate), flags, udata);
+}
+
+extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
+    let Some(cfg) = CONFIG.get() else { return };
+    // SAFETY: the tb handle and its instructions are valid for the duration of this callback.
+    unsafe {
+        let n = sys::qemu_plugin_tb_n_insns(tb);
+        if n == 0 {
+            return;
+        }
+        let code = InsnBytes::of(tb, n);
+        let insn = |i: usize| {
+            let ptr = sys::qemu_plugin_tb_get_insn(tb, i);
+            Insn {
+                vaddr: sys::qemu_plugin_insn_vaddr(ptr),
+                bytes: code.get(ptr, i),
+                ptr,
+            }
+        };
+        let first = insn(0);
+        let haddr = sys::qemu_plugin_insn_haddr(first.ptr) as u64;
+        let Some(info) = blocks::analyze(cfg, n, haddr, insn) else {
+            return;
+        };
+        let rep = info.rep_first || info.rep_last != 0;
+        let udata = info as *const TbInfo as *mut c_void;
+        let inline = INLINE.load(Ordering::Relaxed) && !rep;
+        // The block's metrics are counted by its counting callback (per-block counting, cuts
+        // after the block that crosses a boundary: the block's metrics first) or by the cut
+        // check (inline counting, cuts before the block: the cut first), so that the metrics
+        // see the block on the same side of a cut as the vectors; other inline blocks get a
+        // callback of their own.
+        if inline {
+            let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+            if info.may_loop {
+                register_check(tb, udata, cfg.metrics());
+            } else if cfg.metrics() {
+                let cb: BlockCb = if cfg.model().calls_only {
+                    on_block_empty
+                } else {
+                    on_metrics_block
+                };
+                sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(cb), flags, udata);
+            }
+            count_inline(tb, info);
+        } else {
+            let cb: extern "C" fn(c_uint, *mut c_void) = if rep { on_rep_exec } else { on_tb_exec };
+            let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+            sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(cb), flags, udata);
+        }
+        if cfg.metrics() {
+            register_accesses(tb, info.insns as usize, cfg.model().calls_only);
+        }
+        if crate::replay::active() {
+            // Registered after the block's own counting, so the block's instructions are
+            // already added when a marker instruction in it runs.
+            let located = |i: usize| {
+                let p = sys::qemu_plugin_tb_get_insn(tb, i);
+                (
+                    sys::qemu_plugin_insn_haddr(p) as u64,
+                    sys::qemu_plugin_insn_vaddr(p),
+                )
+            };
+            for (i, hit) in crate::replay::hits(info.insns as usize, located) {
+                let p = sys::qemu_plugin_tb_get_insn(tb, i);
+                let data = hit as *const crate::replay::Hit as *mut c_void;
+                let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+                sys::qemu_plugin_register_vcpu_insn_exec_cb(p, Some(on_marker), flags, data);
+            }
+        }
+    }
+}
