@@ -1,5 +1,6 @@
 //! The plugin's block table, symbolized.
 
+use bbv_plugin_contract::blocks::{self, Entry};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -59,115 +60,72 @@ impl Image {
 
 /// Reads `DIR/blocks` and symbolizes each block.
 pub(crate) fn read_blocks(path: &Path) -> Result<(Vec<Block>, Vec<Image>), CollectError> {
-    let mut text = std::fs::read_to_string(path).map_err(|e| CollectError::io(path, e))?;
-    // The plugin appends through a mapping of the file: its lines end at the first NUL.
-    text.truncate(text.find('\0').unwrap_or(text.len()));
-    // A process killed while the plugin appended a line leaves it unfinished: drop it.
-    let whole = text.rfind('\n').map_or(0, |i| i + 1);
-    text.truncate(whole);
+    let text = blocks::read_appended(path).map_err(|e| CollectError::io(path, e))?;
     // QEMU's maps list every mapped file (QEMU's own libraries, the plugin, its state files):
     // only the ones blocks come from are read.
     let mut paths: HashMap<u32, PathBuf> = HashMap::new();
     let mut modules: HashMap<u32, (ModuleSymbols, usize)> = HashMap::new();
     let mut images: Vec<Image> = Vec::new();
-    let mut blocks: Vec<Block> = Vec::new();
+    let mut out: Vec<Block> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let bad = |what| CollectError::BlockTable {
             path: path.into(),
             line: i + 1,
             what,
         };
-        let mut f = line.splitn(3, ' ');
-        match f.next() {
-            Some("module") => {
-                let idx = f
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| bad("module index"))?;
-                let p = f.next().ok_or_else(|| bad("module path"))?;
-                paths.insert(idx, PathBuf::from(p));
+        match blocks::parse_line(line).map_err(bad)? {
+            Entry::Module { index, path } => {
+                paths.insert(index, path);
             }
-            Some("block") => {
-                let mut f = line.split(' ').skip(1);
-                let id: u32 = f
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| bad("block id"))?;
-                let module = f.next().ok_or_else(|| bad("module"))?;
-                let hex = |s: Option<&str>| s.and_then(|s| u64::from_str_radix(s, 16).ok());
-                let offset = hex(f.next()).ok_or_else(|| bad("file offset"))?;
-                let vaddr = hex(f.next()).ok_or_else(|| bad("address"))?;
-                let insns = f
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| bad("instructions"))?;
-                let bytes = f
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| bad("bytes"))?;
-                let rep = match f.next() {
-                    Some("r") => true,
-                    Some("-") => false,
-                    _ => return Err(bad("a rep flag")),
-                };
-                if id as usize != blocks.len() + 1 {
+            Entry::Block(b) => {
+                if b.id as usize != out.len() + 1 {
                     return Err(bad("ids in order"));
                 }
-                let (module, address, function, image) = if module == "-" {
-                    (None, vaddr, String::new(), None)
-                } else {
-                    let idx: u32 = module.parse().map_err(|_| bad("module index"))?;
-                    let (m, image) = match modules.entry(idx) {
-                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                        std::collections::hash_map::Entry::Vacant(e) => {
-                            let p = paths.get(&idx).ok_or_else(|| bad("a known module"))?;
-                            let m = ModuleSymbols::load(p);
-                            let a = m.address(offset);
-                            images.push(Image {
-                                path: m.path.clone(),
-                                fixed: m.facts.fixed,
-                                build_id: m.facts.build_id.clone(),
-                                bias: vaddr.wrapping_sub(a),
-                            });
-                            e.insert((m, images.len() - 1))
-                        }
-                    };
-                    let a = m.address(offset);
-                    (
-                        Some(m.path.clone()),
-                        a,
-                        m.function(a).unwrap_or("").to_string(),
-                        Some(*image),
-                    )
+                let (module, address, function, image) = match b.module {
+                    None => (None, b.address, String::new(), None),
+                    Some(idx) => {
+                        let (m, image) = match modules.entry(idx) {
+                            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                            std::collections::hash_map::Entry::Vacant(e) => {
+                                let p = paths.get(&idx).ok_or_else(|| bad("a known module"))?;
+                                let m = ModuleSymbols::load(p);
+                                let a = m.address(b.offset);
+                                images.push(Image {
+                                    path: m.path.clone(),
+                                    fixed: m.facts.fixed,
+                                    build_id: m.facts.build_id.clone(),
+                                    bias: b.address.wrapping_sub(a),
+                                });
+                                e.insert((m, images.len() - 1))
+                            }
+                        };
+                        let a = m.address(b.offset);
+                        let function = m.function(a).unwrap_or("").to_string();
+                        (Some(m.path.clone()), a, function, Some(*image))
+                    }
                 };
-                blocks.push(Block {
-                    id,
+                out.push(Block {
+                    id: b.id,
                     module,
                     address,
-                    runtime_address: vaddr,
-                    instructions: insns,
-                    bytes,
-                    rep,
+                    runtime_address: b.address,
+                    instructions: b.instructions,
+                    bytes: b.bytes,
+                    rep: b.rep,
                     varies: false,
                     image,
                     function,
                 });
             }
-            Some("size") => {
-                let id: usize = f
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| bad("block id"))?;
-                let b = id
-                    .checked_sub(1)
-                    .and_then(|i| blocks.get_mut(i))
+            Entry::Size { id } => {
+                let b = (id.checked_sub(1))
+                    .and_then(|i| out.get_mut(i))
                     .ok_or_else(|| bad("a known block"))?;
                 b.varies = true;
             }
-            _ => return Err(bad("`module`, `block` or `size`")),
         }
     }
-    Ok((blocks, images))
+    Ok((out, images))
 }
 
 /// Writes `blocks.tsv`: a header, then per block id its image (file name; `-` for anonymous

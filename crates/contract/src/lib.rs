@@ -9,6 +9,7 @@
 //!
 //! Both sides depend on this crate, so a field or a file name is spelled once.
 
+pub mod blocks;
 mod config;
 pub mod events;
 pub mod files;

@@ -80,95 +80,14 @@ pub fn pick_scored(
     method: Method,
 ) -> Result<(Vec<Pick>, Vec<KScore>), GpuError> {
     let n = counts.len();
-    let mut scores = Vec::new();
     if n == 0 {
         return Err(GpuError::Unsupported(
             "the kernel list launches no kernel".into(),
         ));
     }
-    let groups: Vec<(usize, Vec<usize>)> = match method {
-        Method::Stratified { spread } => {
-            let mut strata: Vec<(String, f64, usize, Vec<usize>)> = Vec::new();
-            for (i, c) in counts.iter().enumerate() {
-                let insts = c.warp_insts as f64;
-                let found = strata.iter_mut().find(|(name, base, _, _)| {
-                    *name == c.header.name && (insts - base).abs() <= spread * base.max(1.0)
-                });
-                match found {
-                    Some(s) => s.3.push(i),
-                    None => strata.push((c.header.name.clone(), insts, i, vec![i])),
-                }
-            }
-            strata
-                .into_iter()
-                .map(|(_, _, _, members)| {
-                    // The member closest to the stratum's mean instruction count represents it.
-                    let mean = members
-                        .iter()
-                        .map(|&m| counts[m].warp_insts as f64)
-                        .sum::<f64>()
-                        / members.len() as f64;
-                    let rep = *members
-                        .iter()
-                        .min_by(|&&a, &&b| {
-                            let da = (counts[a].warp_insts as f64 - mean).abs();
-                            let db = (counts[b].warp_insts as f64 - mean).abs();
-                            da.total_cmp(&db).then(a.cmp(&b))
-                        })
-                        .expect("non-empty stratum");
-                    (rep, members)
-                })
-                .collect()
-        }
-        Method::Cluster { max_k } => {
-            // The vectors go through SimPoint exactly as a .bb file would.
-            let mut w = bbv_profile::BbvWriter::new(Vec::new());
-            for v in &bv.vectors {
-                if v.is_empty() {
-                    return Err(GpuError::Unsupported(
-                        "a launch executed no instruction: it has no basic-block vector".into(),
-                    ));
-                }
-                w.write_vector(v)
-                    .map_err(|e| GpuError::Unsupported(e.to_string()))?;
-            }
-            let text = w
-                .finish()
-                .map_err(|e| GpuError::Unsupported(e.to_string()))?;
-            let mut reader = bbv_profile::BbvReader::new(&text[..], "launch vectors");
-            let loaded = bbv_simpoint::load_vectors(
-                &mut reader,
-                &Projection::Random {
-                    dim: bbv_simpoint::DEFAULT_DIM,
-                    seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
-                },
-                |_| {},
-            )
-            .map_err(|e| GpuError::Unsupported(e.to_string()))?;
-            // Weighted by instruction count (SimPoint's -fixedLength off).
-            let data = loaded.vectors;
-            let opts = Options {
-                k: KChoice::Search {
-                    max_k: max_k.clamp(1, n),
-                },
-                ..Options::default()
-            };
-            let prep =
-                Prepared::new(&data, &opts).map_err(|e| GpuError::Unsupported(e.to_string()))?;
-            let result =
-                cluster(&prep, &opts, &Quiet).map_err(|e| GpuError::Unsupported(e.to_string()))?;
-            scores = result.runs.iter().map(|r| (r.k, r.bic)).collect();
-            scores.sort_by_key(|s| s.0);
-            let post = PostResult::new(&data, &result.runs[result.best].centres);
-            let mut by_cluster: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-            for (i, &l) in post.labels.iter().enumerate() {
-                by_cluster.entry(l).or_default().push(i);
-            }
-            by_cluster
-                .into_iter()
-                .map(|(c, members)| (post.simpoints[c as usize] as usize, members))
-                .collect()
-        }
+    let (groups, scores) = match method {
+        Method::Stratified { spread } => (strata(counts, spread), Vec::new()),
+        Method::Cluster { max_k } => clusters(bv, max_k.clamp(1, n))?,
     };
     let picks = groups
         .into_iter()
@@ -183,6 +102,92 @@ pub fn pick_scored(
         })
         .collect();
     Ok((picks, scores))
+}
+
+/// Launches in groups: (the representative, the members).
+type Groups = Vec<(usize, Vec<usize>)>;
+
+/// Strata by kernel name and instruction count (within `spread` of the stratum's first).
+fn strata(counts: &[KernelCount], spread: f64) -> Groups {
+    let mut strata: Vec<(String, f64, usize, Vec<usize>)> = Vec::new();
+    for (i, c) in counts.iter().enumerate() {
+        let insts = c.warp_insts as f64;
+        let found = strata.iter_mut().find(|(name, base, _, _)| {
+            *name == c.header.name && (insts - base).abs() <= spread * base.max(1.0)
+        });
+        match found {
+            Some(s) => s.3.push(i),
+            None => strata.push((c.header.name.clone(), insts, i, vec![i])),
+        }
+    }
+    strata
+        .into_iter()
+        .map(|(_, _, _, members)| {
+            // The member closest to the stratum's mean instruction count represents it.
+            let mean = members
+                .iter()
+                .map(|&m| counts[m].warp_insts as f64)
+                .sum::<f64>()
+                / members.len() as f64;
+            let rep = *members
+                .iter()
+                .min_by(|&&a, &&b| {
+                    let da = (counts[a].warp_insts as f64 - mean).abs();
+                    let db = (counts[b].warp_insts as f64 - mean).abs();
+                    da.total_cmp(&db).then(a.cmp(&b))
+                })
+                .expect("non-empty stratum");
+            (rep, members)
+        })
+        .collect()
+}
+
+/// Clusters of the launches' vectors (SimPoint's search up to `max_k`), and each k's BIC.
+fn clusters(bv: &BlockVectors, max_k: usize) -> Result<(Groups, Vec<KScore>), GpuError> {
+    // The vectors go through SimPoint exactly as a .bb file would.
+    let mut w = bbv_profile::BbvWriter::new(Vec::new());
+    for v in &bv.vectors {
+        if v.is_empty() {
+            return Err(GpuError::Unsupported(
+                "a launch executed no instruction: it has no basic-block vector".into(),
+            ));
+        }
+        w.write_vector(v)
+            .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+    }
+    let text = w
+        .finish()
+        .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+    let mut reader = bbv_profile::BbvReader::new(&text[..], "launch vectors");
+    let loaded = bbv_simpoint::load_vectors(
+        &mut reader,
+        &Projection::Random {
+            dim: bbv_simpoint::DEFAULT_DIM,
+            seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
+        },
+        |_| {},
+    )
+    .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+    // Weighted by instruction count (SimPoint's -fixedLength off).
+    let data = loaded.vectors;
+    let opts = Options {
+        k: KChoice::Search { max_k },
+        ..Options::default()
+    };
+    let prep = Prepared::new(&data, &opts).map_err(|e| GpuError::Unsupported(e.to_string()))?;
+    let result = cluster(&prep, &opts, &Quiet).map_err(|e| GpuError::Unsupported(e.to_string()))?;
+    let mut scores: Vec<KScore> = result.runs.iter().map(|r| (r.k, r.bic)).collect();
+    scores.sort_by_key(|s| s.0);
+    let post = PostResult::new(&data, &result.runs[result.best].centres);
+    let mut by_cluster: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, &l) in post.labels.iter().enumerate() {
+        by_cluster.entry(l).or_default().push(i);
+    }
+    let groups = by_cluster
+        .into_iter()
+        .map(|(c, members)| (post.simpoints[c as usize] as usize, members))
+        .collect();
+    Ok((groups, scores))
 }
 
 /// Every counted metric, estimated from the picks.

@@ -5,7 +5,9 @@ use std::io::Write as _;
 use std::path::Path;
 
 use bbv_profile::MetricsRow;
-use bbv_simpoint::{KChoice, Observer, Options, PostResult, Prepared, Projection};
+use bbv_simpoint::{
+    Clustering, Dataset, KChoice, Observer, Options, PostResult, Prepared, Projection,
+};
 
 use crate::validate::{self, Clusters, KRow, Validation};
 use bbv_files::AtomicFiles;
@@ -100,53 +102,8 @@ pub fn cluster_validated(
             None,
         ),
         Some(v) => {
-            let mut posts: Vec<PostResult> = result
-                .runs
-                .iter()
-                .map(|r| PostResult::new(&data, &r.centres))
-                .collect();
-            let clusterings: Vec<Clusters> = posts.iter().map(clusters_of).collect();
-            let bbv = validate::bbv_errors(input, &clusterings)?;
-            let mut by_k = Vec::new();
-            for (((run, c), bbv_error), &bic_fraction) in result
-                .runs
-                .iter()
-                .zip(&clusterings)
-                .zip(bbv)
-                .zip(&fractions)
-            {
-                let metrics = validate::metric_errors(v.rows, c)?;
-                let worst = metrics.iter().map(|m| m.rank()).fold(0.0, f64::max);
-                by_k.push(KRow {
-                    k: run.k,
-                    points: c.points.len(),
-                    bic: run.bic,
-                    bic_fraction,
-                    worst_rel_error: worst.is_finite().then_some(worst),
-                    bbv_error,
-                    metrics,
-                });
-            }
-            let (best, rule) = match target {
-                None => (
-                    result.best,
-                    "SimPoint 3.2: the smallest k whose BIC reaches 90% of the range".to_string(),
-                ),
-                Some(t) => choose_by_target(&by_k, t),
-            };
-            let chosen = &by_k[best];
-            let mut order: Vec<KRow> = by_k.clone();
-            order.sort_by_key(|r| r.k);
-            let validation = Validation {
-                metrics: chosen.metrics.clone(),
-                bbv_error: chosen.bbv_error,
-                bic_fraction: chosen.bic_fraction,
-                k_rule: rule,
-                k: chosen.k,
-                target_error: target,
-                by_k: order,
-            };
-            (posts.swap_remove(best), Some(validation))
+            let (post, validation) = validate_runs(input, &data, &result, &fractions, v)?;
+            (post, Some(validation))
         }
     };
     let name = |ext: &str| prefix.with_extension(ext);
@@ -177,6 +134,61 @@ pub fn cluster_validated(
     }
     files.commit()?;
     Ok(validation)
+}
+
+/// Every k tried, its estimate errors, and the chosen run's points (by BIC, or by the
+/// target error).
+fn validate_runs(
+    input: &Path,
+    data: &Dataset,
+    result: &Clustering,
+    fractions: &[f64],
+    v: &Validate,
+) -> Result<(PostResult, Validation), PipelineError> {
+    let target = v.target_error;
+    let mut posts: Vec<PostResult> = result
+        .runs
+        .iter()
+        .map(|r| PostResult::new(data, &r.centres))
+        .collect();
+    let clusterings: Vec<Clusters> = posts.iter().map(clusters_of).collect();
+    let bbv = validate::bbv_errors(input, &clusterings)?;
+    let mut by_k = Vec::new();
+    for (((run, c), bbv_error), &bic_fraction) in
+        result.runs.iter().zip(&clusterings).zip(bbv).zip(fractions)
+    {
+        let metrics = validate::metric_errors(v.rows, c)?;
+        let worst = metrics.iter().map(|m| m.rank()).fold(0.0, f64::max);
+        by_k.push(KRow {
+            k: run.k,
+            points: c.points.len(),
+            bic: run.bic,
+            bic_fraction,
+            worst_rel_error: worst.is_finite().then_some(worst),
+            bbv_error,
+            metrics,
+        });
+    }
+    let (best, rule) = match target {
+        None => (
+            result.best,
+            "SimPoint 3.2: the smallest k whose BIC reaches 90% of the range".to_string(),
+        ),
+        Some(t) => choose_by_target(&by_k, t),
+    };
+    let chosen = &by_k[best];
+    let mut order: Vec<KRow> = by_k.clone();
+    order.sort_by_key(|r| r.k);
+    let validation = Validation {
+        metrics: chosen.metrics.clone(),
+        bbv_error: chosen.bbv_error,
+        bic_fraction: chosen.bic_fraction,
+        k_rule: rule,
+        k: chosen.k,
+        target_error: target,
+        by_k: order,
+    };
+    Ok((posts.swap_remove(best), validation))
 }
 
 /// Each run's BIC as a fraction of the range over the runs (1 when all are equal).

@@ -51,6 +51,40 @@ pub fn summary_text(
     validation: Option<&Validation>,
 ) -> String {
     let mut r = String::new();
+    what_ran(&mut r, s);
+    if s.intervals == 0 {
+        let _ = writeln!(
+            r,
+            "no complete interval to cluster: the run is shorter than --interval {} (try a smaller one, or --tail)",
+            s.interval
+        );
+        return r;
+    }
+    if s.clustered == "all" {
+        let _ = writeln!(
+            r,
+            "simpoints: in {}/simpoint.simpoints (rows of bb.all: every thread's intervals in thread order); markers are placed for --threads main runs",
+            dir.display()
+        );
+        return r;
+    }
+    points(&mut r, s, profile, blocks, validation);
+    if let Some(v) = validation {
+        r.push_str(&crate::validate::table(v));
+    }
+    let looppoint = s.regions_mode == "looppoint";
+    let _ = writeln!(
+        r,
+        "files: {}/ (report.html, summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, {}bb.out, pc.out, simpoint.*{})",
+        dir.display(),
+        if looppoint { "global.bb, slices.tsv, " } else { "" },
+        if validation.is_some() { ", metrics.csv, validation.json" } else { "" }
+    );
+    r
+}
+
+/// The instructions per thread and what was clustered: slices or intervals.
+fn what_ran(r: &mut String, s: &Summary) {
     let n = s.threads.len();
     let _ = writeln!(
         r,
@@ -67,8 +101,7 @@ pub fn summary_text(
             let _ = writeln!(r, "  thread {}: {}", t.thread, t.instructions);
         }
     }
-    let looppoint = s.regions_mode == "looppoint";
-    if looppoint {
+    if s.regions_mode == "looppoint" {
         let _ = writeln!(
             r,
             "regions: looppoint ({}); {} filtered instructions (without {})",
@@ -110,22 +143,17 @@ pub fn summary_text(
             }
         );
     }
-    if s.intervals == 0 {
-        let _ = writeln!(
-            r,
-            "no complete interval to cluster: the run is shorter than --interval {} (try a smaller one, or --tail)",
-            s.interval
-        );
-        return r;
-    }
-    if s.clustered == "all" {
-        let _ = writeln!(
-            r,
-            "simpoints: in {}/simpoint.simpoints (rows of bb.all: every thread's intervals in thread order); markers are placed for --threads main runs",
-            dir.display()
-        );
-        return r;
-    }
+}
+
+/// The points' table: weight, interval, start, hottest functions and markers.
+fn points(
+    r: &mut String,
+    s: &Summary,
+    profile: &Profile,
+    blocks: &[BlockRow],
+    validation: Option<&Validation>,
+) {
+    let looppoint = s.regions_mode == "looppoint";
     let rule = match validation {
         Some(v) if v.target_error.is_some() => "by --target-error",
         _ => "by BIC",
@@ -169,15 +197,4 @@ pub fn summary_text(
             None => r.push('\n'),
         }
     }
-    if let Some(v) = validation {
-        r.push_str(&crate::validate::table(v));
-    }
-    let _ = writeln!(
-        r,
-        "files: {}/ (report.html, summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, {}bb.out, pc.out, simpoint.*{})",
-        dir.display(),
-        if looppoint { "global.bb, slices.tsv, " } else { "" },
-        if validation.is_some() { ", metrics.csv, validation.json" } else { "" }
-    );
-    r
 }

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use crate::markers::{Placer, Profile};
 use crate::regions::{self, Entry};
-use crate::rundir::{BlockRow, ImageRow, Marker, Point, Summary, Window};
+use crate::rundir::{BlockRow, Chosen, ImageRow, Marker, Point, Summary, Window};
 use crate::slices::{self, Boundary, SliceRow};
 use crate::PipelineError;
 
@@ -259,9 +259,13 @@ pub struct Inputs<'a> {
     pub entry: Option<&'a Entry>,
 }
 
-/// The points of a looppoint run directory, heaviest first.
-pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, PipelineError> {
-    let rows = slices::read_table(&dir.join("slices.tsv"))?;
+/// The chosen slices (a last, partial slice replaced) and every complete slice's cluster,
+/// checked against the slice table.
+fn chosen_slices(
+    dir: &Path,
+    s: &Summary,
+    rows: &[SliceRow],
+) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
     let (chosen, labels) = crate::rundir::chosen(dir)?;
     if labels.len() as u64 != s.intervals || rows.len() < labels.len() {
         return Err(PipelineError::Invalid(format!(
@@ -273,8 +277,31 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
         )));
     }
     let chosen = substitute_last(dir, chosen, &labels, rows.len())?;
-    let n_warm = warmup_slices(s);
     crate::rundir::check_chosen(dir, &chosen, s.intervals, "slice")?;
+    Ok((chosen, labels))
+}
+
+/// The cluster whose point is nearest to the orphan last slice `o`, and the slice's
+/// filtered instructions, which that cluster's multiplier takes in.
+fn adopter(o: u64, chosen: &[Chosen], kept: &Kept, rows: &[SliceRow]) -> Option<(usize, u64)> {
+    let v = kept.get(&o)?;
+    chosen
+        .iter()
+        .map(|c| {
+            (
+                c.cluster,
+                distance(v, kept.get(&c.interval).map_or(&[][..], |x| x)),
+            )
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(cluster, _)| (cluster, rows[o as usize].filtered))
+}
+
+/// The points of a looppoint run directory, heaviest first.
+pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, PipelineError> {
+    let rows = slices::read_table(&dir.join("slices.tsv"))?;
+    let (chosen, labels) = chosen_slices(dir, s, &rows)?;
+    let n_warm = warmup_slices(s);
     let mut needed = BTreeSet::new();
     for c in &chosen {
         needed.extend(c.interval.saturating_sub(n_warm)..=c.interval + 1);
@@ -306,19 +333,7 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
     } else {
         Default::default()
     };
-    let adopter = orphan.and_then(|o| {
-        let v = kept.get(&o)?;
-        chosen
-            .iter()
-            .map(|c| {
-                (
-                    c.cluster,
-                    distance(v, kept.get(&c.interval).map_or(&[][..], |x| x)),
-                )
-            })
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(cluster, _)| (cluster, rows[o as usize].filtered))
-    });
+    let adopter = orphan.and_then(|o| adopter(o, &chosen, &kept, &rows));
     let profile = Profile::read(
         &dir.join("bb.out"),
         n_blocks,

@@ -248,6 +248,21 @@ fn l1(a: &HashMap<Key, u64>, b: &HashMap<Key, u64>) -> f64 {
     d
 }
 
+/// The profiled vectors of the points' intervals (or slices), to compare the replay's with.
+fn points_profile(dir: &Path, s: &Summary, n_blocks: usize) -> Result<Profile, PipelineError> {
+    let keep: BTreeSet<u64> = s.points.iter().map(|p| p.interval).collect();
+    Ok(if s.regions_mode == "looppoint" {
+        // The slices' vectors merged over threads: threads share work differently on replay.
+        let none = BTreeSet::new();
+        let kept = crate::looppoint::read_global(dir, n_blocks, &none, &keep, None)?.kept;
+        let mut p = Profile::default();
+        p.kept = kept;
+        p
+    } else {
+        Profile::read(&dir.join("bb.out"), n_blocks, &BTreeSet::new(), &keep)?
+    })
+}
+
 /// Runs the replay. `Err` = bad input, found before anything ran.
 pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
     let s = rundir::read_summary(&req.dir)?;
@@ -260,23 +275,8 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
     let program = bbv_collect::resolve_program(&req.program)?;
     let plan = plan(&req.dir, &s, &program)?;
     let blocks = rundir::read_blocks(&req.dir.join("blocks.tsv"))?;
-    let keep: BTreeSet<u64> = s.points.iter().map(|p| p.interval).collect();
     let looppoint = s.regions_mode == "looppoint";
-    let profile = if looppoint {
-        // The slices' vectors merged over threads: threads share work differently on replay.
-        let none = BTreeSet::new();
-        let kept = crate::looppoint::read_global(&req.dir, blocks.len(), &none, &keep, None)?.kept;
-        let mut p = Profile::default();
-        p.kept = kept;
-        p
-    } else {
-        Profile::read(
-            &req.dir.join("bb.out"),
-            blocks.len(),
-            &BTreeSet::new(),
-            &keep,
-        )?
-    };
+    let profile = points_profile(&req.dir, &s, blocks.len())?;
     let (work, _cleanup) = bbv_files::interrupt::Cleanup::create(|| {
         bbv_files::interrupt::remove_orphans(&std::env::temp_dir(), ".bbv-replay-");
         let prefix = bbv_files::interrupt::tagged(".bbv-replay-");

@@ -1,8 +1,8 @@
 //! Translation-time analysis of a TB and the global block table.
 
+use bbv_plugin_contract::blocks as contract;
 use bbv_plugin_contract::files;
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -105,13 +105,72 @@ pub fn init(cfg: &Config) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Analyzes a TB being translated: instructions to count, rep/fldcw facts and the block id.
-pub fn analyze<'a>(
-    cfg: &Config,
-    n: usize,
-    haddr: u64,
-    insn: impl Fn(usize) -> Insn<'a>,
-) -> Option<&'static TbInfo> {
+/// The block's id, first seen now or before; a first translation, or one with another
+/// length, is appended to the block table.
+fn block_id(
+    table: &mut Table,
+    key: (u32, u64),
+    address: u64,
+    insns: u64,
+    bytes: u64,
+    rep_first: bool,
+) -> u32 {
+    let id = match table.ids.get(&key) {
+        Some(&id) => id,
+        None => {
+            let id = table.next;
+            table.next += 1;
+            table.ids.insert(key, id);
+            let mut line = String::new();
+            if key.0 != ANON && key.0 as usize >= table.modules {
+                let paths = maps::paths();
+                for (i, p) in paths.iter().enumerate().skip(table.modules) {
+                    contract::write_module(&mut line, i, p);
+                }
+                table.modules = paths.len();
+            }
+            let entry = contract::BlockLine {
+                id,
+                module: (key.0 != ANON).then_some(key.0),
+                offset: key.1,
+                address,
+                instructions: insns,
+                bytes,
+                rep: rep_first,
+            };
+            contract::write_block(&mut line, &entry);
+            table.sizes.insert((id, insns));
+            append(table, &line);
+            id
+        }
+    };
+    if table.sizes.insert((id, insns)) {
+        let mut line = String::new();
+        contract::write_size(&mut line, id, insns, bytes);
+        append(table, &line);
+    }
+    id
+}
+
+/// What a TB's instructions say, decoded for the guest's ISA.
+struct Facts {
+    /// Instructions counted (a stale page-crossing copy left out).
+    insns: usize,
+    /// It ends in a conditional branch.
+    cond: bool,
+    /// It starts with a rep string instruction.
+    rep_first: bool,
+    /// The address of a rep string instruction ending it (0 when none).
+    rep_last: u64,
+    /// fldcw instructions in it.
+    fldcw: u64,
+    /// It may jump back into itself or its own start.
+    may_loop: bool,
+    /// The end of the counted instructions' bytes.
+    end: u64,
+}
+
+fn facts<'a>(cfg: &Config, n: usize, insn: &impl Fn(usize) -> Insn<'a>) -> Facts {
     let first = insn(0);
     let last = insn(n - 1);
     let mut insns = n;
@@ -152,6 +211,35 @@ pub fn analyze<'a>(
         let l = insn(insns - 1);
         l.vaddr + l.bytes.len() as u64
     };
+    Facts {
+        insns,
+        cond,
+        rep_first,
+        rep_last,
+        fldcw,
+        may_loop,
+        end,
+    }
+}
+
+/// Analyzes a TB being translated: instructions to count, rep/fldcw facts and the block id.
+pub fn analyze<'a>(
+    cfg: &Config,
+    n: usize,
+    haddr: u64,
+    insn: impl Fn(usize) -> Insn<'a>,
+) -> Option<&'static TbInfo> {
+    let first = insn(0);
+    let last = insn(n - 1);
+    let Facts {
+        insns,
+        cond,
+        rep_first,
+        rep_last,
+        fldcw,
+        may_loop,
+        end,
+    } = facts(cfg, n, &insn);
     let bytes = end.saturating_sub(first.vaddr);
     let key = maps::locate(haddr).unwrap_or((ANON, first.vaddr));
     // Loop heads and image kinds serve slicing only.
@@ -175,40 +263,7 @@ pub fn analyze<'a>(
     };
     let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     let table = guard.as_mut()?;
-    let id = match table.ids.get(&key) {
-        Some(&id) => id,
-        None => {
-            let id = table.next;
-            table.next += 1;
-            table.ids.insert(key, id);
-            let mut line = String::new();
-            if key.0 != ANON && key.0 as usize >= table.modules {
-                let paths = maps::paths();
-                for (i, p) in paths.iter().enumerate().skip(table.modules) {
-                    let _ = writeln!(line, "module {i} {p}");
-                }
-                table.modules = paths.len();
-            }
-            let module = if key.0 == ANON {
-                "-".to_string()
-            } else {
-                key.0.to_string()
-            };
-            let _ = writeln!(
-                line,
-                "block {id} {module} {:x} {:x} {insns} {bytes} {}",
-                key.1,
-                first.vaddr,
-                if rep_first { 'r' } else { '-' }
-            );
-            table.sizes.insert((id, insns as u64));
-            append(table, &line);
-            id
-        }
-    };
-    if table.sizes.insert((id, insns as u64)) {
-        append(table, &format!("size {id} {insns} {bytes}\n"));
-    }
+    let id = block_id(table, key, first.vaddr, insns as u64, bytes, rep_first);
     if let Some(target) = back.filter(|_| own) {
         if table.heads.insert(target) {
             for info in table.by_pc.get(&target).into_iter().flatten() {
