@@ -14,7 +14,7 @@ pub enum SuiteCommand {
     /// finished before with the same settings; then OUT/summary.csv and OUT/index.html.
     /// Exits 0 when every job is done, 1 when any failed, 2 on a bad manifest.
     Run {
-        /// The suite manifest (TOML; see the README).
+        /// The suite manifest (TOML; see docs/suite.md).
         manifest: PathBuf,
         /// The output folder.
         #[arg(short = 'o', value_name = "OUT")]

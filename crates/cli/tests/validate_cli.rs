@@ -219,7 +219,7 @@ fn pairs(path: &Path) -> Vec<(f64, usize)> {
 }
 
 /// validation.json's metric errors recomputed from metrics.csv, simpoint.simpoints,
-/// simpoint.weights and simpoint.labels, straight from the definitions in the README.
+/// simpoint.weights and simpoint.labels, straight from the definitions in docs/run.md.
 fn recompute(dir: &Path) -> Vec<(String, [f64; 7])> {
     let rows = csv_rows(&dir.join("metrics.csv"));
     let points = pairs(&dir.join("simpoint.simpoints"));
