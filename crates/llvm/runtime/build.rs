@@ -1,3 +1,5 @@
+//! Builds the C shim the runtime links (`src/shim.c`).
+
 // The thread-local counter and the section bounds need C: Rust has no stable thread_local
 // statics with a C symbol, nor weak references to linker-made symbols.
 fn main() {

@@ -213,6 +213,7 @@ fn parse_seed(opt: &str, v: &str) -> Result<i32, SimpointError> {
     parse_num::<i32>(opt, v)
 }
 
+/// An iteration limit (`-iters`, `--iters`): a count, or `off` for no limit.
 pub fn parse_iters(opt: &str, v: &str) -> Result<usize, SimpointError> {
     if v == "off" {
         return Ok(i32::MAX as usize);
@@ -224,6 +225,7 @@ pub fn parse_iters(opt: &str, v: &str) -> Result<usize, SimpointError> {
     Ok(n as usize)
 }
 
+/// A projected dimension (`-dim`, `--dim`): a count, or `noProject` / `none` for none.
 pub fn parse_dim(opt: &str, v: &str) -> Result<Option<usize>, SimpointError> {
     if v == "noProject" || v == "none" {
         return Ok(None);
@@ -235,6 +237,7 @@ pub fn parse_dim(opt: &str, v: &str) -> Result<Option<usize>, SimpointError> {
     Ok(Some(d))
 }
 
+/// A fraction from 0 (or above 0 unless `allow_zero`) to 1 (`-coveragePct`, `-bicThreshold`).
 pub fn parse_unit(opt: &str, v: &str, allow_zero: bool) -> Result<f64, SimpointError> {
     let x: f64 = parse_num(opt, v)?;
     let ok = if allow_zero {
@@ -361,6 +364,8 @@ pub fn parse_legacy(args: &[OsString]) -> Result<Config, SimpointError> {
     Ok(cfg)
 }
 
+/// The k values to try: SimPoint's search up to the maximum named `max_name`, or an explicit
+/// `-k` list (the two exclude each other).
 pub fn resolve_k(
     k_text: Option<&str>,
     max_k: Option<usize>,
