@@ -111,16 +111,25 @@ extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, _num: i64, _re
     thread::syscall(vcpu, false);
 }
 
+// The callbacks below are where the configuration comes from its global (QEMU's callbacks
+// carry no context of ours); everything they call takes it as an argument.
+
 extern "C" fn on_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
-    thread::finish_all();
+    if let Some(cfg) = CONFIG.get() {
+        thread::finish_all(cfg);
+    }
 }
 
 extern "C" fn on_marker(vcpu: c_uint, udata: *mut c_void) {
-    crate::replay::hit(vcpu, udata);
+    if let Some(cfg) = CONFIG.get() {
+        crate::replay::hit(cfg, vcpu, udata);
+    }
 }
 
 extern "C" fn on_reset(id: qemu_plugin_id_t) {
-    thread::after_reset();
+    if let Some(cfg) = CONFIG.get() {
+        thread::after_reset(cfg);
+    }
     register_all(id);
 }
 
@@ -133,7 +142,9 @@ extern "C" fn on_candidate(vcpu: c_uint, udata: *mut c_void) {
 qemu_plugin::register!(BbvPlugin);
 
 extern "C" fn on_vcpu_init(_id: qemu_plugin_id_t, vcpu: c_uint) {
-    thread::start(vcpu);
+    if let Some(cfg) = CONFIG.get() {
+        thread::start(cfg, vcpu);
+    }
 }
 
 extern "C" fn on_vcpu_exit(_id: qemu_plugin_id_t, vcpu: c_uint) {

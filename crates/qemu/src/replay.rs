@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use crate::{maps, report_error, thread};
+use crate::{maps, report_error, thread, Config};
 
 struct Markers {
     /// (image file name, file offset) -> marker index.
@@ -136,7 +136,7 @@ pub fn hits(insns: usize, insn: impl Fn(usize) -> (u64, u64)) -> Vec<(usize, &'s
 }
 
 /// One execution of a marker instruction on `vcpu`.
-pub fn hit(vcpu: u32, udata: *mut c_void) {
+pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void) {
     // SAFETY: udata is a Hit leaked by `hits`, never freed.
     let hit = unsafe { &*(udata as *const Hit) };
     let Some(m) = MARKERS.get() else { return };
@@ -150,7 +150,7 @@ pub fn hit(vcpu: u32, udata: *mut c_void) {
     }
     let mut by_id: HashMap<u32, u64> = HashMap::new();
     let position = if m.global {
-        thread::snapshot_all(|id, c| *by_id.entry(id).or_default() += c)
+        thread::snapshot_all(cfg, |id, c| *by_id.entry(id).or_default() += c)
     } else {
         thread::snapshot(vcpu, |id, c| *by_id.entry(id).or_default() += c);
         thread::position(vcpu)

@@ -59,6 +59,8 @@ struct Global {
     /// Per-thread instructions of a slice: N.
     per_thread: u64,
     file: Option<File>,
+    /// The metrics' rows are cut at the slices (`metrics_rows=slices`).
+    rows: bool,
 }
 
 static GLOBAL: Mutex<Option<Global>> = Mutex::new(None);
@@ -151,7 +153,7 @@ pub fn on() -> bool {
 }
 
 /// Starts slicing at slice `first` (a second thread is being created); writes `start`.
-pub fn begin(dir: &Path, per_thread: u64, first: u64) {
+pub fn begin(dir: &Path, per_thread: u64, first: u64, rows: bool) {
     let mut guard = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
     if guard.is_some() {
         return;
@@ -170,6 +172,7 @@ pub fn begin(dir: &Path, per_thread: u64, first: u64) {
         due: false,
         per_thread: per_thread.max(1),
         file,
+        rows,
     };
     append(&mut g, &format!("start {first}\n"));
     *guard = Some(g);
@@ -327,7 +330,7 @@ impl ThreadSlices {
             SLICE.store(s + 1, Ordering::Release);
             append(g, &format!("cut {} {number} {}\n", s + 1, tb.id));
             // Under GLOBAL, so that rows follow the slices' order.
-            if slice_rows() {
+            if g.rows {
                 crate::metrics::cut(None);
             }
             Some(end)
@@ -385,11 +388,9 @@ impl ThreadSlices {
     }
 }
 
-/// Whether rows are cut at slice boundaries now: asked for (`metrics_rows=slices`), and slicing
+/// Whether rows are cut at slice boundaries now: `asked` for (`metrics_rows=slices`), and slicing
 /// has begun. Thread 1's engine is back on its own thread by then (it comes back when the
 /// second thread starts, before slicing begins), so a row needs no model thread.
-pub fn slice_rows() -> bool {
-    on() && crate::CONFIG
-        .get()
-        .is_some_and(|c| c.metrics() && c.model().slice_rows)
+pub fn slice_rows(asked: bool) -> bool {
+    asked && on()
 }

@@ -17,7 +17,7 @@ use crate::flow::Pace;
 use crate::metrics::ThreadMetrics;
 use crate::slices::{self, ThreadSlices};
 use crate::state::Shared;
-use crate::{report_error, CONFIG};
+use crate::{report_error, Config};
 
 /// vCPU indexes are reused, so this bounds live threads, not threads over the run.
 const MAX_VCPUS: usize = 4096;
@@ -80,6 +80,10 @@ struct Thread {
     /// With [`MULTI_INLINE`]: the thread's instructions counted inline plus its vCPU's
     /// distance, as of the last time the distance was set (see fast.rs).
     anchor: u64,
+    /// `count_rep=iteration`: every execution of a rep instruction counts.
+    rep_iterations: bool,
+    /// `metrics_rows=slices`: once slicing begins, the metrics' rows follow the slices.
+    rows_at_slices: bool,
 }
 
 impl Thread {
@@ -198,8 +202,7 @@ impl Watch {
 }
 
 /// A new guest thread (called on its parent's thread, so numbers follow creation order).
-pub fn start(vcpu: u32) {
-    let Some(cfg) = CONFIG.get() else { return };
+pub fn start(cfg: &Config, vcpu: u32) {
     if crate::fork::forked() {
         // A thread of a forked child: not followed (see fork.rs).
         return;
@@ -252,6 +255,8 @@ pub fn start(vcpu: u32) {
         main: number == 1,
         vcpu,
         anchor: 0,
+        rep_iterations: cfg.host.rep_iterations,
+        rows_at_slices: cfg.metrics() && cfg.model().slice_rows,
     });
     let t = Box::into_raw(t);
     // SAFETY: thread states are never freed or moved.
@@ -277,12 +282,12 @@ pub fn start(vcpu: u32) {
             // and count per thread from then on. Until then only the new thread can run, so
             // what the fast path counts meanwhile is its own (see after_reset).
             if !SWITCHING.swap(true, Ordering::SeqCst) {
-                take_over_first();
+                take_over_first(cfg);
                 NEWEST.store(t, Ordering::Release);
                 crate::ffi::request_reset();
             }
         } else {
-            take_over_first();
+            take_over_first(cfg);
             MULTI.store(true, Ordering::SeqCst);
         }
     }
@@ -293,7 +298,7 @@ pub fn start(vcpu: u32) {
 /// A second thread is being created (API v1: on thread 1's host thread, inside its clone
 /// syscall; v3: in the reset that follows, every vCPU stopped; so thread 1 runs no block
 /// meanwhile): move the fast path's counts into thread 1's own state.
-fn take_over_first() {
+fn take_over_first(cfg: &Config) {
     let p = FIRST.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: thread 1's state; its host thread is the one running this.
@@ -306,10 +311,11 @@ fn take_over_first() {
         if LAST_REP_TOTAL.load(Ordering::Relaxed) == fast::total() {
             t.last_rep = LAST_REP_PC.load(Ordering::Relaxed);
         }
-        if let (Some(sl), Some(cfg)) = (t.slices.as_mut(), CONFIG.get()) {
+        if let Some(sl) = t.slices.as_mut() {
             // Thread 1's finished intervals are the slices before this one, which starts
             // with its unfinished interval.
-            slices::begin(&cfg.host.dir, cfg.host.slices, t.counter.intervals());
+            let rows = t.rows_at_slices;
+            slices::begin(&cfg.host.dir, cfg.host.slices, t.counter.intervals(), rows);
             sl.add_filtered(t.counter.total() - t.counter.last_cut());
         }
     }
@@ -317,20 +323,18 @@ fn take_over_first() {
 
 /// The flush asked for when the second thread appeared is done and every vCPU is stopped:
 /// what the fast path counted since thread 1's hand-over was run by the new thread.
-pub fn after_reset() {
+pub fn after_reset(cfg: &Config) {
     let inline_multi = INIT_ON_NEW_THREAD
         && crate::ffi::INLINE.load(Ordering::Relaxed)
-        && CONFIG.get().is_some_and(|c| {
-            // No marker watched (a replay), no slices, flow, marker candidates or metrics.
-            c.host.markers.is_none()
-                && c.host.slices == 0
-                && c.host.flow == 0
-                && c.host.watch == 0
-                && !c.metrics()
-        });
+        // No marker watched (a replay), no slices, flow, marker candidates or metrics.
+        && cfg.host.markers.is_none()
+        && cfg.host.slices == 0
+        && cfg.host.flow == 0
+        && cfg.host.watch == 0
+        && !cfg.metrics();
     if INIT_ON_NEW_THREAD {
         // Thread 1's hand-over, and what every other thread counted inline on its own vCPU.
-        take_over_first();
+        take_over_first(cfg);
         let first = FIRST.load(Ordering::Acquire);
         for slot in THREADS.iter() {
             let p = slot.load(Ordering::Acquire);
@@ -508,6 +512,8 @@ pub fn exec_rep(vcpu: u32, tb: &TbInfo) {
         return;
     }
     // SAFETY: only thread 1 exists, and this is its host thread.
+    let rep_iterations = unsafe { (*p).rep_iterations };
+    // SAFETY: as above.
     let h = unsafe { (*p).counter.store_mut().header() };
     let again = tb.rep_first
         && LAST_REP_PC.load(Ordering::Relaxed) == tb.pc
@@ -515,7 +521,7 @@ pub fn exec_rep(vcpu: u32, tb: &TbInfo) {
     if again {
         // Another iteration of the rep instance the previous block started.
         h.rep_iterations += 1;
-        if !rep_iterations_count() {
+        if !rep_iterations {
             return;
         }
     } else if tb.rep_last != 0 {
@@ -525,12 +531,6 @@ pub fn exec_rep(vcpu: u32, tb: &TbInfo) {
     let total = count_fast(tb);
     LAST_REP_PC.store(tb.rep_last, Ordering::Relaxed);
     LAST_REP_TOTAL.store(total, Ordering::Relaxed);
-}
-
-/// `count_rep=iteration`: every execution of a rep instruction counts.
-#[inline]
-fn rep_iterations_count() -> bool {
-    CONFIG.get().is_some_and(|c| c.host.rep_iterations)
 }
 
 /// The state of the thread running on `vcpu`. Only that vCPU's own host thread may call this
@@ -555,7 +555,7 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     if again {
         // Another iteration of the rep instance the previous block started.
         t.counter.store_mut().header().rep_iterations += 1;
-        if !rep_iterations_count() {
+        if !t.rep_iterations {
             return;
         }
     }
@@ -602,7 +602,7 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     h.total = total;
     if intervals != before {
         h.intervals = intervals;
-        if t.main && t.metrics.is_some() && !crate::slices::slice_rows() {
+        if t.main && t.metrics.is_some() && !crate::slices::slice_rows(t.rows_at_slices) {
             (before..intervals).for_each(|_| crate::metrics::cut(t.metrics.as_mut()));
         }
         let cut_at = t.counter.last_cut();
@@ -638,8 +638,8 @@ pub fn snapshot(vcpu: u32, mut each: impl FnMut(u32, u64)) {
 /// threads (for the replay of multi-threaded regions); returns the instructions of all threads.
 /// Other threads' counters are read from their state files, which the shared mappings keep
 /// current: a read can never meet a mapping another thread is moving.
-pub fn snapshot_all(mut each: impl FnMut(u32, u64)) -> u64 {
-    let Some(cfg) = CONFIG.get().filter(|_| MULTI.load(Ordering::Acquire)) else {
+pub fn snapshot_all(cfg: &Config, mut each: impl FnMut(u32, u64)) -> u64 {
+    if !MULTI.load(Ordering::Acquire) {
         fast::cumulative(each);
         return fast::total();
     };
@@ -667,7 +667,7 @@ pub fn snapshot_all(mut each: impl FnMut(u32, u64)) -> u64 {
 }
 
 /// The guest is exiting: write out the windows still open.
-pub fn finish_all() {
+pub fn finish_all(cfg: &Config) {
     if MULTI_INLINE.load(Ordering::Acquire) {
         for slot in THREADS.iter() {
             let p = slot.load(Ordering::Acquire);
@@ -685,11 +685,11 @@ pub fn finish_all() {
         }
     }
     slices::finish();
-    if let Some(cfg) = CONFIG.get().filter(|c| c.metrics()) {
+    if cfg.metrics() {
         let p = FIRST.load(Ordering::Acquire);
         // SAFETY: at exit no guest thread runs blocks any more; thread 1's state is never freed.
         let mut first = unsafe { p.as_mut() }.and_then(|t| t.metrics.as_mut());
-        if crate::slices::slice_rows() {
+        if crate::slices::slice_rows(cfg.model().slice_rows) {
             // The row of the last slice, which the program's exit cut short (the host
             // clusters it too).
             crate::metrics::cut(None);
