@@ -283,9 +283,7 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
     let failure = match outcome.finished {
         Ok(f) => {
             eprint!("{}", f.text);
-            bbv_report::write_run_report(&options.output)
-                .err()
-                .map(anyhow::Error::from)
+            None
         }
         Err(e) => Some(e.into()),
     };

@@ -1,6 +1,5 @@
 //! `bbv gpu`: GPU kernels from Accel-Sim traces.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -110,23 +109,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 stratified,
                 spread,
             };
-            let s = bbv_gpu::output::sample(&list, options)?;
-            let mut files = bbv_files::AtomicFiles::default();
-            s.write(&output, &mut files)?;
-            let page = bbv_report::html(&bbv_report::from_gpu_sample(
-                &list.display().to_string(),
-                &s.counts,
-                &s.vectors,
-                &s.picks,
-                &s.estimates,
-                &s.bic,
-                s.how,
-            ));
-            files.write(&output.join("report.html"), |w| {
-                w.write_all(page.as_bytes())
-            })?;
-            files.commit()?;
-            print!("{}", s.report());
+            print!("{}", bbv_pipeline::gpu_sample(&list, &output, options)?);
             Ok(())
         }
         GpuCommand::Bbv {

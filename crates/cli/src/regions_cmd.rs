@@ -50,8 +50,6 @@ pub struct ReplayArgs {
 /// `bbv regions DIR`.
 pub fn regions(a: RegionsArgs) -> Result<()> {
     let f = bbv_pipeline::finish(&a.dir, a.warmup)?;
-    // The report shows the points' markers: it follows them.
-    bbv_report::write_run_report(&a.dir)?;
     eprint!("{}", f.text);
     Ok(())
 }

@@ -396,14 +396,3 @@ fn read_results(
         metrics,
     })
 }
-
-/// Thread N's vector file, as exp-bbv names it: `bb` itself for thread 1, `BB.N` for the others.
-pub fn thread_file(bb: &Path, number: u32) -> PathBuf {
-    if number == 1 {
-        bb.to_path_buf()
-    } else {
-        let mut s = bb.as_os_str().to_owned();
-        s.push(format!(".{number}"));
-        PathBuf::from(s)
-    }
-}

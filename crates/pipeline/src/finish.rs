@@ -127,6 +127,8 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
     let validation = crate::validate::read(dir)?;
     let text = crate::job_text::summary_text(dir, &summary, &profile, &blocks, validation.as_ref());
     write_all(dir, &summary, &images, &text)?;
+    // The report shows the points' markers: it follows them.
+    bbv_report::write_run_report(dir)?;
     Ok(Finished { summary, text })
 }
 

@@ -4,17 +4,19 @@
 //! * [`run`]: collect a program's BBV under QEMU, cluster it with SimPoint's algorithm, and
 //!   [`finish`] the run directory.
 //! * [`finish`] (`bbv regions DIR`): from a run directory alone, place (PC, count) markers on
-//!   every point's boundaries ([`markers`]) and write the hand-off files ([`regions`]) and
-//!   `summary.json` / `summary.txt`.
+//!   every point's boundaries ([`markers`]) and write the hand-off files ([`regions`]),
+//!   `summary.json` / `summary.txt` and the HTML report (bbv-report).
 //! * [`replay`]: run the program again watching only the markers, and compare.
 //!
 //! # Design constraints
-//! * A run directory is a contract ([`rundir`]): every file is written through this crate,
+//! * A run directory is a contract ([`rundir`], the bbv-rundir crate, which the report reads
+//!   too): every file is written through this crate,
 //!   all together or not at all ([`bbv_files::AtomicFiles`]), and everything `bbv regions` needs is in it.
 //! * Errors are [`PipelineError`]; bad input names the file and line.
 
 mod cluster;
 mod finish;
+mod gpu_job;
 mod job;
 mod job_text;
 pub mod looppoint;
@@ -22,15 +24,15 @@ pub mod markers;
 mod options;
 pub mod regions;
 mod replay;
-pub mod rundir;
 pub mod slices;
-pub mod validate;
 
+pub use bbv_rundir as rundir;
+pub use bbv_rundir::{chosen, validate};
 pub use cluster::{cluster_file, cluster_validated, Validate};
 pub use finish::{finish, Finished};
+pub use gpu_job::gpu_sample;
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
 pub use options::{CollectOptions, GuestOptions, RunOptions};
-pub use rundir::chosen;
 
 /// Writes `metrics.csv` (see `bbv_profile::MetricsWriter`).
 pub fn write_metrics(
@@ -105,6 +107,15 @@ pub enum PipelineError {
     /// Outputs could not be written.
     #[error(transparent)]
     Files(#[from] bbv_files::FilesError),
+    /// A run-directory file is malformed or inconsistent.
+    #[error(transparent)]
+    Rundir(#[from] bbv_rundir::RundirError),
+    /// A GPU trace could not be sampled.
+    #[error(transparent)]
+    Gpu(#[from] bbv_gpu::GpuError),
+    /// The HTML report could not be written.
+    #[error(transparent)]
+    Report(#[from] bbv_report::ReportError),
     /// Collecting failed.
     #[error(transparent)]
     Collect(#[from] bbv_collect::CollectError),

@@ -217,7 +217,7 @@ fn place_vectors(
     let mut written = files.commit_held(&hold)?;
     for t in &c.threads {
         if let Some(src) = &t.bb {
-            let dest = bbv_collect::thread_file(bb, t.number);
+            let dest = bbv_profile::thread_file(bb, t.number);
             bbv_files::move_file(src, &dest)?;
             written.push(dest);
         }

@@ -37,3 +37,14 @@ pub use writer::BbvWriter;
 /// Largest block id accepted. Clustering allocates per-id state (a projection-matrix row), so an
 /// absurd id in a hostile file must be an error rather than an allocation of hundreds of GB.
 pub const MAX_BLOCK_ID: u32 = 1 << 26;
+
+/// Thread N's vector file, as exp-bbv names it: `bb` itself for thread 1, `BB.N` for the others.
+pub fn thread_file(bb: &std::path::Path, number: u32) -> std::path::PathBuf {
+    if number == 1 {
+        bb.to_path_buf()
+    } else {
+        let mut s = bb.as_os_str().to_owned();
+        s.push(format!(".{number}"));
+        std::path::PathBuf::from(s)
+    }
+}

@@ -51,7 +51,7 @@ pub enum ReportError {
     Files(#[from] bbv_files::FilesError),
     /// A run-directory file is malformed.
     #[error(transparent)]
-    Pipeline(#[from] bbv_pipeline::PipelineError),
+    Rundir(#[from] bbv_rundir::RundirError),
     /// A vector or metrics file is malformed.
     #[error(transparent)]
     Profile(#[from] bbv_profile::ProfileError),

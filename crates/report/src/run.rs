@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use bbv_pipeline::rundir::{self, Summary};
-use bbv_pipeline::validate::Validation;
 use bbv_profile::{MetricsRow, METRIC_COLUMNS};
+use bbv_rundir::validate::Validation;
+use bbv_rundir::{self as rundir, Summary};
 
 use crate::{Curve, ErrorRow, KScore, MatrixBuilder, Point, Report, ReportError};
 
@@ -45,7 +45,7 @@ pub fn from_run_dir(dir: &Path) -> Result<Report, ReportError> {
     for f in ["simpoint.simpoints", "simpoint.weights", "simpoint.labels"] {
         need(f)?;
     }
-    let (chosen, labels) = bbv_pipeline::chosen(dir)?;
+    let (chosen, labels) = bbv_rundir::chosen(dir)?;
     if labels.len() as u64 != summary.intervals {
         return Err(ReportError::Inconsistent(format!(
             "{}: {} labels, but summary.json says {} {unit}s",
@@ -79,7 +79,7 @@ pub fn from_run_dir(dir: &Path) -> Result<Report, ReportError> {
     }
     r.labels = labels;
     r.chosen_k = Some(summary.k);
-    let validation = bbv_pipeline::validate::read(dir)?;
+    let validation = bbv_rundir::validate::read(dir)?;
     metrics(&mut r, dir, &summary, validation.as_ref())?;
     choosing_k(&mut r, dir, validation.as_ref())?;
     Ok(r)
@@ -288,7 +288,7 @@ fn choosing_k(r: &mut Report, dir: &Path, v: Option<&Validation>) -> Result<(), 
             _ => None,
         };
         let (k, bic_fraction) = parsed.ok_or_else(|| {
-            ReportError::Pipeline(bbv_pipeline::PipelineError::Parse {
+            ReportError::Rundir(bbv_rundir::RundirError::Parse {
                 path: path.clone(),
                 line: n + 1,
                 what: "`k,bic,bic_fraction`".into(),

@@ -23,7 +23,7 @@ use std::path::Path;
 use bbv_profile::{MetricsRow, METRIC_COLUMNS};
 use serde::{Deserialize, Serialize};
 
-use crate::PipelineError;
+use crate::RundirError;
 
 /// A metric counts as estimated well enough by `--target-error` when its relative error is
 /// within the target, or its absolute error is below this many events per kilo-instruction
@@ -139,16 +139,16 @@ fn moments(v: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
 }
 
 /// Every metric's error for one clustering (`rows` are the intervals clustered).
-pub fn metric_errors(rows: &[MetricsRow], c: &Clusters) -> Result<Vec<MetricError>, PipelineError> {
+pub fn metric_errors(rows: &[MetricsRow], c: &Clusters) -> Result<Vec<MetricError>, RundirError> {
     if rows.len() != c.labels.len() {
-        return Err(PipelineError::Invalid(format!(
+        return Err(RundirError::Invalid(format!(
             "metrics.csv has {} intervals but the clustering has {}",
             rows.len(),
             c.labels.len()
         )));
     }
     if let Some(&(i, _, _)) = c.points.iter().find(|p| p.0 >= rows.len()) {
-        return Err(PipelineError::Invalid(format!(
+        return Err(RundirError::Invalid(format!(
             "point {i} is beyond the {} intervals of metrics.csv",
             rows.len()
         )));
@@ -204,7 +204,7 @@ pub fn metric_errors(rows: &[MetricsRow], c: &Clusters) -> Result<Vec<MetricErro
 
 /// The BBV error of each clustering of the vectors in `bb` (two passes over the file: the
 /// points' vectors, then every interval's distance to its point).
-pub fn bbv_errors(bb: &Path, clusterings: &[Clusters]) -> Result<Vec<f64>, PipelineError> {
+pub fn bbv_errors(bb: &Path, clusterings: &[Clusters]) -> Result<Vec<f64>, RundirError> {
     let normalised = |v: &[bbv_profile::Token]| -> HashMap<u32, f64> {
         let sum: f64 = v.iter().map(|t| t.value).sum();
         v.iter()
@@ -270,16 +270,16 @@ pub fn bbv_errors(bb: &Path, clusterings: &[Clusters]) -> Result<Vec<f64>, Pipel
 }
 
 /// Reads `dir/validation.json`, if the run has one.
-pub fn read(dir: &Path) -> Result<Option<Validation>, PipelineError> {
+pub fn read(dir: &Path) -> Result<Option<Validation>, RundirError> {
     let path = dir.join("validation.json");
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(PipelineError::io(&path, e)),
+        Err(e) => return Err(RundirError::io(&path, e)),
     };
     serde_json::from_str(&text)
         .map(Some)
-        .map_err(|e| PipelineError::Parse {
+        .map_err(|e| RundirError::Parse {
             path,
             line: e.line(),
             what: format!("validation.json as bbv run --validate writes it ({e})"),

@@ -1,4 +1,5 @@
-//! The run directory: every file `bbv run` leaves, read back by `bbv regions` and `bbv replay`.
+//! The run directory as a contract: every file `bbv run` leaves, its types, and the readers
+//! and writers `bbv regions`, `bbv replay`, `bbv report` and `bbv suite` share.
 //!
 //! | file | what |
 //! |---|---|
@@ -9,12 +10,12 @@
 //! | `marks.out` | per cut of thread 1: the blocks first run in the 0.5% of an interval after it |
 //! | `simpoint.*` | SimPoint's simpoints, weights and labels |
 //! | `summary.json`, `summary.txt` | the run's facts and points with their markers |
-//! | `regions.*`, `gem5/`, `nemu/` | the hand-off files (the `regions` module) |
+//! | `regions.*`, `gem5/`, `nemu/` | the hand-off files (bbv-pipeline's `regions`) |
 //! | `report.html`, `bic.csv` | the HTML report (bbv-report) and every k's BIC |
 //! | `replay.json` | the last `bbv replay`'s report |
 //! | `metrics.csv`, `validation.json` | `--validate`: per-interval metrics and the points' estimate errors |
 //! | `slices.cuts`, `thread.N.slices` | multi-threaded runs: the plugin's slice boundaries and per-thread slice vectors |
-//! | `global.bb`, `slices.tsv` | the slices' concatenated vectors and their table (the `slices` module) |
+//! | `global.bb`, `slices.tsv` | the slices' concatenated vectors and their table (bbv-pipeline's `slices`) |
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -22,7 +23,46 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::PipelineError;
+pub mod validate;
+
+/// What can go wrong reading a run directory.
+#[derive(Debug, thiserror::Error)]
+pub enum RundirError {
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file is malformed.
+    #[error("{}:{line}: expected {what}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What was expected.
+        what: String,
+    },
+    /// The files cannot be used together, explained.
+    #[error("{0}")]
+    Invalid(String),
+    /// A vector file is malformed.
+    #[error(transparent)]
+    Profile(#[from] bbv_profile::ProfileError),
+}
+
+impl RundirError {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        RundirError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
 
 /// Version of the run-directory layout written by this bbv.
 pub const LAYOUT: u32 = 2;
@@ -121,12 +161,12 @@ pub struct Marker {
 
 impl Marker {
     /// The offset as a number.
-    pub fn offset_value(&self) -> Result<u64, PipelineError> {
+    pub fn offset_value(&self) -> Result<u64, RundirError> {
         self.offset
             .strip_prefix("0x")
             .and_then(|h| u64::from_str_radix(h, 16).ok())
             .ok_or_else(|| {
-                PipelineError::Invalid(format!(
+                RundirError::Invalid(format!(
                     "marker offset {:?} is not a 0x-prefixed hex number",
                     self.offset
                 ))
@@ -172,7 +212,7 @@ pub struct Point {
 }
 
 /// Reads `DIR/summary.json`, refusing directories of older bbv versions.
-pub fn read_summary(dir: &Path) -> Result<Summary, PipelineError> {
+pub fn read_summary(dir: &Path) -> Result<Summary, RundirError> {
     let path = dir.join("summary.json");
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -182,9 +222,9 @@ pub fn read_summary(dir: &Path) -> Result<Summary, PipelineError> {
             } else {
                 "not a `bbv run` output directory (no summary.json)"
             };
-            return Err(PipelineError::Invalid(format!("{}: {why}", dir.display())));
+            return Err(RundirError::Invalid(format!("{}: {why}", dir.display())));
         }
-        Err(e) => return Err(PipelineError::io(&path, e)),
+        Err(e) => return Err(RundirError::io(&path, e)),
     };
     let layout = serde_json::from_str::<serde_json::Value>(&text)
         .ok()
@@ -192,14 +232,14 @@ pub fn read_summary(dir: &Path) -> Result<Summary, PipelineError> {
     match layout {
         Some(l) if l == u64::from(LAYOUT) => {}
         Some(l) => {
-            return Err(PipelineError::Invalid(format!(
+            return Err(RundirError::Invalid(format!(
                 "{}: layout {l}, but this bbv reads layout {LAYOUT}; run `bbv run` again",
                 path.display()
             )))
         }
         None => {}
     }
-    serde_json::from_str(&text).map_err(|e| PipelineError::Parse {
+    serde_json::from_str(&text).map_err(|e| RundirError::Parse {
         path: path.clone(),
         line: e.line(),
         what: e.to_string(),
@@ -251,9 +291,9 @@ pub struct ImageRow {
 /// Calls `each(line number, line)` for every line of `path`, streaming.
 fn for_lines(
     path: &Path,
-    mut each: impl FnMut(usize, &str) -> Result<(), PipelineError>,
-) -> Result<(), PipelineError> {
-    let file = std::fs::File::open(path).map_err(|e| PipelineError::io(path, e))?;
+    mut each: impl FnMut(usize, &str) -> Result<(), RundirError>,
+) -> Result<(), RundirError> {
+    let file = std::fs::File::open(path).map_err(|e| RundirError::io(path, e))?;
     let mut reader = BufReader::new(file);
     let mut line = String::new();
     let mut n = 0;
@@ -261,7 +301,7 @@ fn for_lines(
         line.clear();
         if reader
             .read_line(&mut line)
-            .map_err(|e| PipelineError::io(path, e))?
+            .map_err(|e| RundirError::io(path, e))?
             == 0
         {
             return Ok(());
@@ -271,8 +311,8 @@ fn for_lines(
     }
 }
 
-fn parse_error(path: &Path, line: usize, what: &str) -> PipelineError {
-    PipelineError::Parse {
+fn parse_error(path: &Path, line: usize, what: &str) -> RundirError {
+    RundirError::Parse {
         path: path.into(),
         line,
         what: what.into(),
@@ -284,7 +324,7 @@ fn hex(s: &str) -> Option<u64> {
 }
 
 /// Reads `blocks.tsv`: rows must hold ids 1, 2, ... in order.
-pub fn read_blocks(path: &Path) -> Result<Vec<BlockRow>, PipelineError> {
+pub fn read_blocks(path: &Path) -> Result<Vec<BlockRow>, RundirError> {
     let mut rows = Vec::new();
     for_lines(path, |n, line| {
         let bad = |what: &str| parse_error(path, n, what);
@@ -343,7 +383,7 @@ pub fn write_images(out: &mut impl Write, images: &[ImageRow]) -> std::io::Resul
 }
 
 /// Reads `images.tsv`.
-pub fn read_images(path: &Path) -> Result<Vec<ImageRow>, PipelineError> {
+pub fn read_images(path: &Path) -> Result<Vec<ImageRow>, RundirError> {
     let mut rows = Vec::new();
     for_lines(path, |n, line| {
         let bad = |what: &str| parse_error(path, n, what);
@@ -387,7 +427,7 @@ pub struct Window {
 }
 
 /// Reads `marks.out`.
-pub fn read_windows(path: &Path) -> Result<Vec<Window>, PipelineError> {
+pub fn read_windows(path: &Path) -> Result<Vec<Window>, RundirError> {
     let mut out: Vec<Window> = Vec::new();
     for_lines(path, |n, line| {
         let bad = |what: &str| parse_error(path, n, what);
@@ -419,7 +459,7 @@ pub fn read_windows(path: &Path) -> Result<Vec<Window>, PipelineError> {
 
 /// Thread N's vector file in a run directory.
 pub fn thread_file(dir: &Path, number: u32) -> PathBuf {
-    bbv_collect::thread_file(&dir.join("bb.out"), number)
+    bbv_profile::thread_file(&dir.join("bb.out"), number)
 }
 
 /// The vectors a run clustered: `global.bb` (slices, looppoint mode), `bb.all` (every
@@ -436,7 +476,7 @@ pub fn clustered_input(dir: &Path, s: &Summary) -> PathBuf {
 
 /// Reads SimPoint's `VALUE INDEX` lines (or `LABEL DISTANCE`: the second number's value is
 /// not kept then, so any number is accepted).
-pub fn read_pairs<T: std::str::FromStr>(path: &Path) -> Result<Vec<(T, usize)>, PipelineError> {
+pub fn read_pairs<T: std::str::FromStr>(path: &Path) -> Result<Vec<(T, usize)>, RundirError> {
     let mut out = Vec::new();
     for_lines(path, |n, l| {
         let mut f = l.split_whitespace();
@@ -456,10 +496,10 @@ pub fn read_pairs<T: std::str::FromStr>(path: &Path) -> Result<Vec<(T, usize)>, 
 }
 
 /// Parses `id:count` tokens (`bad` makes the error naming the file and line).
-pub fn parse_id_pairs<'a, A: std::str::FromStr, B: std::str::FromStr>(
+pub fn parse_id_pairs<'a, A: std::str::FromStr, B: std::str::FromStr, E>(
     tokens: impl IntoIterator<Item = &'a str>,
-    bad: impl Fn() -> PipelineError,
-) -> Result<Vec<(A, B)>, PipelineError> {
+    bad: impl Fn() -> E,
+) -> Result<Vec<(A, B)>, E> {
     tokens
         .into_iter()
         .map(|t| {
@@ -488,7 +528,7 @@ pub struct Chosen {
 
 /// The chosen points (from `simpoint.simpoints` and `.weights`), heaviest first, and every
 /// clustered unit's cluster (`simpoint.labels`).
-pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
+pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), RundirError> {
     let prefix = dir.join("simpoint");
     let points = read_pairs::<u64>(&prefix.with_extension("simpoints"))?;
     let weights = read_pairs::<f64>(&prefix.with_extension("weights"))?;
@@ -499,7 +539,7 @@ pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
         .iter()
         .map(|&(interval, cluster)| {
             let weight = weight_of.get(&cluster).copied().ok_or_else(|| {
-                PipelineError::Invalid(format!(
+                RundirError::Invalid(format!(
                     "{}: cluster {cluster} has a simulation point but no weight",
                     prefix.with_extension("weights").display()
                 ))
@@ -510,7 +550,7 @@ pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
                 weight,
             })
         })
-        .collect::<Result<_, PipelineError>>()?;
+        .collect::<Result<_, RundirError>>()?;
     chosen.sort_by(|x, y| {
         y.weight
             .total_cmp(&x.weight)
@@ -520,14 +560,9 @@ pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), PipelineError> {
 }
 
 /// Refuses a chosen point beyond the `n` rows (`unit`s: intervals or slices) clustered.
-pub(crate) fn check_chosen(
-    dir: &Path,
-    chosen: &[Chosen],
-    n: u64,
-    unit: &str,
-) -> Result<(), PipelineError> {
+pub fn check_chosen(dir: &Path, chosen: &[Chosen], n: u64, unit: &str) -> Result<(), RundirError> {
     match chosen.iter().find(|c| c.interval >= n) {
-        Some(c) => Err(PipelineError::Invalid(format!(
+        Some(c) => Err(RundirError::Invalid(format!(
             "{}: {unit} {} is beyond the {n} {unit}s of the run",
             dir.join("simpoint.simpoints").display(),
             c.interval
