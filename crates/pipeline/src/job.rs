@@ -311,7 +311,8 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
         bbv_files::move_file(src, &dir.join("slices.cuts"))?;
     }
     for t in &c.threads {
-        let name = format!("thread.{}.slices", t.number);
+        // The run directory keeps the plugin's name for it.
+        let name = bbv_plugin_contract::files::thread_slices(t.number);
         match &t.slices {
             Some(src) => bbv_files::move_file(src, &dir.join(name))?,
             None => remove_stale(dir, &name)?,

@@ -247,7 +247,7 @@ fn merge_threads(
     // Shift thread 1's prefix vectors (already thread 0: no shift).
     let mut by_slice: BTreeMap<u64, (SliceRow, Vec<(u32, u64)>)> = BTreeMap::new();
     for &t in threads {
-        let path = dir.join(format!("thread.{t}.slices"));
+        let path = dir.join(bbv_plugin_contract::files::thread_slices(t));
         if !path.exists() {
             continue;
         }
