@@ -16,7 +16,10 @@
 
 use std::arch::x86_64::*;
 
-use super::{bounds_from, dim, prefetch_row, Move, Outcome, Pass, F32_DOWN, F32_UP};
+use super::blocked::dim;
+use super::centres::{Exact, Move, Outcome};
+use super::near::{bounds_from, F32_DOWN, F32_UP};
+use super::pass::{prefetch_row, Pass, BLOCK};
 use crate::dataset::Dataset;
 
 /// Points per register.
@@ -146,11 +149,11 @@ fn nearest_two<const D: usize>(
 /// Most dimensions [`exact_sums`] serves: two registers of eight.
 pub(super) const SUM_DIM: usize = 16;
 
-/// [`super::Exact::new`] with each row's products and sums eight coordinates at a time: the
+/// [`Exact::new`] with each row's products and sums eight coordinates at a time: the
 /// same roundings in the same order (no fused multiply-add), so the same sums. A run of rows in
 /// one cluster keeps that cluster's sums in registers.
 #[target_feature(enable = "avx512f")]
-pub(super) fn exact_sums(points: &Dataset, slot: &[u32], labels: &[u32], k: usize) -> super::Exact {
+pub(super) fn exact_sums(points: &Dataset, slot: &[u32], labels: &[u32], k: usize) -> Exact {
     let d = points.cols;
     assert!(d <= SUM_DIM);
     let mut sums = vec![0.0f64; k * d + SUM_DIM];
@@ -202,7 +205,7 @@ pub(super) fn exact_sums(points: &Dataset, slot: &[u32], labels: &[u32], k: usiz
         rows[cur] = cn;
     }
     sums.truncate(k * d);
-    super::Exact {
+    Exact {
         sums,
         weights,
         rows,
@@ -315,10 +318,10 @@ fn bounded<const D: usize>(
     let apart = _mm512_set1_pd(2.0 * (pass.spread + err));
     let data = &pass.points.data;
     let mut out = Outcome::default();
-    let mut todo = [0u32; super::BLOCK];
-    let mut moves = [Move::default(); super::BLOCK];
-    for base in (0..labels.len()).step_by(super::BLOCK) {
-        let end = (base + super::BLOCK).min(labels.len());
+    let mut todo = [0u32; BLOCK];
+    let mut moves = [Move::default(); BLOCK];
+    for base in (0..labels.len()).step_by(BLOCK) {
+        let end = (base + BLOCK).min(labels.len());
         // The first pass searches every point.
         let failed = if pass.full {
             for (t, i) in todo.iter_mut().zip(base..end) {
