@@ -17,6 +17,8 @@ use crate::dataset::Dataset;
 use crate::rng::Random;
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod blocked;
 mod centres;

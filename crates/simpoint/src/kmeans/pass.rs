@@ -1,9 +1,9 @@
 //! One assignment pass over the distinct rows: bounds, searches and moves, in blocks, on one or several threads.
 
 #[cfg(target_arch = "x86_64")]
-use super::avx512;
+use super::avx2;
 #[cfg(target_arch = "x86_64")]
-use super::blocked::avx2;
+use super::avx512;
 use super::blocked::{dim, Blocked};
 use super::centres::Outcome;
 use super::dist2;
