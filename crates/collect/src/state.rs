@@ -24,14 +24,11 @@ fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
 /// particular order, and the fldcw instructions among them.
 fn unharvested(dir: &Path) -> Result<(Vec<(u32, u64)>, u64), CollectError> {
     let list = dir.join(files::TBS);
-    let Ok(text) = std::fs::read_to_string(&list) else {
+    let Ok(text) = bbv_plugin_contract::read_appended(&list) else {
         return Ok((Vec::new(), 0));
     };
-    // Lines end at the first NUL (the plugin appends through a mapping of the file).
-    let text = &text[..text.find('\0').unwrap_or(text.len())];
-    let whole = text.rfind('\n').map_or(0, |i| i + 1);
     let mut slots = Vec::new();
-    for (i, line) in text[..whole].lines().enumerate() {
+    for (i, line) in text.lines().enumerate() {
         let f: Vec<u64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
         if f.len() != 4 || f[0] != i as u64 {
             return Err(CollectError::BlockTable {

@@ -60,7 +60,7 @@ impl Image {
 
 /// Reads `DIR/blocks` and symbolizes each block.
 pub(crate) fn read_blocks(path: &Path) -> Result<(Vec<Block>, Vec<Image>), CollectError> {
-    let text = blocks::read_appended(path).map_err(|e| CollectError::io(path, e))?;
+    let text = bbv_plugin_contract::read_appended(path).map_err(|e| CollectError::io(path, e))?;
     // QEMU's maps list every mapped file (QEMU's own libraries, the plugin, its state files):
     // only the ones blocks come from are read.
     let mut paths: HashMap<u32, PathBuf> = HashMap::new();

@@ -9,7 +9,7 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A block's first translation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,11 +56,16 @@ pub fn write_module(out: &mut String, index: usize, path: &str) {
 
 /// Appends a `block` line.
 pub fn write_block(out: &mut String, b: &BlockLine) {
-    let module = b.module.map_or_else(|| "-".to_string(), |m| m.to_string());
+    let _ = write!(out, "block {} ", b.id);
+    match b.module {
+        Some(m) => {
+            let _ = write!(out, "{m}");
+        }
+        None => out.push('-'),
+    }
     let _ = writeln!(
         out,
-        "block {} {module} {:x} {:x} {} {} {}",
-        b.id,
+        " {:x} {:x} {} {} {}",
         b.offset,
         b.address,
         b.instructions,
@@ -120,17 +125,6 @@ pub fn parse_line(line: &str) -> Result<Entry, &'static str> {
         }),
         _ => Err("`module`, `block` or `size`"),
     }
-}
-
-/// The complete lines of a file the plugin appends to through a shared mapping: the text up
-/// to the first NUL (the mapping's unwritten end), without an unfinished last line (a process
-/// killed while appending).
-pub fn read_appended(path: &Path) -> std::io::Result<String> {
-    let mut text = std::fs::read_to_string(path)?;
-    text.truncate(text.find('\0').unwrap_or(text.len()));
-    let whole = text.rfind('\n').map_or(0, |i| i + 1);
-    text.truncate(whole);
-    Ok(text)
 }
 
 #[cfg(test)]

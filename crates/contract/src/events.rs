@@ -17,9 +17,8 @@ pub fn read_events(path: &Path) -> Result<Events, ContractError> {
         path: path.into(),
         source,
     })?;
-    let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
     let mut out = Events::new();
-    for (n, line) in whole.lines().enumerate() {
+    for (n, line) in crate::whole_lines(&text).lines().enumerate() {
         let bad = || ContractError::Parse {
             path: path.into(),
             line: n + 1,

@@ -39,3 +39,20 @@ pub enum ContractError {
         what: String,
     },
 }
+
+/// The complete lines of a file a process appends to: one killed while appending leaves its
+/// last line unfinished, which is left out.
+pub fn whole_lines(text: &str) -> &str {
+    &text[..text.rfind('\n').map_or(0, |i| i + 1)]
+}
+
+/// The complete lines of a file the plugin appends to through a shared mapping: the text up
+/// to the first NUL (the mapping's unwritten end), without an unfinished last line (a process
+/// killed while appending).
+pub fn read_appended(path: &std::path::Path) -> std::io::Result<String> {
+    let mut text = std::fs::read_to_string(path)?;
+    text.truncate(text.find('\0').unwrap_or(text.len()));
+    let whole = crate::whole_lines(&text).len();
+    text.truncate(whole);
+    Ok(text)
+}

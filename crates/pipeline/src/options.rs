@@ -255,15 +255,17 @@ pub struct RunOptions {
 impl RunOptions {
     /// Refuses options that do not go together (nothing is created).
     pub fn check(&self) -> Result<()> {
-        if self.max_k == 0 {
-            return invalid("--max-k must be at least 1".into());
-        }
-        self.guest.cache_model(self.validating(), "--validate")?;
+        self.metrics_model()?;
         self.check_threads()
     }
 
-    fn validating(&self) -> bool {
-        self.validate || self.target_error.is_some()
+    /// `--max-k`'s range and the metrics' cache model (None without `--validate`).
+    fn metrics_model(&self) -> Result<Option<CacheModel>> {
+        if self.max_k == 0 {
+            return invalid("--max-k must be at least 1".into());
+        }
+        let validating = self.validate || self.target_error.is_some();
+        self.guest.cache_model(validating, "--validate")
     }
 
     fn check_threads(&self) -> Result<()> {
@@ -285,10 +287,7 @@ impl RunOptions {
 
     /// Checks the options, makes the run directory and builds the pipeline's request.
     pub fn request(&self) -> Result<RunRequest> {
-        if self.max_k == 0 {
-            return invalid("--max-k must be at least 1".into());
-        }
-        let metrics = self.guest.cache_model(self.validating(), "--validate")?;
+        let metrics = self.metrics_model()?;
         std::fs::create_dir_all(&self.output).map_err(|source| PipelineError::Create {
             what: format!(
                 "cannot create the output directory {}",

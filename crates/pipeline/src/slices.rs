@@ -64,7 +64,7 @@ pub fn read_cuts(path: &Path) -> Result<(u64, Cuts, Windows), PipelineError> {
     let mut start = None;
     let mut cuts = BTreeMap::new();
     let mut windows = Windows::new();
-    for (n, line) in rundir::whole_lines(&text).lines().enumerate() {
+    for (n, line) in bbv_plugin_contract::whole_lines(&text).lines().enumerate() {
         let bad = || PipelineError::Parse {
             path: path.into(),
             line: n + 1,

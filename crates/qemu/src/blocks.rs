@@ -170,9 +170,13 @@ struct Facts {
     end: u64,
 }
 
-fn facts<'a>(cfg: &Config, n: usize, insn: &impl Fn(usize) -> Insn<'a>) -> Facts {
-    let first = insn(0);
-    let last = insn(n - 1);
+fn facts<'a>(
+    cfg: &Config,
+    n: usize,
+    first: &Insn<'a>,
+    last: &Insn<'a>,
+    insn: &impl Fn(usize) -> Insn<'a>,
+) -> Facts {
     let mut insns = n;
     // QEMU 7.2 keeps a truncated stale copy of an instruction that crosses a page boundary when
     // it is not first in its TB (translation restarts without it, the plugin's list keeps it),
@@ -239,7 +243,7 @@ pub fn analyze<'a>(
         fldcw,
         may_loop,
         end,
-    } = facts(cfg, n, &insn);
+    } = facts(cfg, n, &first, &last, &insn);
     let bytes = end.saturating_sub(first.vaddr);
     let key = maps::locate(haddr).unwrap_or((ANON, first.vaddr));
     // Loop heads and image kinds serve slicing only.

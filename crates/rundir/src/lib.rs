@@ -509,12 +509,6 @@ pub fn parse_id_pairs<'a, A: std::str::FromStr, B: std::str::FromStr, E>(
         .collect()
 }
 
-/// The complete lines of a file a process appends to: one killed while appending leaves its
-/// last line unfinished, which is left out.
-pub fn whole_lines(text: &str) -> &str {
-    &text[..text.rfind('\n').map_or(0, |i| i + 1)]
-}
-
 /// A simulation point as SimPoint chose it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Chosen {
