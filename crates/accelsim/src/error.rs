@@ -13,6 +13,9 @@ pub enum TraceError {
         /// Underlying error.
         source: std::io::Error,
     },
+    /// A file is not one bbv reads (a device, a folder) or exceeds a limit.
+    #[error(transparent)]
+    Files(#[from] bbv_files::FilesError),
     /// The content does not follow the trace format.
     #[error("{path}:{line}: {message}")]
     Format {

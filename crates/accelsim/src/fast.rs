@@ -431,9 +431,9 @@ fn hex8(t: &[u8; 8]) -> Option<u32> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let x = u64::from_le_bytes(*t);
-    // Per byte, the top bit of `ge(v, lo)` says v >= lo: bytes are ASCII, so no carry crosses
-    // into the next byte.
-    let ge = |v: u64, lo: u8| (v + u64::from(0x80 - lo) * ONES) & HIGH;
+    // Per byte, the top bit of `ge(v, lo)` says v >= lo: for ASCII bytes no carry crosses
+    // into the next byte; a byte that is not ASCII is refused below whatever the sum did.
+    let ge = |v: u64, lo: u8| v.wrapping_add(u64::from(0x80 - lo) * ONES) & HIGH;
     let digit = ge(x, b'0') & !ge(x, b'9' + 1);
     // Setting bit 5 folds A-F onto a-f (and nothing else onto them).
     let lower = x | (0x20 * ONES);

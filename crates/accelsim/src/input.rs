@@ -1,4 +1,3 @@
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
@@ -11,7 +10,7 @@ pub(crate) fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceError> {
         line: 0,
         source,
     };
-    let file = File::open(path).map_err(io)?;
+    let file = bbv_files::input::open(path)?;
     let mut buf = BufReader::with_capacity(1 << 16, file);
     let head = buf.fill_buf().map_err(io)?;
     Ok(if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0x00]) {
@@ -43,6 +42,10 @@ pub(crate) struct Lines {
     line: (usize, usize),
     eof: bool,
 }
+
+/// The longest line read: a kernel's header line with a long mangled name, or an instruction
+/// with a full warp's addresses, is a few kilobytes.
+pub const MAX_LINE: usize = 4 << 20;
 
 /// Bytes read at a time.
 const BLOCK: usize = 1 << 18;
@@ -144,6 +147,13 @@ impl Lines {
         self.end -= self.pos;
         self.pos = 0;
         if self.end == self.buf.len() {
+            if self.buf.len() >= MAX_LINE {
+                return Err(TraceError::Files(bbv_files::FilesError::LineTooLong {
+                    path: self.path.clone(),
+                    line: self.line_no + 1,
+                    limit: MAX_LINE,
+                }));
+            }
             self.buf.resize(self.buf.len() * 2, 0);
         }
         loop {

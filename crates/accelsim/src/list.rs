@@ -24,6 +24,9 @@ pub enum Command {
     },
 }
 
+/// The longest kernel trace file name in a list (Accel-Sim writes `kernel-N.traceg`).
+pub const MAX_NAME: usize = 1024;
+
 /// A parsed `kernelslist.g`.
 #[derive(Clone, Debug)]
 pub struct KernelList {
@@ -50,23 +53,31 @@ impl KernelList {
                 let (Some(addr), Some(bytes), None) = (parts.next(), parts.next(), parts.next())
                 else {
                     return Err(lines.error(format!(
-                        "expected 'MemcpyHtoD,<hex address>,<bytes>', found '{line}'"
+                        "expected 'MemcpyHtoD,<hex address>,<bytes>', found '{}'",
+                        q(line)
                     )));
                 };
                 let address = u64::from_str_radix(addr.trim().trim_start_matches("0x"), 16)
-                    .map_err(|_| lines.error(format!("bad device address '{addr}'")))?;
+                    .map_err(|_| lines.error(format!("bad device address '{}'", q(addr))))?;
                 let bytes = bytes
                     .trim()
                     .parse()
-                    .map_err(|_| lines.error(format!("bad byte count '{bytes}'")))?;
+                    .map_err(|_| lines.error(format!("bad byte count '{}'", q(bytes))))?;
                 commands.push(Command::MemcpyHtoD {
                     address,
                     bytes,
                     text: line.to_string(),
                 });
+            } else if line.len() > MAX_NAME {
+                return Err(lines.error(format!(
+                    "a kernel trace file name of {} bytes, more than the {MAX_NAME} allowed: '{}'",
+                    line.len(),
+                    q(line)
+                )));
             } else if line.contains(',') || line.contains(char::is_whitespace) {
                 return Err(lines.error(format!(
-                    "expected a kernel trace file name or a MemcpyHtoD command, found '{line}'"
+                    "expected a kernel trace file name or a MemcpyHtoD command, found '{}'",
+                    q(line)
                 )));
             } else {
                 commands.push(Command::Kernel {
@@ -88,4 +99,8 @@ impl KernelList {
             _ => None,
         })
     }
+}
+
+fn q(s: &str) -> String {
+    bbv_files::input::quote(s.as_bytes())
 }

@@ -77,12 +77,14 @@ impl TraceReader {
                 .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
             else {
                 return Err(lines.error(format!(
-                    "expected a '-key = value' header line, found '{line}'"
+                    "expected a '-key = value' header line, found '{}'",
+                    show(line.as_bytes())
                 )));
             };
             let num = |v: &str| -> Result<u64, TraceError> {
-                v.parse()
-                    .map_err(|_| lines.error(format!("-{key}: '{v}' is not a number")))
+                v.parse().map_err(|_| {
+                    lines.error(format!("-{key}: '{}' is not a number", show(v.as_bytes())))
+                })
             };
             match key.as_str() {
                 "kernel name" => {
@@ -92,12 +94,18 @@ impl TraceReader {
                 "kernel id" => h.id = num(&value)?,
                 "grid dim" => {
                     h.grid = triple(&value).ok_or_else(|| {
-                        lines.error(format!("-grid dim: expected (x,y,z), found '{value}'"))
+                        lines.error(format!(
+                            "-grid dim: expected (x,y,z), found '{}'",
+                            show(value.as_bytes())
+                        ))
                     })?
                 }
                 "block dim" => {
                     h.block = triple(&value).ok_or_else(|| {
-                        lines.error(format!("-block dim: expected (x,y,z), found '{value}'"))
+                        lines.error(format!(
+                            "-block dim: expected (x,y,z), found '{}'",
+                            show(value.as_bytes())
+                        ))
                     })?
                 }
                 "shmem" => h.shmem = num(&value)?,
@@ -411,8 +419,9 @@ impl<'a> Tokens<'a> {
     }
 }
 
+/// A token for a message: at most 200 bytes of it.
 fn show(t: &[u8]) -> String {
-    String::from_utf8_lossy(t).into_owned()
+    bbv_files::input::quote(t)
 }
 
 /// A decimal number (the fast path's reader, with the general path's error).

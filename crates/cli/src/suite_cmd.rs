@@ -317,7 +317,7 @@ fn load(manifest: &Path, output: &Path) -> Result<Manifest> {
 
 fn recorded_manifest(output: &Path) -> Result<Manifest> {
     let path = output.join("suite.json");
-    let text = std::fs::read_to_string(&path).with_context(|| {
+    let text = bbv_files::input::read_text(&path, 1 << 20).with_context(|| {
         format!(
             "{}: not the output folder of bbv suite run",
             output.display()

@@ -3,6 +3,7 @@
 mod cc_cli;
 mod collect_cli;
 mod common;
+mod fuzz_cli;
 mod golden;
 mod gpu_cli;
 mod looppoint_cli;

@@ -201,14 +201,18 @@ fn bad_input(dir: &Path, run: &Path, inp: &Path) {
     let regions = |d: &Path| bbv().arg("regions").arg(d).output().unwrap();
     let out = regions(&dir.join("nothing-here"));
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no summary.json"));
-    // An older bbv's directory.
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing-here: no such folder"));
+    // An older bbv's directory, or one whose summary.json was lost.
     let old = dir.join("old");
     std::fs::create_dir(&old).unwrap();
     std::fs::write(old.join("summary.txt"), "instructions: 1\n").unwrap();
     let out = regions(&old);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("older bbv"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("summary.json: missing") && err.contains("not a complete"),
+        "{err}"
+    );
 
     // A copy whose files are hand-edited into nonsense.
     let copy = dir.join("copy");

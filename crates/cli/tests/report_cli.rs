@@ -190,7 +190,7 @@ fn report_refuses_incomplete_or_inconsistent_run_dirs() {
         refused(
             &format!("no {f}"),
             if f == "summary.json" {
-                "no summary.json"
+                "summary.json: missing"
             } else {
                 f
             },

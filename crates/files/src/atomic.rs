@@ -7,6 +7,19 @@ use std::path::{Path, PathBuf};
 
 use crate::{interrupt, is_special_file, FilesError};
 
+/// The error for an output whose folder does not exist: it names the folder, which is what
+/// the user has to create.
+fn missing_folder(path: &Path) -> Option<FilesError> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty())?;
+    (!parent.is_dir()).then(|| {
+        FilesError::Invalid(format!(
+            "{}: no such folder (for the output {})",
+            parent.display(),
+            path.display()
+        ))
+    })
+}
+
 /// A set of output files committed together.
 #[derive(Default)]
 pub struct AtomicFiles {
@@ -33,6 +46,12 @@ impl AtomicFiles {
                 .and_then(|_| out.flush())
                 .map_err(|e| FilesError::io(path, e));
         }
+        if path.is_dir() {
+            return Err(FilesError::NotAFile {
+                path: path.to_path_buf(),
+                what: "a folder",
+            });
+        }
         if self.pending.iter().any(|(_, p)| p == path) {
             return Err(FilesError::Invalid(format!(
                 "{} is named for two different outputs",
@@ -47,7 +66,7 @@ impl AtomicFiles {
         tmp_name.push(format!(".bbv-tmp-{}", std::process::id()));
         let tmp = path.with_file_name(tmp_name);
         let (file, cleanup) = interrupt::Cleanup::create(|| Ok((File::create(&tmp)?, tmp.clone())))
-            .map_err(|e| FilesError::io(path, e))?;
+            .map_err(|e| missing_folder(path).unwrap_or_else(|| FilesError::io(path, e)))?;
         self.cleanups.push(cleanup);
         self.pending.push((tmp.clone(), path.to_path_buf()));
         let mut out = BufWriter::new(file);
@@ -66,6 +85,16 @@ impl AtomicFiles {
     /// [`commit`](Self::commit) under the caller's hold, which covers more renames after it.
     pub fn commit_held(mut self, _: &interrupt::Hold) -> Result<Vec<PathBuf>, FilesError> {
         let pending = std::mem::take(&mut self.pending);
+        // A rename onto a folder fails: found before the first rename, nothing changes.
+        if let Some((_, dest)) = pending.iter().find(|(_, d)| d.is_dir()) {
+            for (t, _) in &pending {
+                let _ = fs::remove_file(t);
+            }
+            return Err(FilesError::NotAFile {
+                path: dest.clone(),
+                what: "a folder",
+            });
+        }
         let mut done = Vec::new();
         for (i, (tmp, dest)) in pending.iter().enumerate() {
             if let Err(e) = fs::rename(tmp, dest) {

@@ -8,17 +8,21 @@
 //! * [`interrupt`]: the signal thread that removes registered temporaries when bbv is killed,
 //!   and holds a signal off during a set of renames.
 //!
+//! * [`input`]: the other direction, reading within bounds: regular files and pipes only,
+//!   whole files up to a size limit, lines up to a length limit.
+//!
 //! Devices and FIFOs (`/dev/null`, `/dev/stdout`) are written in place: renaming onto them
 //! would replace the device itself ([`is_special_file`]).
 
 mod atomic;
+pub mod input;
 pub mod interrupt;
 
 use std::path::{Path, PathBuf};
 
 pub use atomic::{move_file, write_atomic, AtomicFiles};
 
-/// What can go wrong writing outputs.
+/// What can go wrong writing outputs or reading inputs.
 #[derive(Debug, thiserror::Error)]
 pub enum FilesError {
     /// A file could not be written, renamed or copied.
@@ -32,6 +36,40 @@ pub enum FilesError {
     /// Outputs named in a way that cannot work (two outputs at one path, no file name).
     #[error("{0}")]
     Invalid(String),
+    /// An input is a folder, a device or a socket.
+    #[error("{}: is {what}, not a regular file or a pipe", path.display())]
+    NotAFile {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead (`a device`).
+        what: &'static str,
+    },
+    /// An input is larger than its format allows.
+    #[error("{}: larger than {limit} bytes (the limit for this file)", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// A line is longer than its format allows.
+    #[error("{}:{line}: line longer than {limit} bytes (the limit for this file)", path.display())]
+    LineTooLong {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: u64,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// A text input holds bytes that are not UTF-8.
+    #[error("{}:{line}: not UTF-8 text", path.display())]
+    NotText {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the first such byte.
+        line: u64,
+    },
 }
 
 impl FilesError {

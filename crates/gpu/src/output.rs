@@ -254,6 +254,12 @@ pub fn sample(list: &Path, o: SampleOptions) -> Result<Sampled, GpuError> {
     };
     let kl = KernelList::open(list)?;
     let (counts, vectors) = crate::scan_list(&kl, false)?;
+    if counts.is_empty() {
+        return Err(GpuError::Unsupported(format!(
+            "{}: launches no kernel: nothing to sample",
+            list.display()
+        )));
+    }
     let (picks, bic) = pick_scored(&counts, &vectors, method)?;
     let estimates = estimate(&counts, &picks);
     let how = match method {

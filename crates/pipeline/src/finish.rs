@@ -59,6 +59,13 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
     let blocks = rundir::read_blocks(&need("blocks.tsv")?)?;
     let images = rundir::read_images(&need("images.tsv")?)?;
     let windows = rundir::read_windows(&need("marks.out")?)?;
+    if windows.is_empty() && summary.intervals > 0 {
+        return Err(PipelineError::Invalid(format!(
+            "{}: empty, but the run has {} intervals (the plugin writes a line per cut)",
+            dir.join("marks.out").display(),
+            summary.intervals
+        )));
+    }
     let mut points = Vec::new();
     let mut profile = Profile::default();
     if summary.intervals > 0 && summary.regions_mode == "looppoint" {
@@ -126,9 +133,10 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
     summary.points = points;
     let validation = crate::validate::read(dir)?;
     let text = crate::job_text::summary_text(dir, &summary, &profile, &blocks, validation.as_ref());
-    write_all(dir, &summary, &images, &text)?;
-    // The report shows the points' markers: it follows them.
-    bbv_report::write_run_report(dir)?;
+    // The report shows the points' markers; it is built, like every output, before any is
+    // written, so that a failure leaves the directory as it was.
+    let page = bbv_report::run_report_page(dir, &summary)?;
+    write_all(dir, &summary, &images, &text, &page)?;
     Ok(Finished { summary, text })
 }
 
@@ -153,6 +161,7 @@ fn write_all(
     summary: &Summary,
     images: &[ImageRow],
     text: &str,
+    page: &str,
 ) -> Result<(), PipelineError> {
     let points: &[Point] = &summary.points;
     let mut files = AtomicFiles::default();
@@ -161,6 +170,9 @@ fn write_all(
     })?;
     files.write(&dir.join("summary.txt"), |w| {
         std::io::Write::write_all(w, text.as_bytes())
+    })?;
+    files.write(&dir.join("report.html"), |w| {
+        std::io::Write::write_all(w, page.as_bytes())
     })?;
     if !points.is_empty() {
         for sub in ["gem5", "nemu"] {
@@ -180,10 +192,9 @@ fn write_all(
         files.write(&dir.join("regions.sniper.txt"), |w| {
             regions::write_sniper(w, points)
         })?;
-        let simpoints = std::fs::read(dir.join("simpoint.simpoints"))
-            .map_err(|e| PipelineError::io(dir.join("simpoint.simpoints"), e))?;
-        let weights = std::fs::read(dir.join("simpoint.weights"))
-            .map_err(|e| PipelineError::io(dir.join("simpoint.weights"), e))?;
+        let small = |name: &str| bbv_files::input::read_bytes(&dir.join(name), 64 << 20);
+        let simpoints = small("simpoint.simpoints")?;
+        let weights = small("simpoint.weights")?;
         for (sub, s, w) in [
             ("gem5", "simpoints", "weights"),
             ("nemu", "simpoints0", "weights0"),

@@ -158,9 +158,16 @@ fn points(
         Some(v) if v.target_error.is_some() => "by --target-error",
         _ => "by BIC",
     };
+    let unit = if looppoint { "slices" } else { "intervals" };
+    // k cannot exceed the vectors clustered: a larger --max-k is clamped, and said so.
+    let clamped = if s.intervals > 0 && s.max_k as u64 > s.intervals {
+        format!(" limited to the {} {unit}", s.intervals)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         r,
-        "simpoints: {} (k chosen {rule}, --max-k {})",
+        "simpoints: {} (k chosen {rule}, --max-k {}{clamped})",
         s.points.len(),
         s.max_k
     );

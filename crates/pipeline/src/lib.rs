@@ -95,7 +95,7 @@ pub enum PipelineError {
         source: std::io::Error,
     },
     /// No block qualified as a marker near a cut.
-    #[error("interval {interval}: no {what} marker: no block of the program's own code (or of a system library other than the loader and the C library's string routines) first ran within 0.5% of an interval after cut {cut}; a longer --interval gives more room")]
+    #[error("interval {interval}: no {what} marker in marks.out: no block of the program's own code (or of a system library other than the loader and the C library's string routines) first ran within 0.5% of an interval after cut {cut}; a longer --interval gives more room")]
     NoMarker {
         /// The point's interval.
         interval: u64,

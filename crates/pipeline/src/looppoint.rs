@@ -451,23 +451,17 @@ fn substitute_last(
         return Ok(chosen);
     }
     let path = dir.join("simpoint.labels");
-    let text = std::fs::read_to_string(&path).map_err(|e| PipelineError::io(&path, e))?;
-    let distance: Vec<f64> = text
-        .lines()
-        .map(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .and_then(|d| d.parse().ok())
-                .unwrap_or(f64::INFINITY)
-        })
-        .collect();
+    let distance = crate::rundir::read_label_distances(&path)?;
     Ok(chosen
         .into_iter()
         .filter_map(|mut c| {
             if c.interval == last {
                 let best = (0..last as usize)
                     .filter(|&j| labels.get(j) == Some(&c.cluster))
-                    .min_by(|&a, &b| distance[a].total_cmp(&distance[b]))?;
+                    .min_by(|&a, &b| {
+                        let d = |j: usize| distance.get(j).copied().unwrap_or(f64::INFINITY);
+                        d(a).total_cmp(&d(b))
+                    })?;
                 c.interval = best as u64;
             }
             Some(c)

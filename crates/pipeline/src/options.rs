@@ -48,6 +48,7 @@ pub struct GuestOptions {
 impl GuestOptions {
     /// The collection request, without metrics, markers or slices.
     fn request(&self, interval: u64, count_only: bool, work_dir: &Path) -> Result<Request> {
+        check_count("--interval", interval)?;
         let Some((program, args)) = self.command.split_first() else {
             return invalid("no program given".into());
         };
@@ -111,6 +112,24 @@ fn dir_of(path: &Path) -> PathBuf {
     }
 }
 
+/// The most instructions an interval, a warmup or a flow quantum may hold: 2^62, well past
+/// any real run (a century at a billion instructions a second), and far enough from 2^64
+/// that sums of a few of them cannot overflow.
+pub const MAX_INSTRUCTIONS: u64 = 1 << 62;
+
+/// The largest `--max-k`: a million regions would be no sampling at all.
+pub const MAX_K: usize = 1 << 20;
+
+/// Refuses an instruction count beyond [`MAX_INSTRUCTIONS`].
+fn check_count(option: &str, n: u64) -> Result<()> {
+    if n > MAX_INSTRUCTIONS {
+        return invalid(format!(
+            "{option} {n}: at most {MAX_INSTRUCTIONS} (2^62) instructions"
+        ));
+    }
+    Ok(())
+}
+
 /// Fails unless files can be created in `dir` (checked before the guest runs).
 fn check_writable(dir: &Path) -> Result<()> {
     tempfile::Builder::new()
@@ -145,6 +164,7 @@ pub struct CollectOptions {
 impl CollectOptions {
     /// Checks the options and that the files can be written, and builds the request.
     pub fn request(&self) -> Result<Request> {
+        check_count("--interval-size", self.interval_size)?;
         bbv_collect::expand(&self.bb_out_file, None)?;
         bbv_collect::expand(&self.pc_out_file, None)?;
         if let Some(b) = &self.blocks_out_file {
@@ -264,6 +284,15 @@ impl RunOptions {
         if self.max_k == 0 {
             return invalid("--max-k must be at least 1".into());
         }
+        if self.max_k > MAX_K {
+            return invalid(format!(
+                "--max-k {}: at most {MAX_K} (k is also limited to the intervals the run has)",
+                self.max_k
+            ));
+        }
+        check_count("--interval", self.interval)?;
+        check_count("--warmup", self.warmup.unwrap_or(0))?;
+        check_count("--flow-quantum", self.flow_quantum.unwrap_or(0))?;
         let validating = self.validate || self.target_error.is_some();
         self.guest.cache_model(validating, "--validate")
     }

@@ -12,7 +12,7 @@
 //!   its filtered instructions and each thread's.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::rundir::{self, BlockRow};
@@ -58,9 +58,13 @@ type Filter<'a> = &'a dyn Fn(&[(u32, u64)]) -> (u64, Pairs);
 /// between the cut and the block's first execution).
 pub type Windows = BTreeMap<u64, Vec<(u32, u64)>>;
 
+/// The largest `slices.cuts` read (read whole: a last line the plugin did not finish is left
+/// out): a line per slice and thread.
+pub const CUTS_BYTES: u64 = 1 << 30;
+
 /// The plugin's boundary file: the first slice it counted, its cuts and their windows.
 pub fn read_cuts(path: &Path) -> Result<(u64, Cuts, Windows), PipelineError> {
-    let text = std::fs::read_to_string(path).map_err(|e| PipelineError::io(path, e))?;
+    let text = bbv_files::input::read_text(path, CUTS_BYTES)?;
     let mut start = None;
     let mut cuts = BTreeMap::new();
     let mut windows = Windows::new();
@@ -98,31 +102,26 @@ pub fn read_cuts(path: &Path) -> Result<(u64, Cuts, Windows), PipelineError> {
 /// One thread's slice file, read a line at a time: (slice, filtered, pairs).
 struct ThreadLines {
     path: PathBuf,
-    lines: std::io::Lines<std::io::BufReader<std::fs::File>>,
-    line: usize,
+    lines: bbv_files::input::Lines,
     last: Option<u64>,
 }
 
 impl ThreadLines {
     fn open(path: &Path) -> Result<ThreadLines, PipelineError> {
-        let f = std::fs::File::open(path).map_err(|e| PipelineError::io(path, e))?;
         Ok(ThreadLines {
             path: path.into(),
-            lines: std::io::BufReader::new(f).lines(),
-            line: 0,
+            lines: bbv_files::input::Lines::open(path, rundir::MARKS_LINE)?,
             last: None,
         })
     }
 
     fn next(&mut self) -> Result<Option<(u64, u64, Pairs)>, PipelineError> {
-        let Some(line) = self.lines.next() else {
+        let Some((n, line)) = self.lines.next_line()? else {
             return Ok(None);
         };
-        let line = line.map_err(|e| PipelineError::io(&self.path, e))?;
-        self.line += 1;
         let bad = || PipelineError::Parse {
             path: self.path.clone(),
-            line: self.line,
+            line: n as usize,
             what: "`SLICE FILTERED id:instructions ...` with slices in ascending order".into(),
         };
         let mut f = line.split(' ');
@@ -338,12 +337,15 @@ fn write_table(w: &mut impl Write, rows: &[SliceRow]) -> std::io::Result<()> {
 
 /// Reads `slices.tsv`.
 pub fn read_table(path: &Path) -> Result<Vec<SliceRow>, PipelineError> {
-    let text = std::fs::read_to_string(path).map_err(|e| PipelineError::io(path, e))?;
+    let mut lines = bbv_files::input::Lines::open(path, rundir::TABLE_LINE)?;
     let mut rows = Vec::new();
-    for (n, line) in text.lines().enumerate().skip(1) {
+    while let Some((n, line)) = lines.next_line()? {
+        if n == 1 {
+            continue;
+        }
         let bad = || PipelineError::Parse {
             path: path.into(),
-            line: n + 1,
+            line: n as usize,
             what: "`SLICE START FILTERED T1,T2,...` (tab-separated, slices in order)".into(),
         };
         let f: Vec<&str> = line.split('\t').collect();

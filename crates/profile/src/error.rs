@@ -35,6 +35,19 @@ pub enum ProfileError {
         /// What was wrong and what was expected.
         message: String,
     },
+    /// A file is not one bbv reads (a device, a folder) or exceeds a limit.
+    #[error(transparent)]
+    Files(#[from] bbv_files::FilesError),
+    /// A line is longer than [`crate::MAX_LINE`].
+    #[error("{path}:{line}: line longer than {limit} bytes (the limit for a vector)")]
+    LineTooLong {
+        /// File concerned.
+        path: PathBuf,
+        /// 1-based line number.
+        line: u64,
+        /// The limit.
+        limit: usize,
+    },
     /// A line does not follow the BBV syntax.
     #[error("{path}:{line}:{column}: {message}")]
     Syntax {

@@ -1,4 +1,3 @@
-use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -28,10 +27,7 @@ pub fn open_input(path: &Path) -> Result<Input, ProfileError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = File::open(path).map_err(io_err)?;
-    if file.metadata().map_err(io_err)?.is_dir() {
-        return Err(io_err(io::Error::other("is a directory")));
-    }
+    let file = bbv_files::input::open(path)?;
     let mut buf = BufReader::with_capacity(64 * 1024, file);
     let compression = Compression::detect(buf.fill_buf().map_err(io_err)?);
     let reader: Box<dyn BufRead + Send> = match compression {

@@ -9,7 +9,9 @@
 //!
 //! # Design constraints
 //! * Streaming: memory grows with the longest line, never with the file size.
-//! * No line-length limit, and the last line is read even without a trailing newline.
+//! * Lines up to [`MAX_LINE`] bytes (a hostile file cannot make a reader gather gigabytes),
+//!   and the last line is read even without a trailing newline.
+//! * Only regular files and pipes are read: a link to `/dev/zero` is refused by name.
 //! * Compression (gzip, zstd) is detected from the content, not from the file name.
 //! * Every error names the file, the line and the column.
 
@@ -37,6 +39,11 @@ pub use writer::BbvWriter;
 /// Largest block id accepted. Clustering allocates per-id state (a projection-matrix row), so an
 /// absurd id in a hostile file must be an error rather than an allocation of hundreds of GB.
 pub const MAX_BLOCK_ID: u32 = 1 << 26;
+
+/// The longest line a BBV reader accepts: one interval's vector of several million distinct
+/// blocks (a `:id:count` token takes 4 to 30 bytes), far more than any real program runs in one
+/// interval, and little enough that a hostile line cannot exhaust memory.
+pub const MAX_LINE: usize = 64 << 20;
 
 /// Thread N's vector file, as exp-bbv names it: `bb` itself for thread 1, `BB.N` for the others.
 pub fn thread_file(bb: &std::path::Path, number: u32) -> std::path::PathBuf {

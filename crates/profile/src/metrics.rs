@@ -71,13 +71,13 @@ impl<W: Write> MetricsWriter<W> {
     }
 }
 
+/// The longest `metrics.csv` line read: nine numbers and any later columns.
+pub const METRICS_LINE: usize = 64 << 10;
+
 /// Reads a `metrics.csv`: the header must start with the known columns (later columns are
 /// allowed and ignored), intervals must be numbered 0, 1, 2, ... and every field a whole number.
 pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>, ProfileError> {
-    let file = std::fs::File::open(path).map_err(|source| ProfileError::Io {
-        path: path.into(),
-        source,
-    })?;
+    let file = bbv_files::input::open(path)?;
     read_metrics_from(io::BufReader::new(file), path)
 }
 
@@ -93,13 +93,8 @@ pub fn read_metrics_from(
     };
     let mut rows = Vec::new();
     let mut width = 0;
-    for (n, text) in input.lines().enumerate() {
-        let n = n as u64 + 1;
-        let text = text.map_err(|source| ProfileError::Io {
-            path: path.into(),
-            source,
-        })?;
-        let text = text.trim_end_matches('\r');
+    let mut lines = bbv_files::input::Lines::new(input, path, METRICS_LINE);
+    while let Some((n, text)) = lines.next_line()? {
         if n == 1 {
             let names: Vec<&str> = text.split(',').collect();
             let want = metrics_header();
@@ -130,7 +125,10 @@ pub fn read_metrics_from(
                 };
                 bad(
                     n,
-                    format!("{column}: expected a whole number, found '{name}'"),
+                    format!(
+                        "{column}: expected a whole number, found '{}'",
+                        bbv_files::input::quote(name.as_bytes())
+                    ),
                 )
             })?;
         }

@@ -90,6 +90,13 @@ impl<R: BufRead> BbvReader<R> {
                         break (None, end + 1);
                     }
                     None => {
+                        if self.line.len() + buf.len() > crate::MAX_LINE {
+                            return Err(ProfileError::LineTooLong {
+                                path: self.path.clone(),
+                                line: self.line_no + 1,
+                                limit: crate::MAX_LINE,
+                            });
+                        }
                         self.line.extend_from_slice(buf);
                         let n = buf.len();
                         self.inner.consume(n);
@@ -237,7 +244,8 @@ fn fast_token(line: &[u8], colon: usize) -> Option<(Token, usize)> {
     let start = j;
     let mut value: u64 = 0;
     while let Some(d) = digit(j) {
-        value = value * 10 + u64::from(d);
+        // Wraps past 19 digits, but more than 15 are refused below anyway.
+        value = value.wrapping_mul(10).wrapping_add(u64::from(d));
         j += 1;
     }
     let digits = j - start;

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 pub use gpu::from_gpu_sample;
 pub use html::html;
 pub use matrix::{Matrix, MatrixBuilder};
-pub use run::from_run_dir;
+pub use run::{from_run_dir, from_summary};
 
 /// Everything that can go wrong building a report.
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +166,11 @@ pub fn write(path: &Path, report: &Report) -> Result<(), ReportError> {
     files.write(path, |w| w.write_all(page.as_bytes()))?;
     files.commit()?;
     Ok(())
+}
+
+/// The page of the run directory `dir` whose `summary.json` will hold `summary`.
+pub fn run_report_page(dir: &Path, summary: &bbv_rundir::Summary) -> Result<String, ReportError> {
+    Ok(html(&from_summary(dir, summary)?))
 }
 
 /// Rebuilds `DIR/report.html` from a run directory's files (`bbv report DIR`, and the last

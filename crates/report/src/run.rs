@@ -12,7 +12,13 @@ use crate::{Curve, ErrorRow, KScore, MatrixBuilder, Point, Report, ReportError};
 /// present, `metrics.csv`, `validation.json` and `bic.csv`. Files that disagree on the number
 /// of units are refused rather than drawn wrong.
 pub fn from_run_dir(dir: &Path) -> Result<Report, ReportError> {
-    let summary = rundir::read_summary(dir)?;
+    from_summary(dir, &rundir::read_summary(dir)?)
+}
+
+/// [`from_run_dir`] with `summary.json`'s content given: `bbv regions` builds the report of
+/// the summary it is about to write, before writing anything.
+pub fn from_summary(dir: &Path, summary: &Summary) -> Result<Report, ReportError> {
+    let summary = summary.clone();
     let unit = if summary.regions_mode == "looppoint" {
         "slice"
     } else {
@@ -277,11 +283,11 @@ fn choosing_k(r: &mut Report, dir: &Path, v: Option<&Validation>) -> Result<(), 
         "k = {}: SimPoint 3.2's rule, the smallest k whose BIC reaches 90% of the range of the k tried. Errors against k need `bbv run --validate`.",
         r.chosen_k.unwrap_or(0)
     );
-    let text = std::fs::read_to_string(&path).map_err(|e| ReportError::Io {
-        path: path.clone(),
-        source: e,
-    })?;
-    for (n, line) in text.lines().enumerate().skip(1) {
+    let mut lines = bbv_files::input::Lines::open(&path, bbv_rundir::PAIR_LINE)?;
+    while let Some((n, line)) = lines.next_line()? {
+        if n == 1 {
+            continue;
+        }
         let f: Vec<&str> = line.split(',').collect();
         let parsed = match f.as_slice() {
             [k, _, frac] => k.parse().ok().zip(frac.parse::<f64>().ok()),
@@ -290,7 +296,7 @@ fn choosing_k(r: &mut Report, dir: &Path, v: Option<&Validation>) -> Result<(), 
         let (k, bic_fraction) = parsed.ok_or_else(|| {
             ReportError::Rundir(bbv_rundir::RundirError::Parse {
                 path: path.clone(),
-                line: n + 1,
+                line: n as usize,
                 what: "`k,bic,bic_fraction`".into(),
             })
         })?;

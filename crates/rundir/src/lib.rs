@@ -17,12 +17,12 @@
 //! | `slices.cuts`, `thread.N.slices` | multi-threaded runs: the plugin's slice boundaries and per-thread slice vectors |
 //! | `global.bb`, `slices.tsv` | the slices' concatenated vectors and their table (bbv-pipeline's `slices`) |
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod check;
 pub mod validate;
 
 /// What can go wrong reading a run directory.
@@ -52,7 +52,22 @@ pub enum RundirError {
     /// A vector file is malformed.
     #[error(transparent)]
     Profile(#[from] bbv_profile::ProfileError),
+    /// A file is not one bbv reads (a device, a folder) or exceeds a limit.
+    #[error(transparent)]
+    Files(#[from] bbv_files::FilesError),
 }
+
+/// The longest line of `blocks.tsv`, `images.tsv`, `slices.tsv` and `metrics.csv` bbv reads:
+/// paths and demangled C++ names fit many times over.
+pub const TABLE_LINE: usize = 1 << 20;
+/// The longest line of `marks.out`: one `id:delta` pair per block first run in a window,
+/// a couple of million blocks.
+pub const MARKS_LINE: usize = 64 << 20;
+/// The longest line of `simpoint.simpoints`, `.weights`, `.labels` and `bic.csv`: two or
+/// three numbers.
+pub const PAIR_LINE: usize = 4096;
+/// The largest `summary.json`, `validation.json` or `replay.json` bbv reads.
+pub const JSON_BYTES: u64 = 256 << 20;
 
 impl RundirError {
     /// An I/O error on `path`.
@@ -214,18 +229,23 @@ pub struct Point {
 /// Reads `DIR/summary.json`, refusing directories of older bbv versions.
 pub fn read_summary(dir: &Path) -> Result<Summary, RundirError> {
     let path = dir.join("summary.json");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let why = if dir.join("summary.txt").exists() {
-                "it was written by an older bbv (no summary.json); run `bbv run` again"
-            } else {
-                "not a `bbv run` output directory (no summary.json)"
-            };
-            return Err(RundirError::Invalid(format!("{}: {why}", dir.display())));
-        }
-        Err(e) => return Err(RundirError::io(&path, e)),
-    };
+    if path.symlink_metadata().is_err() {
+        return Err(RundirError::Invalid(if dir.is_dir() {
+            format!(
+                "{}: missing, so {} is not a complete `bbv run` output directory (the run did \
+                 not finish, the file was deleted, or a bbv older than layout {LAYOUT} wrote \
+                 it); run `bbv run` again",
+                path.display(),
+                dir.display()
+            )
+        } else {
+            format!(
+                "{}: no such folder (expected a `bbv run` output directory)",
+                dir.display()
+            )
+        }));
+    }
+    let text = bbv_files::input::read_text(&path, JSON_BYTES)?;
     let layout = serde_json::from_str::<serde_json::Value>(&text)
         .ok()
         .and_then(|v| v.get("layout").and_then(|l| l.as_u64()));
@@ -239,11 +259,13 @@ pub fn read_summary(dir: &Path) -> Result<Summary, RundirError> {
         }
         None => {}
     }
-    serde_json::from_str(&text).map_err(|e| RundirError::Parse {
+    let summary = serde_json::from_str(&text).map_err(|e| RundirError::Parse {
         path: path.clone(),
         line: e.line(),
-        what: e.to_string(),
-    })
+        what: format!("summary.json as `bbv run` writes it ({e})"),
+    })?;
+    check::summary(&path, &summary)?;
+    Ok(summary)
 }
 
 /// Writes `summary.json`.
@@ -288,27 +310,36 @@ pub struct ImageRow {
     pub bias: u64,
 }
 
-/// Calls `each(line number, line)` for every line of `path`, streaming.
+/// Calls `each(line number, line)` for every line of `path`, streaming; no line may be
+/// longer than `max` bytes.
 fn for_lines(
     path: &Path,
+    max: usize,
     mut each: impl FnMut(usize, &str) -> Result<(), RundirError>,
 ) -> Result<(), RundirError> {
-    let file = std::fs::File::open(path).map_err(|e| RundirError::io(path, e))?;
-    let mut reader = BufReader::new(file);
-    let mut line = String::new();
-    let mut n = 0;
-    loop {
-        line.clear();
-        if reader
-            .read_line(&mut line)
-            .map_err(|e| RundirError::io(path, e))?
-            == 0
-        {
-            return Ok(());
-        }
-        n += 1;
-        each(n, line.trim_end_matches(['\n', '\r']))?;
+    let mut lines = bbv_files::input::Lines::open(path, max)?;
+    while let Some((n, line)) = lines.next_line()? {
+        each(n as usize, line)?;
     }
+    Ok(())
+}
+
+/// [`for_lines`] over a table whose first line is a header: an empty file is an error.
+fn for_table(
+    path: &Path,
+    max: usize,
+    header: &str,
+    mut each: impl FnMut(usize, &str) -> Result<(), RundirError>,
+) -> Result<(), RundirError> {
+    let mut any = false;
+    for_lines(path, max, |n, line| {
+        any = true;
+        each(n, line)
+    })?;
+    if !any {
+        return Err(parse_error(path, 1, &format!("the header line `{header}`")));
+    }
+    Ok(())
 }
 
 fn parse_error(path: &Path, line: usize, what: &str) -> RundirError {
@@ -326,42 +357,47 @@ fn hex(s: &str) -> Option<u64> {
 /// Reads `blocks.tsv`: rows must hold ids 1, 2, ... in order.
 pub fn read_blocks(path: &Path) -> Result<Vec<BlockRow>, RundirError> {
     let mut rows = Vec::new();
-    for_lines(path, |n, line| {
-        let bad = |what: &str| parse_error(path, n, what);
-        if n == 1 {
-            if !line.starts_with("id\timage\toffset\tinstructions") {
-                return Err(bad("the header line `id\timage\toffset\tinstructions...`"));
+    for_table(
+        path,
+        TABLE_LINE,
+        "id\timage\toffset\tinstructions...",
+        |n, line| {
+            let bad = |what: &str| parse_error(path, n, what);
+            if n == 1 {
+                if !line.starts_with("id\timage\toffset\tinstructions") {
+                    return Err(bad("the header line `id\timage\toffset\tinstructions...`"));
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
-        let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 8 {
-            return Err(bad("8 tab-separated columns"));
-        }
-        let id: u32 = f[0].parse().map_err(|_| bad("a block id"))?;
-        if id as usize != rows.len() + 1 {
-            return Err(bad("block ids 1, 2, ... in order"));
-        }
-        rows.push(BlockRow {
-            id,
-            image: (f[1] != "-").then(|| f[1].to_string()),
-            offset: hex(f[2]).ok_or_else(|| bad("a 0x-prefixed hex offset"))?,
-            instructions: f[3]
-                .parse()
-                .ok()
-                .filter(|&n: &u64| n > 0)
-                .ok_or_else(|| bad("a positive instruction count"))?,
-            function: f[4].to_string(),
-            bytes: f[6].parse().map_err(|_| bad("a byte count"))?,
-            rep: f[7] == "rep",
-            varies: match f[7] {
-                "varies" => true,
-                "-" | "rep" => false,
-                _ => return Err(bad("kind -, rep or varies")),
-            },
-        });
-        Ok(())
-    })?;
+            let f: Vec<&str> = line.split('\t').collect();
+            if f.len() != 8 {
+                return Err(bad("8 tab-separated columns"));
+            }
+            let id: u32 = f[0].parse().map_err(|_| bad("a block id"))?;
+            if id as usize != rows.len() + 1 {
+                return Err(bad("block ids 1, 2, ... in order"));
+            }
+            rows.push(BlockRow {
+                id,
+                image: (f[1] != "-").then(|| f[1].to_string()),
+                offset: hex(f[2]).ok_or_else(|| bad("a 0x-prefixed hex offset"))?,
+                instructions: f[3]
+                    .parse()
+                    .ok()
+                    .filter(|&n: &u64| n > 0)
+                    .ok_or_else(|| bad("a positive instruction count"))?,
+                function: f[4].to_string(),
+                bytes: f[6].parse().map_err(|_| bad("a byte count"))?,
+                rep: f[7] == "rep",
+                varies: match f[7] {
+                    "varies" => true,
+                    "-" | "rep" => false,
+                    _ => return Err(bad("kind -, rep or varies")),
+                },
+            });
+            Ok(())
+        },
+    )?;
     Ok(rows)
 }
 
@@ -385,33 +421,41 @@ pub fn write_images(out: &mut impl Write, images: &[ImageRow]) -> std::io::Resul
 /// Reads `images.tsv`.
 pub fn read_images(path: &Path) -> Result<Vec<ImageRow>, RundirError> {
     let mut rows = Vec::new();
-    for_lines(path, |n, line| {
-        let bad = |what: &str| parse_error(path, n, what);
-        if n == 1 {
-            if !line.starts_with("image\tpath") {
-                return Err(bad(
-                    "the header line `image\tpath\tlinked\tbuild_id\tload_bias`",
-                ));
+    for_table(
+        path,
+        TABLE_LINE,
+        "image\tpath\tlinked\tbuild_id\tload_bias",
+        |n, line| {
+            let bad = |what: &str| parse_error(path, n, what);
+            if n == 1 {
+                if !line.starts_with("image\tpath") {
+                    return Err(bad(
+                        "the header line `image\tpath\tlinked\tbuild_id\tload_bias`",
+                    ));
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
-        let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 5 || f[0].is_empty() {
-            return Err(bad("5 tab-separated columns"));
-        }
-        rows.push(ImageRow {
-            name: f[0].to_string(),
-            path: PathBuf::from(f[1]),
-            fixed: match f[2] {
-                "fixed" => true,
-                "pie" => false,
-                _ => return Err(bad("`fixed` or `pie`")),
-            },
-            build_id: (f[3] != "-").then(|| f[3].to_string()),
-            bias: hex(f[4]).ok_or_else(|| bad("a 0x-prefixed hex load bias"))?,
-        });
-        Ok(())
-    })?;
+            let f: Vec<&str> = line.split('\t').collect();
+            if f.len() != 5 || f[0].is_empty() {
+                return Err(bad("5 tab-separated columns"));
+            }
+            if rows.iter().any(|r: &ImageRow| r.name == f[0]) {
+                return Err(bad("each image once (this one is listed twice)"));
+            }
+            rows.push(ImageRow {
+                name: f[0].to_string(),
+                path: PathBuf::from(f[1]),
+                fixed: match f[2] {
+                    "fixed" => true,
+                    "pie" => false,
+                    _ => return Err(bad("`fixed` or `pie`")),
+                },
+                build_id: (f[3] != "-").then(|| f[3].to_string()),
+                bias: hex(f[4]).ok_or_else(|| bad("a 0x-prefixed hex load bias"))?,
+            });
+            Ok(())
+        },
+    )?;
     Ok(rows)
 }
 
@@ -429,7 +473,7 @@ pub struct Window {
 /// Reads `marks.out`.
 pub fn read_windows(path: &Path) -> Result<Vec<Window>, RundirError> {
     let mut out: Vec<Window> = Vec::new();
-    for_lines(path, |n, line| {
+    for_lines(path, MARKS_LINE, |n, line| {
         let bad = |what: &str| parse_error(path, n, what);
         let mut f = line.split(' ');
         let mut num = || f.next().and_then(|s| s.parse::<u64>().ok());
@@ -478,7 +522,7 @@ pub fn clustered_input(dir: &Path, s: &Summary) -> PathBuf {
 /// not kept then, so any number is accepted).
 pub fn read_pairs<T: std::str::FromStr>(path: &Path) -> Result<Vec<(T, usize)>, RundirError> {
     let mut out = Vec::new();
-    for_lines(path, |n, l| {
+    for_lines(path, PAIR_LINE, |n, l| {
         let mut f = l.split_whitespace();
         let v = f.next().and_then(|s| s.parse().ok());
         let i = f.next().and_then(|s| {
@@ -490,6 +534,18 @@ pub fn read_pairs<T: std::str::FromStr>(path: &Path) -> Result<Vec<(T, usize)>, 
             v.zip(i)
                 .ok_or_else(|| parse_error(path, n, "`VALUE INDEX`"))?,
         );
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The second number of each `simpoint.labels` line: the interval's distance to its
+/// cluster's centre.
+pub fn read_label_distances(path: &Path) -> Result<Vec<f64>, RundirError> {
+    let mut out = Vec::new();
+    for_lines(path, PAIR_LINE, |n, l| {
+        let d = l.split_whitespace().nth(1).and_then(|d| d.parse().ok());
+        out.push(d.ok_or_else(|| parse_error(path, n, "`CLUSTER DISTANCE`"))?);
         Ok(())
     })?;
     Ok(out)
@@ -528,7 +584,9 @@ pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), RundirError> {
     let weights = read_pairs::<f64>(&prefix.with_extension("weights"))?;
     // Labels lines are `CLUSTER DISTANCE`.
     let labels = read_pairs::<usize>(&prefix.with_extension("labels"))?;
-    let weight_of: HashMap<usize, f64> = weights.iter().map(|&(w, c)| (c, w)).collect();
+    let labels: Vec<usize> = labels.into_iter().map(|(l, _)| l).collect();
+    let weight_of = check::weights(&prefix.with_extension("weights"), &weights)?;
+    check::points_and_labels(dir, &points, &labels)?;
     let mut chosen: Vec<Chosen> = points
         .iter()
         .map(|&(interval, cluster)| {
@@ -545,12 +603,21 @@ pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), RundirError> {
             })
         })
         .collect::<Result<_, RundirError>>()?;
+    if let Some(c) = weight_of
+        .keys()
+        .find(|c| !points.iter().any(|p| p.1 == **c))
+    {
+        return Err(RundirError::Invalid(format!(
+            "{}: cluster {c} has a weight but no simulation point in simpoint.simpoints",
+            prefix.with_extension("weights").display()
+        )));
+    }
     chosen.sort_by(|x, y| {
         y.weight
             .total_cmp(&x.weight)
             .then(x.interval.cmp(&y.interval))
     });
-    Ok((chosen, labels.into_iter().map(|(l, _)| l).collect()))
+    Ok((chosen, labels))
 }
 
 /// Refuses a chosen point beyond the `n` rows (`unit`s: intervals or slices) clustered.

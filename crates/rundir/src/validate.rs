@@ -272,11 +272,10 @@ pub fn bbv_errors(bb: &Path, clusterings: &[Clusters]) -> Result<Vec<f64>, Rundi
 /// Reads `dir/validation.json`, if the run has one.
 pub fn read(dir: &Path) -> Result<Option<Validation>, RundirError> {
     let path = dir.join("validation.json");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(RundirError::io(&path, e)),
-    };
+    if path.symlink_metadata().is_err() {
+        return Ok(None);
+    }
+    let text = bbv_files::input::read_text(&path, crate::JSON_BYTES)?;
     serde_json::from_str(&text)
         .map(Some)
         .map_err(|e| RundirError::Parse {

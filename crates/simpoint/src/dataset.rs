@@ -332,9 +332,12 @@ impl Dataset {
     }
 }
 
+/// The longest line of a text dataset read: a row of a few thousand dimensions.
+const DATASET_LINE: usize = 16 << 20;
+
 /// Whitespace-separated words of a text file, with line numbers for messages.
 pub(crate) struct Words<'a, R> {
-    input: R,
+    input: bbv_files::input::Lines<R>,
     path: &'a Path,
     buf: String,
     pos: usize,
@@ -345,7 +348,7 @@ pub(crate) struct Words<'a, R> {
 impl<'a, R: BufRead> Words<'a, R> {
     pub(crate) fn new(input: R, path: &'a Path) -> Self {
         Words {
-            input,
+            input: bbv_files::input::Lines::new(input, path, DATASET_LINE),
             path,
             buf: String::new(),
             pos: 0,
@@ -367,15 +370,9 @@ impl<'a, R: BufRead> Words<'a, R> {
             }
             self.buf.clear();
             self.pos = 0;
-            let n = self
-                .input
-                .read_line(&mut self.buf)
-                .map_err(|e| SimpointError::Io {
-                    path: self.path.to_path_buf(),
-                    source: e,
-                })?;
-            if n == 0 {
-                return Ok(None);
+            match self.input.next_line()? {
+                Some((_, line)) => self.buf.push_str(line),
+                None => return Ok(None),
             }
             self.line += 1;
         }
@@ -390,7 +387,10 @@ impl<'a, R: BufRead> Words<'a, R> {
         word.parse().map_err(|_| SimpointError::Format {
             path: self.path.to_path_buf(),
             line: self.line,
-            message: format!("expected {what}, found '{word}'"),
+            message: format!(
+                "expected {what}, found '{}'",
+                bbv_files::input::quote(word.as_bytes())
+            ),
         })
     }
 }

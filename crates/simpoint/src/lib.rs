@@ -269,7 +269,12 @@ fn check(opts: &Options, n: usize, initial: Option<&Dataset>) -> Result<(), Simp
         }
         if k > n {
             return Err(SimpointError::Invalid(format!(
-                "k = {k} is larger than the number of vectors ({n})"
+                "k = {k} is larger than the number of vectors ({n}): {}",
+                match opts.k {
+                    KChoice::Search { .. } =>
+                        format!("give --max-k (SimPoint's -maxK) {n} or less; its default is 30"),
+                    KChoice::List(_) => format!("give -k values of {n} or less"),
+                }
             )));
         }
         if let Some(c) = initial {

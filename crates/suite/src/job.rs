@@ -80,7 +80,7 @@ impl JobRecord {
 
     /// Reads `DIR/job.json`, if there is a readable one.
     pub fn read(dir: &Path) -> Option<JobRecord> {
-        let text = std::fs::read_to_string(dir.join("job.json")).ok()?;
+        let text = bbv_files::input::read_text(&dir.join("job.json"), 1 << 20).ok()?;
         let v: serde_json::Value = serde_json::from_str(&text).ok()?;
         Some(JobRecord {
             status: Status::from_name(v["status"].as_str()?)?,

@@ -98,7 +98,7 @@ pub fn merge(manifest: &Manifest, out: &Path, records: &[JobRecord]) -> Result<(
         let dir = out.join(&job.name);
         // `bbv run` and `bbv gpu sample` both write these four into summary.json (a GPU job's
         // instructions are warp instructions, its intervals kernel launches).
-        let summary = std::fs::read_to_string(dir.join("summary.json"))
+        let summary = bbv_files::input::read_text(&dir.join("summary.json"), 256 << 20)
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
             .filter(|_| matches!(r.status, Status::Done | Status::Skipped));

@@ -117,9 +117,12 @@ const JOB_KEYS: [&str; 8] = [
     "name", "kind", "command", "traces", "cwd", "stdin", "env", "timeout",
 ];
 
+/// The largest manifest read: thousands of jobs fit.
+pub const MANIFEST_BYTES: u64 = 16 << 20;
+
 /// Reads and checks a manifest.
 pub fn load(path: &Path) -> Result<Manifest, SuiteError> {
-    let text = std::fs::read_to_string(path).map_err(|e| SuiteError::io(path, e))?;
+    let text = bbv_files::input::read_text(path, MANIFEST_BYTES)?;
     parse(path, &text)
 }
 

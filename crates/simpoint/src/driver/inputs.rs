@@ -1,7 +1,8 @@
 //! The inputs beside the vectors (weights, datasets, initial labels) and output names.
 
-use std::fs::File;
 use std::io::BufReader;
+
+use bbv_files::input::{quote, Lines};
 use std::path::{Path, PathBuf};
 
 use crate::cfmt::g;
@@ -9,31 +10,38 @@ use crate::{Dataset, SimpointError};
 
 type Result<T> = std::result::Result<T, SimpointError>;
 
-fn io(path: &Path, source: std::io::Error) -> SimpointError {
-    SimpointError::Io {
+/// The longest line of a weights or labels file read: a few numbers.
+const SIDE_LINE: usize = 64 << 10;
+
+fn format(path: &Path, line: u64, message: String) -> SimpointError {
+    SimpointError::Format {
         path: path.to_path_buf(),
-        source,
+        line,
+        message,
     }
 }
 
 pub(super) fn read_vector_weights(path: &Path, n: usize) -> Result<Vec<f64>> {
-    let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;
+    let mut lines = Lines::open(path, SIDE_LINE)?;
     let mut w = Vec::with_capacity(n);
-    for (ln, line) in text.lines().enumerate() {
+    while let Some((ln, line)) = lines.next_line()? {
         for word in line.split_whitespace() {
             let v: f64 = word.parse().map_err(|_| {
-                SimpointError::Invalid(format!(
-                    "{}:{}: '{word}' is not a number",
-                    path.display(),
-                    ln + 1
-                ))
+                format(
+                    path,
+                    ln,
+                    format!("'{}' is not a number", quote(word.as_bytes())),
+                )
             })?;
             if !(v.is_finite() && v >= 0.0) {
-                bail!(
-                    "{}:{}: weight {word} must be finite and not negative",
-                    path.display(),
-                    ln + 1
-                );
+                return Err(format(
+                    path,
+                    ln,
+                    format!("weight {word} must be finite and not negative"),
+                ));
+            }
+            if w.len() == n {
+                bail!("{}:{ln}: more weights than the {n} vectors", path.display());
             }
             w.push(v);
         }
@@ -49,7 +57,7 @@ pub(super) fn read_vector_weights(path: &Path, n: usize) -> Result<Vec<f64>> {
 }
 
 pub(super) fn read_dataset(path: &Path, binary: bool) -> Result<Dataset> {
-    let file = File::open(path).map_err(|e| io(path, e))?;
+    let file = bbv_files::input::open(path)?;
     Ok(if binary {
         Dataset::read_binary(BufReader::new(file), path)?
     } else {
@@ -59,19 +67,37 @@ pub(super) fn read_dataset(path: &Path, binary: bool) -> Result<Dataset> {
 
 /// Centres as the weighted means of the rows carrying each label (`-loadInitLabels`).
 pub(super) fn centres_from_labels(path: &Path, data: &Dataset) -> Result<Dataset> {
-    let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;
+    let mut lines = Lines::open(path, SIDE_LINE)?;
     let mut labels = Vec::with_capacity(data.rows());
-    for (ln, line) in text.lines().enumerate() {
+    while let Some((ln, line)) = lines.next_line()? {
         let Some(word) = line.split_whitespace().next() else {
             continue;
         };
         let l: usize = word.parse().map_err(|_| {
-            SimpointError::Invalid(format!(
-                "{}:{}: '{word}' is not a cluster number",
-                path.display(),
-                ln + 1
-            ))
+            format(
+                path,
+                ln,
+                format!("'{}' is not a cluster number", quote(word.as_bytes())),
+            )
         })?;
+        // A cluster per vector at most: a larger number would size the centres by it.
+        if l >= data.rows() {
+            return Err(format(
+                path,
+                ln,
+                format!(
+                    "cluster {l}: more clusters than the {} vectors",
+                    data.rows()
+                ),
+            ));
+        }
+        if labels.len() == data.rows() {
+            bail!(
+                "{}:{ln}: more labels than the {} vectors",
+                path.display(),
+                data.rows()
+            );
+        }
         labels.push(l);
     }
     if labels.len() != data.rows() {

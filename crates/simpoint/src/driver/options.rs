@@ -237,6 +237,20 @@ pub fn parse_dim(opt: &str, v: &str) -> Result<Option<usize>, SimpointError> {
     Ok(Some(d))
 }
 
+/// The error for an argument SimPoint 3.2 does not know: a bare file name gets the two ways
+/// of writing it.
+fn unknown(arg: &str) -> SimpointError {
+    SimpointError::Invalid(if arg.starts_with('-') {
+        format!("unknown option '{arg}' (SimPoint 3.2 would ignore it; run 'bbv simpoint --help')")
+    } else {
+        format!(
+            "'{arg}': a file given without -loadFVFile, among SimPoint 3.2's options; write \
+             `bbv simpoint -loadFVFile {arg} ...` with SimPoint's options, or `bbv simpoint \
+             {arg} --max-k K ...` with bbv's (see 'bbv simpoint --help')"
+        )
+    })
+}
+
 /// A fraction from 0 (or above 0 unless `allow_zero`) to 1 (`-coveragePct`, `-bicThreshold`).
 pub fn parse_unit(opt: &str, v: &str, allow_zero: bool) -> Result<f64, SimpointError> {
     let x: f64 = parse_num(opt, v)?;
@@ -282,9 +296,7 @@ pub fn parse_legacy(args: &[OsString]) -> Result<Config, SimpointError> {
             continue;
         }
         if !LEGACY_VALUED.contains(&arg) {
-            bail!(
-                "unknown option '{arg}' (SimPoint 3.2 would ignore it; run 'bbv simpoint --help')"
-            );
+            return Err(unknown(arg));
         }
         let value = args
             .get(i)
