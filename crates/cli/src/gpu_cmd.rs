@@ -94,6 +94,27 @@ impl From<Format> for CountFormat {
     }
 }
 
+impl GpuCommand {
+    /// `bbv gpu sample`'s options, checked (a suite's GPU jobs are checked before any runs).
+    pub fn check(&self) -> Result<()> {
+        if let GpuCommand::Sample {
+            max_k,
+            stratified,
+            spread,
+            ..
+        } = self
+        {
+            SampleOptions {
+                max_k: *max_k,
+                stratified: *stratified,
+                spread: *spread,
+            }
+            .check()?;
+        }
+        Ok(())
+    }
+}
+
 /// Runs a `bbv gpu` command.
 pub fn run(cmd: GpuCommand) -> Result<()> {
     match cmd {

@@ -290,6 +290,9 @@ fn load(manifest: &Path, output: &Path) -> Result<Manifest> {
             Ok(crate::Cli {
                 command: crate::Command::Run(a),
             }) => a.options().check().map_err(|e| e.to_string()),
+            Ok(crate::Cli {
+                command: crate::Command::Gpu { what },
+            }) => what.check().map_err(|e| e.to_string()),
             Ok(_) => Ok(()),
         };
         if let Err(text) = checked {

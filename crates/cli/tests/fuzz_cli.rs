@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::common::{bbv, data_dir, gzip_job, text_input};
+use crate::common::{bbv, contents, copy_dir, data_dir, gzip_job, text_input};
 
 /// The most memory one case may take (resident).
 const MAX_RSS_KIB: i64 = 1 << 20;
@@ -151,40 +151,6 @@ fn mutate(path: &Path, rng: &mut Rng, kind: usize) -> String {
     what.to_string()
 }
 
-/// Every regular file under `dir` and its content, but `skip`.
-fn snapshot(dir: &Path, skip: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries {
-        let p = e.unwrap().path();
-        let meta = std::fs::symlink_metadata(&p).unwrap();
-        if p == skip {
-            continue;
-        }
-        if meta.is_dir() {
-            out.extend(snapshot(&p, skip));
-        } else if meta.is_file() {
-            out.insert(p.clone(), std::fs::read(&p).unwrap());
-        }
-    }
-    out
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
-
 /// How a case ended.
 struct Ended {
     code: Option<i32>,
@@ -303,7 +269,8 @@ fn one_case(t: &Target, case: usize, rng: &mut Rng, kind: usize, work: &Path, ta
     let input = t.inputs[rng.below(t.inputs.len())];
     let path = dir.join(input);
     let what = mutate(&path, rng, kind);
-    let before = snapshot(&dir, &path);
+    let mut before = contents(&dir);
+    before.remove(&path);
     let d = dir.to_str().unwrap();
     let args: Vec<OsString> = t.args.iter().map(|a| a.replace("{D}", d).into()).collect();
     let e = run(&args, &dir, t.limit_memory);
@@ -337,7 +304,8 @@ fn one_case(t: &Target, case: usize, rng: &mut Rng, kind: usize, work: &Path, ta
             e.stderr.len(),
             short(&e.stderr)
         );
-        let after = snapshot(&dir, &path);
+        let mut after = contents(&dir);
+        after.remove(&path);
         let changed: Vec<_> = after
             .iter()
             .filter(|(p, c)| before.get(*p) != Some(*c))
@@ -483,13 +451,6 @@ fn gpu_dir(work: &Path) -> PathBuf {
         &data_dir().join("accelsim/vectoradd-100-32-trace-12f5cb88"),
         &dir,
     );
-    for f in std::fs::read_dir(&dir).unwrap() {
-        let p = f.unwrap().path();
-        let mut perm = std::fs::metadata(&p).unwrap().permissions();
-        #[allow(clippy::permissions_set_readonly_false)]
-        perm.set_readonly(false);
-        std::fs::set_permissions(&p, perm).unwrap();
-    }
     for args in [
         &["gpu", "bbv", "kernelslist.g", "-o", "app"][..],
         &[

@@ -6,6 +6,7 @@ mod common;
 mod fuzz_cli;
 mod golden;
 mod gpu_cli;
+mod hostile_cli;
 mod looppoint_cli;
 mod progress_cli;
 mod qemu10_cli;

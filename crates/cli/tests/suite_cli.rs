@@ -175,7 +175,14 @@ fn bad_manifests_stop_before_anything_runs() {
         ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nregions = \"looppoint\"\nthreads = \"all\"\n", "suite.toml:1: job \"a\": --regions looppoint already covers every thread"),
         ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nmax-k = 0\n", "suite.toml:1: job \"a\": --max-k must be at least 1"),
         ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nl1d = \"16K,4,64\"\n", "suite.toml:1: job \"a\": --l1d, --l2, --model-thread and --metrics-calls-only shape the metrics' cache model: they need --validate"),
+        // Values in range, [defaults] included, and GPU jobs too.
+        ("[defaults]\nmax-k = 0\n\n[[job]]\nname = \"a\"\ncommand = [\"true\"]\n", "suite.toml:4: job \"a\": --max-k must be at least 1"),
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nmax-k = 4294967296\n", "suite.toml:1: job \"a\": --max-k 4294967296: at most 1048576"),
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\ninterval = 4611686018427387905\n", "suite.toml:1: job \"a\": --interval 4611686018427387905: at most 4611686018427387904 (2^62)"),
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nwarmup = 9000000000000000000\n", "suite.toml:1: job \"a\": --warmup 9000000000000000000: at most"),
+        ("[[job]]\nname = \"g\"\nkind = \"gpu\"\ntraces = \"list\"\nmax-k = 0\n", "suite.toml:1: job \"g\": --max-k must be at least 1"),
     ];
+    std::fs::write(tmp.path().join("list"), "kernel-1.traceg\n").unwrap();
     for (text, want) in cases {
         let manifest = tmp.path().join("suite.toml");
         std::fs::write(&manifest, text).unwrap();

@@ -237,16 +237,34 @@ pub struct SampleOptions {
     pub spread: f64,
 }
 
+impl SampleOptions {
+    /// Refuses options out of range (checked before a trace is read, and for every GPU job of
+    /// a suite before any job runs).
+    pub fn check(&self) -> Result<(), GpuError> {
+        if self.max_k == 0 {
+            return Err(GpuError::Unsupported("--max-k must be at least 1".into()));
+        }
+        if self.max_k > MAX_K {
+            return Err(GpuError::Unsupported(format!(
+                "--max-k {}: at most {MAX_K} (k is also limited to the launches)",
+                self.max_k
+            )));
+        }
+        if !(self.spread.is_finite() && self.spread >= 0.0) {
+            return Err(GpuError::Unsupported(
+                "--spread must be a non-negative number".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The largest `--max-k` (as `bbv run`'s).
+pub const MAX_K: usize = 1 << 20;
+
 /// Scans the trace of `list` and picks its representative launches.
 pub fn sample(list: &Path, o: SampleOptions) -> Result<Sampled, GpuError> {
-    if o.max_k == 0 {
-        return Err(GpuError::Unsupported("--max-k must be at least 1".into()));
-    }
-    if !(o.spread.is_finite() && o.spread >= 0.0) {
-        return Err(GpuError::Unsupported(
-            "--spread must be a non-negative number".into(),
-        ));
-    }
+    o.check()?;
     let method = if o.stratified {
         Method::Stratified { spread: o.spread }
     } else {
