@@ -37,21 +37,25 @@ pub fn weights(path: &Path, weights: &[(f64, usize)]) -> Result<HashMap<usize, f
             ));
         }
     }
-    sums_to_one(path, weights.iter().map(|w| w.0), "the weights")?;
+    sums_to_one(path, weights.iter().map(|w| w.0), "the weights", false)?;
     Ok(of)
 }
 
+/// Weights summing to 1 within rounding (or, with `at_most`, not above 1: looppoint mode
+/// drops the point of a cluster that held only the last, partial slice).
 fn sums_to_one(
     path: &Path,
     weights: impl Iterator<Item = f64> + Clone,
     what: &str,
+    at_most: bool,
 ) -> Result<(), RundirError> {
     let n = weights.clone().count();
     if n == 0 {
         return Ok(());
     }
     let sum: f64 = weights.sum();
-    if (sum - 1.0).abs() > weight_sum_tolerance(n) {
+    let off = sum - 1.0;
+    if off > weight_sum_tolerance(n) || (!at_most && -off > weight_sum_tolerance(n)) {
         return Err(invalid(
             path,
             format!("{what} sum to {sum}, not 1 (a line duplicated or missing?)"),
@@ -150,10 +154,12 @@ pub fn summary(path: &Path, s: &Summary) -> Result<(), RundirError> {
             ));
         }
     }
+    let looppoint = s.regions_mode == "looppoint";
     sums_to_one(
         path,
         s.points.iter().map(|p| p.weight),
         "the points' weights",
+        looppoint,
     )
 }
 
