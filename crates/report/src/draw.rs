@@ -40,7 +40,7 @@ pub fn png_rgb(width: u32, height: u32, rgb: &[u8]) -> Vec<u8> {
         let mut enc = png::Encoder::new(&mut out, width.max(1), height.max(1));
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
-        enc.set_compression(png::Compression::High);
+        enc.set_compression(png::Compression::Balanced);
         // Writing into a Vec cannot fail, and the size matches by construction.
         if let Ok(mut w) = enc.write_header() {
             let _ = w.write_image_data(rgb);
