@@ -1,6 +1,7 @@
 //! Integration tests of the `bbv` binary.
 
 mod cc_cli;
+mod champsim_cli;
 mod collect_cli;
 mod common;
 mod fuzz_cli;

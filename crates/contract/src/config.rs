@@ -67,6 +67,9 @@ pub struct PluginConfig {
     pub flow: u64,
     /// Per-interval metrics and their cache model.
     pub metrics: Option<MetricsConfig>,
+    /// ChampSim records of every instruction thread 1 runs, written to this file or pipe
+    /// (`record=PATH`; x86-64 guests).
+    pub record: Option<PathBuf>,
 }
 
 impl Default for PluginConfig {
@@ -84,6 +87,7 @@ impl Default for PluginConfig {
             exclude: Vec::new(),
             flow: 0,
             metrics: None,
+            record: None,
         }
     }
 }
@@ -159,6 +163,9 @@ impl PluginConfig {
         if let Some(m) = &self.markers {
             a.push(format!("markers={}", m.display()));
         }
+        if let Some(r) = &self.record {
+            a.push(format!("record={}", r.display()));
+        }
         a.push(format!("dir={}", self.dir.display()));
         a
     }
@@ -184,6 +191,7 @@ impl PluginConfig {
                 "count_rep" => cfg.rep_iterations = choice(k, v, "instance", "iteration")?,
                 "watch" => cfg.watch = whole(k, v)?,
                 "markers" => cfg.markers = Some(PathBuf::from(v)),
+                "record" => cfg.record = Some(PathBuf::from(v)),
                 "slices" => cfg.slices = whole(k, v)?,
                 "flow" => cfg.flow = whole(k, v)?,
                 "exclude" => {
@@ -234,6 +242,7 @@ mod tests {
             rep_iterations: true,
             watch: 7,
             markers: Some(PathBuf::from("/tmp/m")),
+            record: Some(PathBuf::from("/tmp/r")),
             slices: 9,
             exclude: vec!["libgomp".into(), "libiomp5".into()],
             flow: 11,

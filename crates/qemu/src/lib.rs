@@ -15,6 +15,7 @@
 //! * with `slices=N`, once a second thread runs: `slices` (the global slice boundaries) and
 //!   `thread.N.slices` (each thread's vector per slice), see [`slices`].
 //!
+//! * with `record=PATH`, ChampSim records of every instruction thread 1 runs (see [`record`]).
 //! * with `flow=Q`, threads advance in step (see [`flow`]).
 //! * with `metrics=on` (`l1d=S:W:L`, `l2=S:W:L`, `metrics_thread=off`), `metrics`: one row of
 //!   per-interval metrics per cut of thread 1 (see [`metrics`] and [`offload`]).
@@ -65,6 +66,7 @@ mod model;
 mod offload;
 #[cfg(not(test))]
 mod plugin;
+mod record;
 mod replay;
 mod slices;
 mod state;
@@ -105,8 +107,14 @@ pub(crate) static CONFIG: OnceLock<Config> = OnceLock::new();
 
 /// Parses the plugin arguments for QEMU's `target` (`x86_64-linux-user`, ...).
 pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String> {
+    let host = PluginConfig::parse(raw)?;
+    if host.record.is_some() && !target.starts_with("x86_64") {
+        return Err(format!(
+            "ChampSim records (record=PATH) are made of x86-64 guests only, not {target}"
+        ));
+    }
     Ok(Config {
-        host: PluginConfig::parse(raw)?,
+        host,
         x86: target.starts_with("x86_64") || target.starts_with("i386"),
         aarch64: target.starts_with("aarch64"),
         riscv64: target.starts_with("riscv64"),
@@ -137,5 +145,7 @@ mod tests {
         let c = parse_args(&args(&["dir=a"]), "aarch64-linux-user").unwrap();
         assert!(c.aarch64 && !c.x86 && c.host.interval == 100_000_000);
         assert!(parse_args(&args(&["dir=a", "colour=red"]), "x86_64").is_err());
+        assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "x86_64").is_ok());
+        assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "aarch64").is_err());
     }
 }

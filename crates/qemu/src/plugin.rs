@@ -65,6 +65,12 @@ impl Register for BbvPlugin {
                 return Ok(());
             }
         }
+        if let Some(path) = &cfg.host.record {
+            if let Err(msg) = crate::record::init(path) {
+                let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
+                return Ok(());
+            }
+        }
         crate::fork::install(&cfg.host.dir);
         INLINE.store(!cfg.host.exact, Ordering::Relaxed);
         thread::METRICS.store(cfg.metrics(), Ordering::Relaxed);
@@ -117,6 +123,9 @@ extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, _num: i64, _re
 extern "C" fn on_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     if let Some(cfg) = CONFIG.get() {
         thread::finish_all(cfg);
+    }
+    if !crate::fork::forked() {
+        crate::record::finish();
     }
 }
 
@@ -171,6 +180,43 @@ extern "C" fn on_mem_empty(_: c_uint, _: sys::qemu_plugin_meminfo_t, _: u64, _: 
 extern "C" fn on_mem(vcpu: c_uint, info: sys::qemu_plugin_meminfo_t, vaddr: u64, _: *mut c_void) {
     let (shift, store) = decode_meminfo(info);
     thread::metrics_access(vcpu, vaddr, 1 << shift, store);
+}
+
+extern "C" fn on_rec_insn(vcpu: c_uint, udata: *mut c_void) {
+    if thread::is_first(vcpu) {
+        // SAFETY: udata is the RecInsn leaked for this instruction in on_tb_trans.
+        crate::record::exec(unsafe { &*(udata as *const crate::record::RecInsn) });
+    }
+}
+
+extern "C" fn on_rec_mem(
+    vcpu: c_uint,
+    info: sys::qemu_plugin_meminfo_t,
+    vaddr: u64,
+    _: *mut c_void,
+) {
+    if thread::is_first(vcpu) {
+        let (_, store) = decode_meminfo(info);
+        crate::record::access(vaddr, store);
+    }
+}
+
+/// Registers the recorder's callbacks on every instruction of a block being translated.
+///
+/// # Safety
+/// `tb` is the block being translated, `n` its instructions, `code` their bytes.
+unsafe fn register_records(tb: *mut qemu_plugin_tb, n: usize, code: &InsnBytes) {
+    let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
+    for i in 0..n {
+        let p = sys::qemu_plugin_tb_get_insn(tb, i);
+        let insn = crate::record::translate(code.get(p, i), sys::qemu_plugin_insn_vaddr(p));
+        let data = insn as *const crate::record::RecInsn as *mut c_void;
+        sys::qemu_plugin_register_vcpu_insn_exec_cb(p, Some(on_rec_insn), flags, data);
+        if insn.has_memory() {
+            let rw = sys::qemu_plugin_mem_rw::QEMU_PLUGIN_MEM_RW;
+            sys::qemu_plugin_register_vcpu_mem_cb(p, Some(on_rec_mem), flags, rw, data);
+        }
+    }
 }
 
 type MemCb = extern "C" fn(c_uint, sys::qemu_plugin_meminfo_t, u64, *mut c_void);
@@ -300,6 +346,9 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         }
         if cfg.metrics() {
             register_accesses(tb, info.insns as usize, cfg.model().calls_only);
+        }
+        if crate::record::active() {
+            register_records(tb, n, &code);
         }
         if crate::replay::active() {
             // Registered after the block's own counting, so the block's instructions are

@@ -396,6 +396,13 @@ fn multi_cut(t: &mut Thread, tb: &TbInfo) {
 /// Inline counting: a block that may close a loop checks whether a cut is due. QEMU runs a
 /// block's callbacks before its inline adds, so the total does not hold the block yet.
 #[inline]
+/// Whether `vcpu` runs thread 1 (the guest's main thread), in the process bbv started.
+pub fn is_first(vcpu: u32) -> bool {
+    !FIRST.load(Ordering::Acquire).is_null()
+        && vcpu == FIRST_VCPU.load(Ordering::Relaxed)
+        && !crate::fork::forked()
+}
+
 pub fn check_cut(vcpu: u32, tb: &TbInfo) {
     if fast_path(vcpu) {
         let total = fast::total();

@@ -1,0 +1,131 @@
+//! `record=PATH`: ChampSim records (bbv-champsim) of every instruction thread 1 runs, written
+//! to PATH (a file or a pipe) in execution order. x86-64 guests only.
+//!
+//! Each instruction is decoded once, at translation, into the registers ChampSim needs; its
+//! record is completed at run time: whether the branch was taken (the next instruction run is
+//! not the fall-through) and one address per memory operand (the lowest, when QEMU reports an
+//! operand's access in parts). A record is written when the next instruction starts, the last
+//! one at exit.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+
+use bbv_champsim::x86::{Decoder, Operands};
+
+/// One translated instruction (leaked: QEMU keeps calling with it as long as the code lives).
+pub struct RecInsn {
+    ip: u64,
+    ops: Operands,
+}
+
+impl RecInsn {
+    /// Whether it has memory operands (and so needs the access callback).
+    pub fn has_memory(&self) -> bool {
+        self.ops.loads + self.ops.stores > 0
+    }
+}
+
+struct Pending {
+    ip: u64,
+    ops: Operands,
+    loads: Vec<u64>,
+    stores: Vec<u64>,
+}
+
+struct Recorder {
+    out: BufWriter<File>,
+    /// The reader went away (ChampSim done with a pipe): nothing more is written.
+    closed: bool,
+    decoder: Decoder,
+    pending: Option<Pending>,
+}
+
+static RECORDER: OnceLock<Mutex<Recorder>> = OnceLock::new();
+
+fn recorder() -> Option<std::sync::MutexGuard<'static, Recorder>> {
+    Some(RECORDER.get()?.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Opens PATH for the records.
+pub fn init(path: &Path) -> Result<(), String> {
+    let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let _ = RECORDER.set(Mutex::new(Recorder {
+        out: BufWriter::with_capacity(1 << 20, file),
+        closed: false,
+        decoder: Decoder::new(),
+        pending: None,
+    }));
+    Ok(())
+}
+
+/// Whether records are being written.
+pub fn active() -> bool {
+    RECORDER.get().is_some()
+}
+
+/// The instruction at `ip` (its bytes), decoded for its records.
+pub fn translate(bytes: &[u8], ip: u64) -> &'static RecInsn {
+    let ops = recorder()
+        .and_then(|mut r| r.decoder.decode(bytes, ip))
+        .unwrap_or(Operands {
+            len: bytes.len() as u8,
+            dst_regs: [0; 2],
+            src_regs: [0; 4],
+            loads: 0,
+            stores: 0,
+            kind: bbv_champsim::BranchKind::NotBranch,
+        });
+    Box::leak(Box::new(RecInsn { ip, ops }))
+}
+
+impl Recorder {
+    /// Writes the pending record: taken when `next` is not its fall-through.
+    fn flush(&mut self, next: Option<u64>) {
+        let Some(p) = self.pending.take() else { return };
+        let taken = next.is_some_and(|n| n != p.ip.wrapping_add(u64::from(p.ops.len)));
+        let r = p.ops.record(p.ip, taken, &p.loads, &p.stores);
+        if !self.closed && r.write(&mut self.out).is_err() {
+            self.closed = true;
+        }
+    }
+}
+
+/// Thread 1 starts the instruction `insn`.
+pub fn exec(insn: &RecInsn) {
+    let Some(mut r) = recorder() else { return };
+    r.flush(Some(insn.ip));
+    r.pending = Some(Pending {
+        ip: insn.ip,
+        ops: insn.ops,
+        loads: Vec::new(),
+        stores: Vec::new(),
+    });
+}
+
+/// Thread 1's current instruction accesses `vaddr`.
+pub fn access(vaddr: u64, store: bool) {
+    let Some(mut r) = recorder() else { return };
+    let Some(p) = r.pending.as_mut() else { return };
+    let (list, operands) = if store {
+        (&mut p.stores, p.ops.stores)
+    } else {
+        (&mut p.loads, p.ops.loads)
+    };
+    if list.len() < usize::from(operands) {
+        list.push(vaddr);
+    } else if let Some(last) = list.last_mut() {
+        // A part of an operand already seen (a wide access split): keep its lowest address.
+        *last = (*last).min(vaddr);
+    }
+}
+
+/// The guest exits: the last record, and everything out.
+pub fn finish() {
+    let Some(mut r) = recorder() else { return };
+    r.flush(None);
+    if !r.closed {
+        let _ = r.out.flush();
+    }
+}
