@@ -7,9 +7,11 @@
 //! operand's access in parts). A record is written when the next instruction starts, the last
 //! one at exit.
 
+use std::cell::UnsafeCell;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use bbv_champsim::x86::{Decoder, Operands};
@@ -30,45 +32,69 @@ impl RecInsn {
 struct Pending {
     ip: u64,
     ops: Operands,
-    loads: Vec<u64>,
-    stores: Vec<u64>,
+    loads: [u64; 4],
+    n_loads: usize,
+    stores: [u64; 2],
+    n_stores: usize,
 }
 
 struct Recorder {
     out: BufWriter<File>,
     /// The reader went away (ChampSim done with a pipe): nothing more is written.
     closed: bool,
-    decoder: Decoder,
     pending: Option<Pending>,
 }
 
-static RECORDER: OnceLock<Mutex<Recorder>> = OnceLock::new();
+/// The recorder, touched only by thread 1's callbacks (one vCPU at a time, so no lock on the
+/// per-instruction path) and by the exit callback, which QEMU runs with the vCPUs stopped.
+struct Exclusive(UnsafeCell<Option<Recorder>>);
 
-fn recorder() -> Option<std::sync::MutexGuard<'static, Recorder>> {
-    Some(RECORDER.get()?.lock().unwrap_or_else(|e| e.into_inner()))
+// SAFETY: see `Exclusive`: never two threads at once.
+unsafe impl Sync for Exclusive {}
+
+static RECORDER: Exclusive = Exclusive(UnsafeCell::new(None));
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Translation may happen on any vCPU's thread: the decoder has a lock of its own.
+static DECODER: OnceLock<Mutex<Decoder>> = OnceLock::new();
+
+fn recorder() -> Option<&'static mut Recorder> {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return None;
+    }
+    // SAFETY: see `Exclusive`; callers are thread 1's callbacks or the exit callback.
+    unsafe { (*RECORDER.0.get()).as_mut() }
 }
 
-/// Opens PATH for the records.
+/// Opens PATH for the records (at plugin registration, before any vCPU runs).
 pub fn init(path: &Path) -> Result<(), String> {
     let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let _ = RECORDER.set(Mutex::new(Recorder {
-        out: BufWriter::with_capacity(1 << 20, file),
-        closed: false,
-        decoder: Decoder::new(),
-        pending: None,
-    }));
+    let _ = DECODER.set(Mutex::new(Decoder::new()));
+    // SAFETY: registration runs before any callback.
+    unsafe {
+        *RECORDER.0.get() = Some(Recorder {
+            out: BufWriter::with_capacity(1 << 20, file),
+            closed: false,
+            pending: None,
+        });
+    }
+    ACTIVE.store(true, Ordering::Release);
     Ok(())
 }
 
 /// Whether records are being written.
 pub fn active() -> bool {
-    RECORDER.get().is_some()
+    ACTIVE.load(Ordering::Relaxed)
 }
 
 /// The instruction at `ip` (its bytes), decoded for its records.
 pub fn translate(bytes: &[u8], ip: u64) -> &'static RecInsn {
-    let ops = recorder()
-        .and_then(|mut r| r.decoder.decode(bytes, ip))
+    let ops = DECODER
+        .get()
+        .and_then(|d| {
+            d.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .decode(bytes, ip)
+        })
         .unwrap_or(Operands {
             len: bytes.len() as u8,
             dst_regs: [0; 2],
@@ -85,7 +111,9 @@ impl Recorder {
     fn flush(&mut self, next: Option<u64>) {
         let Some(p) = self.pending.take() else { return };
         let taken = next.is_some_and(|n| n != p.ip.wrapping_add(u64::from(p.ops.len)));
-        let r = p.ops.record(p.ip, taken, &p.loads, &p.stores);
+        let r = p
+            .ops
+            .record(p.ip, taken, &p.loads[..p.n_loads], &p.stores[..p.n_stores]);
         if !self.closed && r.write(&mut self.out).is_err() {
             self.closed = true;
         }
@@ -94,36 +122,39 @@ impl Recorder {
 
 /// Thread 1 starts the instruction `insn`.
 pub fn exec(insn: &RecInsn) {
-    let Some(mut r) = recorder() else { return };
+    let Some(r) = recorder() else { return };
     r.flush(Some(insn.ip));
     r.pending = Some(Pending {
         ip: insn.ip,
         ops: insn.ops,
-        loads: Vec::new(),
-        stores: Vec::new(),
+        loads: [0; 4],
+        n_loads: 0,
+        stores: [0; 2],
+        n_stores: 0,
     });
 }
 
 /// Thread 1's current instruction accesses `vaddr`.
 pub fn access(vaddr: u64, store: bool) {
-    let Some(mut r) = recorder() else { return };
+    let Some(r) = recorder() else { return };
     let Some(p) = r.pending.as_mut() else { return };
-    let (list, operands) = if store {
-        (&mut p.stores, p.ops.stores)
+    let (list, n, operands) = if store {
+        (&mut p.stores[..], &mut p.n_stores, p.ops.stores)
     } else {
-        (&mut p.loads, p.ops.loads)
+        (&mut p.loads[..], &mut p.n_loads, p.ops.loads)
     };
-    if list.len() < usize::from(operands) {
-        list.push(vaddr);
-    } else if let Some(last) = list.last_mut() {
+    if *n < usize::from(operands).min(list.len()) {
+        list[*n] = vaddr;
+        *n += 1;
+    } else if *n > 0 {
         // A part of an operand already seen (a wide access split): keep its lowest address.
-        *last = (*last).min(vaddr);
+        list[*n - 1] = list[*n - 1].min(vaddr);
     }
 }
 
 /// The guest exits: the last record, and everything out.
 pub fn finish() {
-    let Some(mut r) = recorder() else { return };
+    let Some(r) = recorder() else { return };
     r.flush(None);
     if !r.closed {
         let _ = r.out.flush();
