@@ -239,6 +239,25 @@ struct Target {
     limit_memory: bool,
 }
 
+impl Target {
+    /// A command whose failures are exit 2 (or 1), run under the memory safety net.
+    fn new(
+        name: &'static str,
+        pristine: &Path,
+        inputs: &[&'static str],
+        args: &[&'static str],
+    ) -> Self {
+        Target {
+            name,
+            pristine: pristine.to_path_buf(),
+            inputs: inputs.to_vec(),
+            args: args.to_vec(),
+            one_is_not_failure: false,
+            limit_memory: true,
+        }
+    }
+}
+
 /// Counts by target and how the cases ended, for the figures.
 #[derive(Default)]
 struct Tally {
@@ -389,22 +408,8 @@ fn broken_run_directories_are_refused_and_change_nothing() {
     let work = tempfile::tempdir().unwrap();
     let run = run_dir(work.path());
     let targets = [
-        Target {
-            name: "regions",
-            pristine: run.clone(),
-            inputs: RUN_FILES.to_vec(),
-            args: vec!["regions", "{D}"],
-            one_is_not_failure: false,
-            limit_memory: true,
-        },
-        Target {
-            name: "report",
-            pristine: run,
-            inputs: RUN_FILES.to_vec(),
-            args: vec!["report", "{D}"],
-            one_is_not_failure: false,
-            limit_memory: true,
-        },
+        Target::new("regions", &run, &RUN_FILES, &["regions", "{D}"]),
+        Target::new("report", &run, &RUN_FILES, &["report", "{D}"]),
     ];
     fuzz("run directory", &targets, 100, work.path());
 }
@@ -480,11 +485,11 @@ fn broken_vectors_weights_and_traces_are_refused_and_change_nothing() {
     let sp = simpoint_dir(work.path());
     let gpu = gpu_dir(work.path());
     let targets = [
-        Target {
-            name: "simpoint",
-            pristine: sp,
-            inputs: vec!["in.bb", "w.txt"],
-            args: vec![
+        Target::new(
+            "simpoint",
+            &sp,
+            &["in.bb", "w.txt"],
+            &[
                 "simpoint",
                 "{D}/in.bb",
                 "--max-k",
@@ -494,30 +499,24 @@ fn broken_vectors_weights_and_traces_are_refused_and_change_nothing() {
                 "-o",
                 "{D}/out",
             ],
-            one_is_not_failure: false,
-            limit_memory: true,
-        },
-        Target {
-            name: "gpu count",
-            pristine: gpu.clone(),
-            inputs: vec!["kernelslist.g", "kernel-1.traceg"],
-            args: vec!["gpu", "count", "{D}/kernelslist.g"],
-            one_is_not_failure: false,
-            limit_memory: true,
-        },
-        Target {
-            name: "gpu bbv",
-            pristine: gpu.clone(),
-            inputs: vec!["kernelslist.g", "kernel-1.traceg"],
-            args: vec!["gpu", "bbv", "{D}/kernelslist.g", "-o", "{D}/app"],
-            one_is_not_failure: false,
-            limit_memory: true,
-        },
-        Target {
-            name: "gpu sample",
-            pristine: gpu,
-            inputs: vec!["kernelslist.g", "kernel-1.traceg"],
-            args: vec![
+        ),
+        Target::new(
+            "gpu count",
+            &gpu,
+            &["kernelslist.g", "kernel-1.traceg"],
+            &["gpu", "count", "{D}/kernelslist.g"],
+        ),
+        Target::new(
+            "gpu bbv",
+            &gpu,
+            &["kernelslist.g", "kernel-1.traceg"],
+            &["gpu", "bbv", "{D}/kernelslist.g", "-o", "{D}/app"],
+        ),
+        Target::new(
+            "gpu sample",
+            &gpu,
+            &["kernelslist.g", "kernel-1.traceg"],
+            &[
                 "gpu",
                 "sample",
                 "{D}/kernelslist.g",
@@ -526,9 +525,7 @@ fn broken_vectors_weights_and_traces_are_refused_and_change_nothing() {
                 "--max-k",
                 "2",
             ],
-            one_is_not_failure: false,
-            limit_memory: true,
-        },
+        ),
     ];
     fuzz("vectors and traces", &targets, 60, work.path());
 }

@@ -18,18 +18,17 @@ pub fn from_run_dir(dir: &Path) -> Result<Report, ReportError> {
 /// [`from_run_dir`] with `summary.json`'s content given: `bbv regions` builds the report of
 /// the summary it is about to write, before writing anything.
 pub fn from_summary(dir: &Path, summary: &Summary) -> Result<Report, ReportError> {
-    let summary = summary.clone();
     let unit = if summary.regions_mode == "looppoint" {
         "slice"
     } else {
         "interval"
     };
     let mut r = Report {
-        title: format!("bbv run: {}", program_line(&summary)),
+        title: format!("bbv run: {}", program_line(summary)),
         unit: unit.into(),
         ..Report::default()
     };
-    facts(&mut r, &summary);
+    facts(&mut r, summary);
     if summary.intervals == 0 {
         let why = "Nothing was clustered: the program ran no complete interval.";
         r.curves_note = why.into();
@@ -60,7 +59,7 @@ pub fn from_summary(dir: &Path, summary: &Summary) -> Result<Report, ReportError
             summary.intervals
         )));
     }
-    let input = rundir::clustered_input(dir, &summary);
+    let input = rundir::clustered_input(dir, summary);
     let input_name = input.file_name().map(|n| n.to_string_lossy().into_owned());
     r.matrix = Some(read_matrix(
         &need(&input_name.unwrap_or_default())?,
@@ -72,7 +71,7 @@ pub fn from_summary(dir: &Path, summary: &Summary) -> Result<Report, ReportError
             cluster: c.cluster,
             unit: c.interval as usize,
             weight: c.weight,
-            detail: markers_of(&summary, c.cluster, c.interval),
+            detail: markers_of(summary, c.cluster, c.interval),
         })
         .collect();
     if let Some(p) = r.points.iter().find(|p| p.unit >= labels.len()) {
@@ -86,7 +85,7 @@ pub fn from_summary(dir: &Path, summary: &Summary) -> Result<Report, ReportError
     r.labels = labels;
     r.chosen_k = Some(summary.k);
     let validation = bbv_rundir::validate::read(dir)?;
-    metrics(&mut r, dir, &summary, validation.as_ref())?;
+    metrics(&mut r, dir, summary, validation.as_ref())?;
     choosing_k(&mut r, dir, validation.as_ref())?;
     Ok(r)
 }

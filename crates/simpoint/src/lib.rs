@@ -72,6 +72,28 @@ pub enum SimpointError {
     /// Options or inputs that contradict each other.
     #[error("{0}")]
     Invalid(String),
+    /// A k larger than the vectors clustered (the driver names the file).
+    #[error("k = {k} is larger than the number of vectors ({n}): {}", if *search {
+        format!("give --max-k (SimPoint's -maxK) {n} or less; its default is 30")
+    } else {
+        format!("give -k values of {n} or less")
+    })]
+    TooFewVectors {
+        /// The k asked for.
+        k: usize,
+        /// The vectors.
+        n: usize,
+        /// Whether k was the search's limit (`--max-k`) rather than a listed k.
+        search: bool,
+    },
+    /// An error about the vectors of a file, named.
+    #[error("{}: {source}", path.display())]
+    InFile {
+        /// The vectors' file.
+        path: PathBuf,
+        /// The error.
+        source: Box<SimpointError>,
+    },
     /// The outputs could not be written.
     #[error(transparent)]
     Files(#[from] bbv_files::FilesError),
@@ -268,14 +290,11 @@ fn check(opts: &Options, n: usize, initial: Option<&Dataset>) -> Result<(), Simp
             return Err(SimpointError::Invalid("k must be at least 1".into()));
         }
         if k > n {
-            return Err(SimpointError::Invalid(format!(
-                "k = {k} is larger than the number of vectors ({n}): {}",
-                match opts.k {
-                    KChoice::Search { .. } =>
-                        format!("give --max-k (SimPoint's -maxK) {n} or less; its default is 30"),
-                    KChoice::List(_) => format!("give -k values of {n} or less"),
-                }
-            )));
+            return Err(SimpointError::TooFewVectors {
+                k,
+                n,
+                search: matches!(opts.k, KChoice::Search { .. }),
+            });
         }
         if let Some(c) = initial {
             if c.rows() != k {

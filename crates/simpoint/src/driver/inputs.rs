@@ -21,7 +21,8 @@ fn format(path: &Path, line: u64, message: String) -> SimpointError {
     }
 }
 
-pub(super) fn read_vector_weights(path: &Path, n: usize) -> Result<Vec<f64>> {
+/// One weight per vector of `vectors` (`n` of them), normalised.
+pub(super) fn read_vector_weights(path: &Path, n: usize, vectors: &Path) -> Result<Vec<f64>> {
     let mut lines = Lines::open(path, SIDE_LINE)?;
     let mut w = Vec::with_capacity(n);
     while let Some((ln, line)) = lines.next_line()? {
@@ -41,13 +42,22 @@ pub(super) fn read_vector_weights(path: &Path, n: usize) -> Result<Vec<f64>> {
                 ));
             }
             if w.len() == n {
-                bail!("{}:{ln}: more weights than the {n} vectors", path.display());
+                bail!(
+                    "{}:{ln}: more weights than the {n} vectors of {}",
+                    path.display(),
+                    vectors.display()
+                );
             }
             w.push(v);
         }
     }
     if w.len() != n {
-        bail!("{}: {} weights for {n} vectors", path.display(), w.len());
+        bail!(
+            "{}: {} weights for {n} vectors of {}",
+            path.display(),
+            w.len(),
+            vectors.display()
+        );
     }
     let total = w.iter().fold(0.0, |a, &b| a + b);
     if total <= 0.0 {

@@ -199,11 +199,10 @@ pub fn run(cfg: &Config, reporter: &dyn Reporter) -> Result<Finished> {
         prep.initial = Some(centres_from_labels(p, &data)?);
     }
     let clustering: Clustering = cluster(&prep, &cfg.opts, reporter).map_err(|e| match e {
-        // Which file held too few vectors for k.
-        SimpointError::Invalid(m) if m.starts_with("k = ") => {
-            let (VectorSource::Fv(p) | VectorSource::Txt(p) | VectorSource::Bin(p)) = &cfg.input;
-            SimpointError::Invalid(format!("{}: {m}", p.display()))
-        }
+        SimpointError::TooFewVectors { .. } => SimpointError::InFile {
+            path: cfg.input.path().to_path_buf(),
+            source: Box::new(e),
+        },
         e => e,
     })?;
     reporter.clustered();
@@ -285,15 +284,7 @@ fn load(
         }
     }
     if let Some(p) = &cfg.load_vector_weights {
-        data.weights = read_vector_weights(p, n).map_err(|e| match e {
-            // Which vectors the weights are counted against.
-            SimpointError::Invalid(m) if m.contains(" vectors") => {
-                let (VectorSource::Fv(v) | VectorSource::Txt(v) | VectorSource::Bin(v)) =
-                    &cfg.input;
-                SimpointError::Invalid(format!("{m} of {}", v.display()))
-            }
-            e => e,
-        })?;
+        data.weights = read_vector_weights(p, n, cfg.input.path())?;
     } else if fixed != Some(false) {
         let w = 1.0 / n as f64;
         data.weights.iter_mut().for_each(|x| *x = w);

@@ -2,7 +2,7 @@
 //! own command line (`-loadFVFile f -maxK 30 ...`), parsed as SimPoint spells it.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::{Init, KChoice, Options, SimpointError, DEFAULT_DIM, DEFAULT_SEED_PROJ};
 
@@ -15,6 +15,14 @@ pub enum VectorSource {
     Txt(PathBuf),
     /// A SimPoint binary dataset, used as is.
     Bin(PathBuf),
+}
+
+impl VectorSource {
+    /// The file.
+    pub fn path(&self) -> &Path {
+        let (VectorSource::Fv(p) | VectorSource::Txt(p) | VectorSource::Bin(p)) = self;
+        p
+    }
 }
 
 /// Everything `bbv simpoint` needs, whichever option style it came from. The SimPoint 3.2
