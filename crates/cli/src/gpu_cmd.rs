@@ -50,10 +50,41 @@ pub enum GpuCommand {
         #[arg(long = "keep-going")]
         keep_going: bool,
     },
+    /// Count a CUDA program's kernels live on an NVIDIA GPU (CUPTI, no NVBit): per launch,
+    /// every SASS instruction's executions, NVBit instr_count_bb's lines, basic-block vectors
+    /// over the kernels' static blocks. Exits with the program's status (2: bbv refused, 1:
+    /// CUPTI refused and counts are missing).
+    Run {
+        /// Output folder: raw/ (per-PC counts, cubins), counts.txt, bbv.bb, blocks.tsv,
+        /// summary.json.
+        #[arg(short = 'o', value_name = "DIR", default_value = "bbv-gpu")]
+        output: PathBuf,
+        /// Count only kernels whose mangled name matches this regular expression (ECMAScript).
+        #[arg(long)]
+        kernels: Option<String>,
+        /// Count only launches A (inclusive) to B (exclusive), 0-based; B may be left out.
+        #[arg(long, value_name = "A:B")]
+        launches: Option<String>,
+        /// counts.txt per thread (active lanes) instead of per warp (NVBit COUNT_WARP_LEVEL=0).
+        #[arg(long = "thread-level")]
+        thread_level: bool,
+        /// counts.txt without predicated-off instructions (NVBit EXCLUDE_PRED_OFF=1).
+        #[arg(long = "exclude-pred-off")]
+        exclude_pred_off: bool,
+        /// The program and its arguments.
+        #[arg(last = true, required = true, value_name = "PROGRAM")]
+        command: Vec<String>,
+    },
+    /// The basic blocks of every kernel in a cubin (from nvdisasm): kernel, start, size,
+    /// successors.
+    Cfg {
+        /// A cubin (ELF) file.
+        cubin: PathBuf,
+    },
     /// Kernel sampling: representative launches with weights, and every metric estimated from
     /// them with its error against the full trace.
     Sample {
-        /// kernelslist.g of the trace.
+        /// kernelslist.g of the trace, or a `bbv gpu run` folder.
         list: PathBuf,
         /// Output folder: kernelslist.g (chosen launches), weights.csv, report, report.html,
         /// summary.json.
@@ -115,9 +146,81 @@ impl GpuCommand {
     }
 }
 
-/// Runs a `bbv gpu` command.
-pub fn run(cmd: GpuCommand) -> Result<()> {
+/// `--launches A:B`.
+fn launch_range(s: &str) -> Result<(u64, Option<u64>)> {
+    let bad = || {
+        anyhow::anyhow!("--launches {s:?}: expected A:B (0-based, B exclusive, may be left out)")
+    };
+    let (a, b) = s.split_once(':').ok_or_else(bad)?;
+    let a: u64 = a.parse().map_err(|_| bad())?;
+    let b: Option<u64> = if b.is_empty() {
+        None
+    } else {
+        Some(b.parse().map_err(|_| bad())?)
+    };
+    if b.is_some_and(|b| b <= a) {
+        bail!("--launches {s}: B must be greater than A");
+    }
+    Ok((a, b))
+}
+
+/// `bbv gpu run`: the program's exit status, 1 when CUPTI refused.
+fn live_run(
+    output: PathBuf,
+    kernels: Option<String>,
+    launches: Option<String>,
+    mode: CountMode,
+    command: Vec<String>,
+) -> Result<u8> {
+    let exe = std::env::current_exe()?;
+    let exe_dir = exe.parent().map(PathBuf::from).unwrap_or_default();
+    let run = bbv_pipeline::GpuRun {
+        output,
+        command,
+        mode,
+        selection: bbv_cuda::tools::Selection {
+            kernels,
+            launches: launches.as_deref().map(launch_range).transpose()?,
+        },
+        exe_dir,
+    };
+    let o = bbv_pipeline::gpu_run(&run)?;
+    eprint!("{}", o.report);
+    Ok(match o.status.code() {
+        Some(0) if o.cupti_failed => 1,
+        Some(c) => c.clamp(0, 255) as u8,
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            (128 + o.status.signal().unwrap_or(0)).clamp(0, 255) as u8
+        }
+    })
+}
+
+/// Runs a `bbv gpu` command; returns the exit status.
+pub fn run(cmd: GpuCommand) -> Result<u8> {
     match cmd {
+        GpuCommand::Run {
+            output,
+            kernels,
+            launches,
+            thread_level,
+            exclude_pred_off,
+            command,
+        } => {
+            let mode = CountMode {
+                thread_level,
+                exclude_pred_off,
+            };
+            live_run(output, kernels, launches, mode, command)
+        }
+        GpuCommand::Cfg { cubin } => {
+            let nvdisasm = bbv_cuda::tools::nvdisasm()?;
+            let functions = bbv_cuda::sass::disassemble(&nvdisasm, &cubin)?;
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            bbv_cuda::sass::write_blocks(&mut out, &functions)?;
+            Ok(0)
+        }
         GpuCommand::Sample {
             list,
             output,
@@ -131,7 +234,7 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
                 spread,
             };
             print!("{}", bbv_pipeline::gpu_sample(&list, &output, options)?);
-            Ok(())
+            Ok(0)
         }
         GpuCommand::Bbv {
             list,
@@ -143,61 +246,68 @@ pub fn run(cmd: GpuCommand) -> Result<()> {
             for p in bbv_gpu::output::write_bbv_files(&bv, &list, &output, per_block)? {
                 eprintln!("wrote {}", p.display());
             }
-            Ok(())
+            Ok(0)
         }
-        GpuCommand::Count {
-            list,
-            thread_level,
-            exclude_pred_off,
-            start_grid,
-            end_grid,
-            format,
-            opcodes,
-            demangle,
-            keep_going,
-        } => {
-            let mode = CountMode {
-                thread_level,
-                exclude_pred_off,
-            }
-            .check()?;
-            if let Some(end) = end_grid {
-                if end <= start_grid {
-                    bail!("--end-grid {end} must be greater than --start-grid {start_grid}");
-                }
-            }
-            let kl = accelsim_trace::KernelList::open(&list)?;
-            let all: Vec<Option<KernelCount>> = if keep_going {
-                bbv_gpu::count_list_each(&kl)
-                    .into_iter()
-                    .map(|r| match r {
-                        Ok(c) => Some(c),
-                        Err(e) => {
-                            eprintln!("bbv: warning: launch skipped: {e}");
-                            None
-                        }
-                    })
-                    .collect()
-            } else {
-                count_list(&kl)?.into_iter().map(Some).collect()
-            };
-            let end = end_grid.unwrap_or(usize::MAX);
-            // Launches keep their numbers (NVBit's launch order) when one is skipped.
-            let chosen: Vec<(usize, &KernelCount)> = all
-                .iter()
-                .enumerate()
-                .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
-                .filter(|(i, _)| *i >= start_grid && *i < end)
-                .collect();
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::new(stdout.lock());
-            let style = CountStyle {
-                format: format.into(),
-                opcodes,
-                demangle,
-            };
-            bbv_gpu::output::write_counts(&mut out, &chosen, mode, style)?;
-            Ok(())
+        GpuCommand::Count { .. } => count(cmd),
+    }
+}
+
+/// `bbv gpu count`.
+fn count(cmd: GpuCommand) -> Result<u8> {
+    let GpuCommand::Count {
+        list,
+        thread_level,
+        exclude_pred_off,
+        start_grid,
+        end_grid,
+        format,
+        opcodes,
+        demangle,
+        keep_going,
+    } = cmd
+    else {
+        bail!("not a count command");
+    };
+    let mode = CountMode {
+        thread_level,
+        exclude_pred_off,
+    }
+    .check()?;
+    if let Some(end) = end_grid {
+        if end <= start_grid {
+            bail!("--end-grid {end} must be greater than --start-grid {start_grid}");
         }
     }
+    let kl = accelsim_trace::KernelList::open(&list)?;
+    let all: Vec<Option<KernelCount>> = if keep_going {
+        bbv_gpu::count_list_each(&kl)
+            .into_iter()
+            .map(|r| match r {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("bbv: warning: launch skipped: {e}");
+                    None
+                }
+            })
+            .collect()
+    } else {
+        count_list(&kl)?.into_iter().map(Some).collect()
+    };
+    let end = end_grid.unwrap_or(usize::MAX);
+    // Launches keep their numbers (NVBit's launch order) when one is skipped.
+    let chosen: Vec<(usize, &KernelCount)> = all
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
+        .filter(|(i, _)| *i >= start_grid && *i < end)
+        .collect();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let style = CountStyle {
+        format: format.into(),
+        opcodes,
+        demangle,
+    };
+    bbv_gpu::output::write_counts(&mut out, &chosen, mode, style)?;
+    Ok(0)
 }

@@ -177,7 +177,12 @@ fn dispatch(command: Command) -> ExitCode {
         }
         Command::Cc(a) | Command::Cxx(a) => cc_cmd::run_cc(a),
         Command::Simpoint { args } => simpoint(&args),
-        Command::Gpu { what } => gpu_cmd::run(what),
+        Command::Gpu { what } => {
+            return match gpu_cmd::run(what) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => report(Err(e)),
+            }
+        }
         Command::Bench { what } => bbv_bench::run(what),
         Command::Suite { what } => {
             return match suite_cmd::run(what) {

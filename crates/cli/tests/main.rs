@@ -7,6 +7,7 @@ mod common;
 mod fuzz_cli;
 mod golden;
 mod gpu_cli;
+mod gpu_live_cli;
 mod hostile_cli;
 mod looppoint_cli;
 mod progress_cli;

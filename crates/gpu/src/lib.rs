@@ -47,7 +47,7 @@ pub enum GpuError {
 }
 
 /// What to count, as NVBit's `COUNT_WARP_LEVEL` and `EXCLUDE_PRED_OFF` choose.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CountMode {
     /// Count per thread (popcount of the active mask) instead of per warp.
     pub thread_level: bool,

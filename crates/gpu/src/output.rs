@@ -210,8 +210,8 @@ pub fn write_bbv_files(
 /// A kernel-sampling job (`bbv gpu sample`): the trace's launches, the picks and every
 /// metric's estimate.
 pub struct Sampled {
-    /// The trace's list.
-    pub list: KernelList,
+    /// Where the launches come from.
+    pub source: Source,
     /// Every launch's counts.
     pub counts: Vec<KernelCount>,
     /// Every launch's basic-block vector.
@@ -225,6 +225,25 @@ pub struct Sampled {
     /// How the picks were made, in words.
     pub how: &'static str,
 }
+
+/// Where a sampling job's launches come from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// An Accel-Sim trace (its list).
+    Trace(KernelList),
+    /// A live run (`bbv gpu run`): its folder and the command it ran.
+    Live {
+        /// The run's folder.
+        dir: PathBuf,
+        /// The program and its arguments.
+        command: Vec<String>,
+    },
+}
+
+/// Bytes an uncompressed Accel-Sim trace spends per warp instruction (measured on the traces in
+/// `../shared/data/accelsim`: 40.6 for matrixmul, 36.7 for vectoradd), for the expected size of
+/// the traces of the chosen launches.
+pub const TRACE_BYTES_PER_WARP_INSTRUCTION: f64 = 40.0;
 
 /// How `bbv gpu sample` picks its launches.
 #[derive(Clone, Copy, Debug)]
@@ -265,11 +284,6 @@ pub const MAX_K: usize = 1 << 20;
 /// Scans the trace of `list` and picks its representative launches.
 pub fn sample(list: &Path, o: SampleOptions) -> Result<Sampled, GpuError> {
     o.check()?;
-    let method = if o.stratified {
-        Method::Stratified { spread: o.spread }
-    } else {
-        Method::Cluster { max_k: o.max_k }
-    };
     let kl = KernelList::open(list)?;
     let (counts, vectors) = crate::scan_list(&kl, false)?;
     if counts.is_empty() {
@@ -278,6 +292,22 @@ pub fn sample(list: &Path, o: SampleOptions) -> Result<Sampled, GpuError> {
             list.display()
         )));
     }
+    sample_counts(Source::Trace(kl), counts, vectors, o)
+}
+
+/// Picks the representative launches among counted ones (from a trace or a live run).
+pub fn sample_counts(
+    source: Source,
+    counts: Vec<KernelCount>,
+    vectors: BlockVectors,
+    o: SampleOptions,
+) -> Result<Sampled, GpuError> {
+    o.check()?;
+    let method = if o.stratified {
+        Method::Stratified { spread: o.spread }
+    } else {
+        Method::Cluster { max_k: o.max_k }
+    };
     let (picks, bic) = pick_scored(&counts, &vectors, method)?;
     let estimates = estimate(&counts, &picks);
     let how = match method {
@@ -285,7 +315,7 @@ pub fn sample(list: &Path, o: SampleOptions) -> Result<Sampled, GpuError> {
         Method::Cluster { .. } => "clustered basic-block vectors",
     };
     Ok(Sampled {
-        list: kl,
+        source,
         counts,
         vectors,
         picks,
@@ -324,23 +354,10 @@ impl Sampled {
             path: output.to_path_buf(),
             source,
         })?;
-        let chosen: BTreeSet<usize> = self.picks.iter().map(|p| p.launch).collect();
-        files.write(&output.join("kernelslist.g"), |w| {
-            let mut launch = 0;
-            for c in &self.list.commands {
-                match c {
-                    Command::MemcpyHtoD { text, .. } => writeln!(w, "{text}")?,
-                    Command::Kernel { path, .. } => {
-                        if chosen.contains(&launch) {
-                            let abs = std::fs::canonicalize(path)?;
-                            writeln!(w, "{}", abs.display())?;
-                        }
-                        launch += 1;
-                    }
-                }
-            }
-            Ok(())
-        })?;
+        match &self.source {
+            Source::Trace(list) => self.write_list(list, output, files)?,
+            Source::Live { command, .. } => self.write_tracer(command, output, files)?,
+        }
         files.write(&output.join("weights.csv"), |w| {
             writeln!(w, "launch,kernel,weight,launches_represented")?;
             for p in &self.picks {
@@ -357,6 +374,7 @@ impl Sampled {
         })?;
         let report = self.report();
         files.write(&output.join("report"), |w| w.write_all(report.as_bytes()))?;
+        let saved = self.trace_bytes_saved();
         // The figures `bbv suite` puts in summary.csv, under the names `bbv run` uses.
         let summary = serde_json::json!({
             "kind": "gpu",
@@ -371,8 +389,107 @@ impl Sampled {
                 "weight": p.weight,
             })).collect::<Vec<_>>(),
             "method": self.how,
+            "trace_bytes_expected": saved.0,
+            "trace_bytes_saved": saved.1,
         });
         files.write(&output.join("summary.json"), |w| writeln!(w, "{summary:#}"))?;
         Ok(())
     }
+}
+
+impl Sampled {
+    /// The reduced kernel list: the chosen launches, with the list's memory copies.
+    fn write_list(
+        &self,
+        list: &KernelList,
+        output: &Path,
+        files: &mut AtomicFiles,
+    ) -> Result<(), GpuError> {
+        let chosen: BTreeSet<usize> = self.picks.iter().map(|p| p.launch).collect();
+        files.write(&output.join("kernelslist.g"), |w| {
+            let mut launch = 0;
+            for c in &list.commands {
+                match c {
+                    Command::MemcpyHtoD { text, .. } => writeln!(w, "{text}")?,
+                    Command::Kernel { path, .. } => {
+                        if chosen.contains(&launch) {
+                            let abs = std::fs::canonicalize(path)?;
+                            writeln!(w, "{}", abs.display())?;
+                        }
+                        launch += 1;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Expected bytes of the chosen launches' traces, and bytes saved against tracing the
+    /// whole run (uncompressed, at [`TRACE_BYTES_PER_WARP_INSTRUCTION`]).
+    pub fn trace_bytes_saved(&self) -> (u64, u64) {
+        let all: u64 = self.counts.iter().map(|c| c.warp_insts).sum();
+        let chosen: u64 = self
+            .picks
+            .iter()
+            .map(|p| self.counts[p.launch].warp_insts)
+            .sum();
+        let bytes = |n: u64| (n as f64 * TRACE_BYTES_PER_WARP_INSTRUCTION) as u64;
+        (bytes(chosen), bytes(all) - bytes(chosen))
+    }
+
+    /// `tracer.sh`: Accel-Sim's NVBit tracer run once per chosen launch (its launch-range
+    /// variables), each into its own folder.
+    fn write_tracer(
+        &self,
+        command: &[String],
+        output: &Path,
+        files: &mut AtomicFiles,
+    ) -> Result<(), GpuError> {
+        let (expected, saved) = self.trace_bytes_saved();
+        let quoted: Vec<String> = command.iter().map(|a| shell_quote(a)).collect();
+        files.write(&output.join("tracer.sh"), |w| {
+            writeln!(w, "#!/bin/sh")?;
+            writeln!(
+                w,
+                "# Accel-Sim's NVBit tracer on the {} launches `bbv gpu sample` chose of {}: one \
+                 run per launch, stopped after it.",
+                self.picks.len(),
+                self.counts.len()
+            )?;
+            writeln!(
+                w,
+                "# Expected traces: about {:.1} MB, {:.1} MB less than the whole run's (uncompressed).",
+                expected as f64 / 1e6,
+                saved as f64 / 1e6
+            )?;
+            writeln!(w, "# TRACER: util/tracer_nvbit/tracer_tool/tracer_tool.so of Accel-Sim.")?;
+            writeln!(w, "set -e")?;
+            writeln!(w, ": \"${{TRACER:?set TRACER to Accel-Sim's tracer_tool.so}}\"")?;
+            for p in &self.picks {
+                // The tracer numbers launches from 1.
+                let id = p.launch + 1;
+                writeln!(
+                    w,
+                    "USER_DEFINED_FOLDERS=1 TRACES_FOLDER=traces/launch-{} DYNAMIC_KERNEL_LIMIT_START={id} \
+                     DYNAMIC_KERNEL_LIMIT_END={id} TERMINATE_UPON_LIMIT=1 LD_PRELOAD=\"$TRACER\" {}",
+                    p.launch,
+                    quoted.join(" ")
+                )?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+}
+
+/// A word as a POSIX shell reads it back unchanged.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
 }

@@ -1,21 +1,58 @@
-//! `bbv gpu sample` as a library call: pick a trace's representative launches and write the
-//! sampling folder whole (the reduced kernel list, weights, text report, summary, HTML page).
+//! `bbv gpu sample` and `bbv gpu run` as library calls: pick the representative launches of a
+//! trace or of a live run and write the sampling folder whole (the reduced kernel list or the
+//! tracer's commands, weights, text report, summary, HTML page); count a CUDA program live.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::Instant;
 
+use bbv_cuda::job::{is_live, raw, Live};
+use bbv_cuda::tools::{self, Injection, Selection};
 use bbv_files::AtomicFiles;
-use bbv_gpu::output::{sample, SampleOptions};
+use bbv_gpu::output::{sample, sample_counts, SampleOptions, Source};
+use bbv_gpu::CountMode;
 
 use crate::PipelineError;
 
-/// Samples the trace of `list` into the folder `output`; returns the text report.
+/// Samples the trace of `list`, or the live run in the folder `list`, into the folder `output`;
+/// returns the text report.
 pub fn gpu_sample(
     list: &Path,
     output: &Path,
     options: SampleOptions,
 ) -> Result<String, PipelineError> {
-    let s = sample(list, options)?;
+    let mut warnings = String::new();
+    let s = if list.is_dir() {
+        options.check()?;
+        if !is_live(list) {
+            return Err(PipelineError::Invalid(format!(
+                "{}: neither a kernel list nor a `bbv gpu run` folder (no raw/ and summary.json)",
+                list.display()
+            )));
+        }
+        let live = Live::load(list, &tools::nvdisasm()?)?;
+        let counts = live.counts(CountMode::default())?;
+        if counts.is_empty() {
+            return Err(PipelineError::Invalid(format!(
+                "{}: the run counted no kernel launch: nothing to sample",
+                list.display()
+            )));
+        }
+        let command = command_of(list)?;
+        for (crc, why) in &live.code.failed {
+            warnings.push_str(&format!(
+                "warning: cubin {crc:08x} not disassembled (its kernels' counts stay per PC): {why}\n"
+            ));
+        }
+        let source = Source::Live {
+            dir: list.to_path_buf(),
+            command,
+        };
+        sample_counts(source, counts, live.vectors, options)?
+    } else {
+        sample(list, options)?
+    };
     let mut files = AtomicFiles::default();
     s.write(output, &mut files)?;
     let page = bbv_report::html(&bbv_report::from_gpu_sample(
@@ -31,5 +68,126 @@ pub fn gpu_sample(
         w.write_all(page.as_bytes())
     })?;
     files.commit()?;
-    Ok(s.report())
+    Ok(warnings + &s.report())
+}
+
+/// The command a run folder's summary records.
+fn command_of(dir: &Path) -> Result<Vec<String>, PipelineError> {
+    let path = dir.join("summary.json");
+    let text = bbv_files::input::read_text(&path, 1 << 26)?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| PipelineError::Invalid(format!("{}: {e}", path.display())))?;
+    v["command"]
+        .as_array()
+        .and_then(|a| a.iter().map(|s| s.as_str().map(String::from)).collect())
+        .ok_or_else(|| PipelineError::Invalid(format!("{}: no command", path.display())))
+}
+
+/// A live run: the program, where its folder goes and what to count.
+#[derive(Clone, Debug)]
+pub struct GpuRun {
+    /// The run's folder.
+    pub output: PathBuf,
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// NVBit's counting mode for `counts.txt`.
+    pub mode: CountMode,
+    /// Which launches to count.
+    pub selection: Selection,
+    /// The folder of the bbv binary (the injection library sits beside it).
+    pub exe_dir: PathBuf,
+}
+
+/// What a live run gave.
+pub struct GpuRunOutcome {
+    /// The program's exit status.
+    pub status: ExitStatus,
+    /// Lines for the user.
+    pub report: String,
+    /// CUPTI refused something: some counts are missing.
+    pub cupti_failed: bool,
+}
+
+/// Runs the program under the injection library, then writes the run folder.
+pub fn gpu_run(r: &GpuRun) -> Result<GpuRunOutcome, PipelineError> {
+    let (program, args) = r
+        .command
+        .split_first()
+        .ok_or_else(|| PipelineError::Invalid("no program to run".into()))?;
+    // Everything that can be refused is refused before the program runs.
+    tools::check_driver()?;
+    let injection = Injection::find(&r.exe_dir)?;
+    let nvdisasm = tools::nvdisasm()?;
+    std::fs::create_dir_all(&r.output).map_err(|source| PipelineError::Create {
+        what: format!("cannot create {}", r.output.display()),
+        source,
+    })?;
+    // The raw counts land in a fresh folder, which replaces the last run's only once complete.
+    let fresh = r.output.join(format!(".raw.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&fresh);
+    std::fs::create_dir_all(&fresh).map_err(|e| PipelineError::io(&fresh, e))?;
+    let start = Instant::now();
+    let status = tools::run_program(&injection, &fresh, program, args, &r.selection)?;
+    let wall = start.elapsed().as_secs_f64();
+    let target = raw(&r.output);
+    let _ = std::fs::remove_dir_all(&target);
+    std::fs::rename(&fresh, &target).map_err(|e| PipelineError::io(&target, e))?;
+    let live = Live::load(&r.output, &nvdisasm).map_err(|e| match died(status) {
+        Some(how) => PipelineError::Invalid(format!(
+            "{program} {how} before its counts were written: {e}"
+        )),
+        None => e.into(),
+    })?;
+    let extra = serde_json::json!({
+        "command": r.command,
+        "exit_status": status.code(),
+        "wall_seconds": wall,
+    });
+    live.write(r.mode, extra)?;
+    let report = outcome_report(&live, wall, &r.output);
+    Ok(GpuRunOutcome {
+        status,
+        report,
+        cupti_failed: !live.run.errors.is_empty(),
+    })
+}
+
+/// How a program that did not exit normally ended.
+fn died(status: ExitStatus) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().map(|s| format!("was killed by signal {s}"))
+}
+
+fn outcome_report(live: &Live, wall: f64, dir: &Path) -> String {
+    let run = &live.run;
+    let mut out = String::new();
+    if run.launches.is_empty() && run.skipped.is_empty() {
+        out.push_str(if live.dir.join("raw/launches.txt").exists() {
+            "note: the program launched no kernel (nothing counted)\n"
+        } else {
+            "note: the program never initialised CUDA (not a CUDA program?): nothing counted\n"
+        });
+    }
+    out.push_str(&format!(
+        "{} launches counted, {} skipped, in {wall:.2} s; {} blocks; {}\n",
+        run.launches.len(),
+        run.skipped.len(),
+        live.vectors.blocks.len(),
+        dir.display()
+    ));
+    if run.graphs > 0 {
+        out.push_str(&format!(
+            "warning: {} graph launches: their kernels are not counted\n",
+            run.graphs
+        ));
+    }
+    for (crc, why) in &live.code.failed {
+        out.push_str(&format!(
+            "warning: cubin {crc:08x} not disassembled (its counts stay per PC): {why}\n"
+        ));
+    }
+    for e in &run.errors {
+        out.push_str(&format!("error: CUPTI: {e}\n"));
+    }
+    out
 }

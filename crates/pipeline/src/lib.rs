@@ -30,7 +30,7 @@ pub use bbv_rundir as rundir;
 pub use bbv_rundir::{chosen, validate};
 pub use cluster::{cluster_file, cluster_validated, Validate};
 pub use finish::{finish, Finished};
-pub use gpu_job::gpu_sample;
+pub use gpu_job::{gpu_run, gpu_sample, GpuRun, GpuRunOutcome};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
 pub use options::{CollectOptions, GuestOptions, RunOptions};
 
@@ -113,6 +113,9 @@ pub enum PipelineError {
     /// A GPU trace could not be sampled.
     #[error(transparent)]
     Gpu(#[from] bbv_gpu::GpuError),
+    /// A live GPU run failed, or its folder is unusable.
+    #[error(transparent)]
+    Cuda(#[from] bbv_cuda::CudaError),
     /// The HTML report could not be written.
     #[error(transparent)]
     Report(#[from] bbv_report::ReportError),

@@ -1,0 +1,206 @@
+//! `bbv gpu run` without a GPU (it must refuse before running anything), and `bbv gpu sample`
+//! and `bbv gpu cfg` on a real live run: bbv-cuda's tests/data/h200, the CUPTI injection
+//! library's counts of tools/cupti/kernels.cu on an H200.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::{bbv, contents, copy_dir};
+
+fn h200() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../cuda/tests/data/h200")
+}
+
+/// A run folder made of the real run's raw counts, as `bbv gpu run` leaves it.
+fn run_folder(dir: &Path) -> PathBuf {
+    let run = dir.join("run");
+    copy_dir(&h200().join("raw"), &run.join("raw"));
+    std::fs::write(
+        run.join("summary.json"),
+        r#"{"kind": "gpu-live", "command": ["./cuda-kernels", "a b"]}"#,
+    )
+    .unwrap();
+    run
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn without_a_driver_nothing_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let marker = t.path().join("ran");
+    let out = bbv()
+        .env("BBV_NVIDIA_DEV", t.path().join("no-dev"))
+        .args(["gpu", "run", "-o"])
+        .arg(t.path().join("out"))
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}", marker.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no NVIDIA driver"), "{}", text(&out));
+    assert!(text(&out).contains("nothing was run"), "{}", text(&out));
+    assert!(!marker.exists());
+    assert!(!t.path().join("out").exists());
+}
+
+#[test]
+fn bad_run_options_are_refused() {
+    for (args, want) in [
+        (&["--launches", "5:2"][..], "B must be greater than A"),
+        (&["--launches", "x"][..], "expected A:B"),
+        (&["--launches", "1:2:3"][..], "expected A:B"),
+    ] {
+        let out = bbv()
+            .args(["gpu", "run"])
+            .args(args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(want), "{args:?}: {}", text(&out));
+    }
+    let out = bbv().args(["gpu", "run"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn a_live_run_is_sampled_as_a_trace_is() {
+    let t = tempfile::tempdir().unwrap();
+    let run = run_folder(t.path());
+    let out_dir = t.path().join("picks");
+    let out = bbv()
+        .args(["gpu", "sample"])
+        .arg(&run)
+        .arg("-o")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("of 16 launches chosen"), "{report}");
+    assert!(report.contains("warp instructions | 631366 |"), "{report}");
+    let tracer = std::fs::read_to_string(out_dir.join("tracer.sh")).unwrap();
+    // One tracer run per pick, numbered from 1, with the run's own command, quoted.
+    let weights = std::fs::read_to_string(out_dir.join("weights.csv")).unwrap();
+    let picks: Vec<u64> = weights
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(!picks.is_empty());
+    for p in &picks {
+        let line = format!(
+            "DYNAMIC_KERNEL_LIMIT_START={} DYNAMIC_KERNEL_LIMIT_END={} TERMINATE_UPON_LIMIT=1",
+            p + 1,
+            p + 1
+        );
+        assert!(tracer.contains(&line), "{line}\n{tracer}");
+    }
+    assert!(
+        tracer.contains("LD_PRELOAD=\"$TRACER\" ./cuda-kernels 'a b'"),
+        "{tracer}"
+    );
+    assert!(tracer.contains("MB less than the whole run's"), "{tracer}");
+    for f in ["report", "report.html", "summary.json", "weights.csv"] {
+        assert!(out_dir.join(f).is_file(), "{f}");
+    }
+    let summary = std::fs::read_to_string(out_dir.join("summary.json")).unwrap();
+    assert!(summary.contains("\"trace_bytes_saved\""), "{summary}");
+}
+
+#[test]
+fn a_damaged_run_folder_changes_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let run = run_folder(t.path());
+    let raw = run.join("raw/launches.txt");
+    let text_in = std::fs::read_to_string(&raw).unwrap();
+    std::fs::write(&raw, text_in.replacen("end 3 ", "end 4 ", 1)).unwrap();
+    let out_dir = t.path().join("picks");
+    std::fs::create_dir(&out_dir).unwrap();
+    std::fs::write(out_dir.join("weights.csv"), "old").unwrap();
+    let before = contents(&out_dir);
+    let out = bbv()
+        .args(["gpu", "sample"])
+        .arg(&run)
+        .arg("-o")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("{}:", raw.display()))
+            && text(&out).contains("launch 3 ends as 4"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(contents(&out_dir), before);
+    // A folder that is not a run.
+    let out = bbv()
+        .args(["gpu", "sample"])
+        .arg(t.path())
+        .arg("-o")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("not a `bbv gpu run` folder")
+            || text(&out).contains("neither a kernel list"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_kernel_that_cannot_be_disassembled_keeps_its_counts() {
+    let t = tempfile::tempdir().unwrap();
+    let run = run_folder(t.path());
+    let cubin = run.join("raw/cubins/4e5b5de8.cubin");
+    std::fs::write(&cubin, b"not an ELF file").unwrap();
+    let out_dir = t.path().join("picks");
+    let out = bbv()
+        .args(["gpu", "sample"])
+        .arg(&run)
+        .arg("-o")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // Every instruction still counted; blocks cut where PCs stop being consecutive.
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("warp instructions | 631366 |"), "{s}");
+    assert!(
+        s.contains("warning: cubin 4e5b5de8 not disassembled"),
+        "{s}"
+    );
+}
+
+#[test]
+fn cfg_lists_the_blocks_of_every_kernel() {
+    let out = bbv()
+        .args(["gpu", "cfg"])
+        .arg(h200().join("raw/cubins/4e5b5de8.cubin"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.starts_with("kernel\tstart\tsize\texit\tsuccessors\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains("_Z9trip_loopPKiPii\t0x0140\t5\tfalls\t0x0140,0x0190\n"),
+        "{s}"
+    );
+    let out = bbv()
+        .args(["gpu", "cfg", "/nonexistent.cubin"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}

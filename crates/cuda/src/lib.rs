@@ -1,0 +1,48 @@
+//! NVIDIA GPU code for bbv: the static control-flow graph of every kernel in a cubin (from
+//! `nvdisasm`), the per-launch SASS instruction counts written by bbv's CUPTI injection library
+//! (`tools/cupti`), and their aggregation into NVBit-style counts and basic-block vectors.
+//!
+//! Everything here runs without a GPU: only `bbv gpu run` itself needs one (and the NVIDIA driver).
+
+pub mod aggregate;
+pub mod job;
+pub mod live;
+pub mod sass;
+pub mod tools;
+
+use std::path::PathBuf;
+
+/// Errors of NVIDIA code analysis and live counting.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// A file is unreadable, too large or not text.
+    #[error(transparent)]
+    Files(#[from] bbv_files::FilesError),
+    /// A line of a file does not parse.
+    #[error("{}:{line}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: u64,
+        /// What is wrong.
+        message: String,
+    },
+    /// A tool (nvdisasm, the injection library) is missing or failed.
+    #[error("{0}")]
+    Tool(String),
+    /// The machine cannot run CUDA programs.
+    #[error("{0}")]
+    NoDriver(String),
+    /// GPU analysis failed.
+    #[error(transparent)]
+    Gpu(#[from] bbv_gpu::GpuError),
+    /// An output could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file or folder.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
