@@ -6,10 +6,18 @@ use std::process::{Command, ExitStatus};
 
 use crate::CudaError;
 
-/// Where `scripts/cupti` installs NVIDIA's wheels (nvdisasm, CUPTI's headers and library).
+/// Where `scripts/cupti` installs NVIDIA's wheels (nvdisasm, CUPTI's headers and library):
+/// `$BBV_CUDA_CACHE`, else `$XDG_CACHE_HOME/bbvkit/cuda`, else `~/.cache/bbvkit/cuda`.
 fn cache() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")?;
-    Some(PathBuf::from(home).join(".cache/bbvkit/cuda/nvidia/cu13"))
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let root = env("BBV_CUDA_CACHE")
+        .or_else(|| env("XDG_CACHE_HOME").map(|c| c.join("bbvkit/cuda")))
+        .or_else(|| env("HOME").map(|h| h.join(".cache/bbvkit/cuda")))?;
+    Some(root.join("nvidia/cu13"))
 }
 
 /// `nvdisasm`: `$BBV_NVDISASM`, on the PATH, scripts/cupti's copy, or the CUDA toolkit's.
