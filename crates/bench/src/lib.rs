@@ -7,6 +7,7 @@
 mod cc;
 mod collect;
 mod gpu;
+mod gpu_live;
 mod measure;
 mod regions;
 mod report;
@@ -117,6 +118,20 @@ pub enum BenchCommand {
     /// `bbv regions DIR` on real runs recorded with an interval that gives at least --intervals
     /// intervals (gzip -9, xz -6 and a python3 script): median time, peak memory, reading speed.
     Regions(Recorded),
+    /// `bbv gpu run` against the plain run (needs an NVIDIA GPU): the test kernels and, where
+    /// python3 imports torch, PyTorch forward passes (target: at most 10x for runs of a second
+    /// or more).
+    GpuLive {
+        /// Rounds (plain and counted interleaved; the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the runs (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+        /// The repository (for tools/cupti/torch_forward.py).
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+    },
     /// Scale: generate a large BBV (phased, sparse) and cluster it, printing time and peak memory.
     Scale {
         /// Intervals (vectors).
@@ -165,5 +180,6 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             dir,
         } => simpoint::scale(intervals, blocks, max_k, &dir),
         BenchCommand::Simpoint { data, runs } => simpoint::simpoint(&data, runs),
+        BenchCommand::GpuLive { runs, dir, repo } => gpu_live::run(runs, &dir, &repo),
     }
 }
