@@ -39,6 +39,8 @@ pub struct Operands {
     pub stores: u8,
     /// The kind ChampSim will take it for.
     pub kind: BranchKind,
+    /// A string instruction with a rep prefix: QEMU may run it once per iteration.
+    pub rep: bool,
 }
 
 impl Operands {
@@ -175,6 +177,7 @@ impl Decoder {
             loads,
             stores,
             kind: BranchKind::NotBranch,
+            rep: insn.is_string_instruction() && (insn.has_rep_prefix() || insn.has_repne_prefix()),
         };
         for (slot, n) in ops.dst_regs.iter_mut().zip(dst) {
             *slot = n;

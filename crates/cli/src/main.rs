@@ -40,6 +40,10 @@ enum Command {
     /// Run the program again watching only a run's markers: every region must start and end
     /// where the profile says. Exits 0 if so, 1 if not, 2 on bad input.
     Replay(regions_cmd::ReplayArgs),
+    /// Replay a run and write ChampSim traces of its regions (x86-64): per region its warmup,
+    /// the region and a tail, xz-compressed, with ChampSim's command lines in regions.json.
+    /// Exits as `bbv replay` does.
+    Trace(regions_cmd::TraceArgs),
     /// Compile C with deterministic instruction counting: `bbv cc -- clang-14 ARGS` (usable as CC).
     Cc(cc_cmd::CcArgs),
     /// Compile C++ with deterministic instruction counting: `bbv c++ -- clang++-14 ARGS`.
@@ -171,6 +175,12 @@ fn dispatch(command: Command) -> ExitCode {
         Command::Report(a) => regions_cmd::report(a),
         Command::Replay(a) => {
             return match regions_cmd::replay(a) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => report(Err(e)),
+            }
+        }
+        Command::Trace(a) => {
+            return match regions_cmd::trace(a) {
                 Ok(code) => ExitCode::from(code),
                 Err(e) => report(Err(e)),
             }

@@ -47,6 +47,36 @@ pub struct ReplayArgs {
     pub command: Vec<OsString>,
 }
 
+/// `bbv trace`.
+#[derive(clap::Args, Debug)]
+pub struct TraceArgs {
+    /// A `bbv run` output directory.
+    pub dir: PathBuf,
+    /// The traces' folder (default DIR/traces; recorded in DIR/trace.json).
+    #[arg(short = 'o', value_name = "TRACEDIR")]
+    pub output: Option<PathBuf>,
+    /// Records after each region's end: ChampSim reads hundreds of records ahead of
+    /// retirement, and must not reach the end of the trace while the region retires.
+    #[arg(long, default_value_t = 10_000)]
+    pub tail: u64,
+    /// xz preset of the traces (0-9).
+    #[arg(long = "xz-preset", default_value_t = 3)]
+    pub xz_preset: u32,
+    /// Largest |deviation| of a region's length accepted, in percent.
+    #[arg(long, value_name = "PCT", default_value_t = 1.0)]
+    pub tolerance: f64,
+    #[command(flatten)]
+    pub launch: crate::collect_cmd::LaunchArgs,
+    /// The program and its arguments (the one profiled).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROG ARGS"
+    )]
+    pub command: Vec<OsString>,
+}
+
 /// `bbv regions DIR`.
 pub fn regions(a: RegionsArgs) -> Result<()> {
     let f = bbv_pipeline::finish(&a.dir, a.warmup)?;
@@ -61,8 +91,60 @@ pub fn report(a: ReportArgs) -> Result<()> {
     Ok(())
 }
 
+/// `bbv trace`: the replay's exit statuses; 1 also when a region could not be traced whole.
+pub fn trace(a: TraceArgs) -> Result<u8> {
+    if a.tail < 1000 {
+        bail!(
+            "--tail {}: at least 1000 records (ChampSim reads ahead of retirement)",
+            a.tail
+        );
+    }
+    if a.xz_preset > 9 {
+        bail!("--xz-preset {}: 0 to 9", a.xz_preset);
+    }
+    let out = a.output.clone().unwrap_or_else(|| a.dir.join("traces"));
+    let spec = bbv_pipeline::trace::TraceSpec {
+        dir: std::path::absolute(&out)?,
+        tail: a.tail,
+        preset: a.xz_preset,
+    };
+    let replay = ReplayArgs {
+        dir: a.dir,
+        json: false,
+        tolerance: a.tolerance,
+        launch: a.launch,
+        command: a.command,
+    };
+    let (outcome, passed) = run_replay(replay, Some(spec))?;
+    match outcome.traces {
+        Some(Ok(t)) => {
+            eprintln!(
+                "{} region traces in {} (regions.json: ChampSim's command for each)",
+                t.regions.len(),
+                t.dir.display()
+            );
+            Ok(if passed { 0 } else { 1 })
+        }
+        Some(Err(e @ bbv_pipeline::PipelineError::NotTraced(_))) => {
+            eprintln!("bbv: {e}");
+            Ok(1)
+        }
+        Some(Err(e)) => Err(e.into()),
+        None => Ok(if passed { 0 } else { 1 }),
+    }
+}
+
 /// `bbv replay`: exit 0 when every marker is reached within the tolerance, 1 otherwise.
 pub fn replay(a: ReplayArgs) -> Result<u8> {
+    let (_, passed) = run_replay(a, None)?;
+    Ok(if passed { 0 } else { 1 })
+}
+
+/// Replays (and traces, with `trace`), prints the table; the outcome and whether it passed.
+fn run_replay(
+    a: ReplayArgs,
+    trace: Option<bbv_pipeline::trace::TraceSpec>,
+) -> Result<(bbv_pipeline::ReplayOutcome, bool)> {
     if !(a.tolerance.is_finite() && a.tolerance >= 0.0) {
         bail!(
             "--tolerance {}: expected a percentage of 0 or more",
@@ -81,9 +163,13 @@ pub fn replay(a: ReplayArgs) -> Result<u8> {
         plugin: a.launch.plugin,
         cpu: a.launch.cpu,
         tolerance_pct: a.tolerance,
+        trace,
     };
-    let outcome = bbv_pipeline::replay(&req)?;
-    let report = outcome.report?;
+    let mut outcome = bbv_pipeline::replay(&req)?;
+    let report = std::mem::replace(
+        &mut outcome.report,
+        Err(bbv_pipeline::PipelineError::Invalid(String::new())),
+    )?;
     if a.json {
         let doc = serde_json::json!({
             "tolerance_pct": report.tolerance_pct,
@@ -99,5 +185,5 @@ pub fn replay(a: ReplayArgs) -> Result<u8> {
             outcome.status.code()
         );
     }
-    Ok(if report.passed() { 0 } else { 1 })
+    Ok((outcome, report.passed()))
 }

@@ -50,7 +50,7 @@ fn records_of_a_real_run_match_bbvs_counts_and_run_in_champsim() {
     std::fs::create_dir(&state).unwrap();
     let trace = d.join("run.champsim");
     let arg = format!(
-        "{},interval=100000000,record={},dir={}",
+        "{},interval=100000000,count_rep=iteration,record={},dir={}",
         plugin.display(),
         trace.display(),
         state.display()

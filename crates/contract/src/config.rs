@@ -70,6 +70,11 @@ pub struct PluginConfig {
     /// ChampSim records of every instruction thread 1 runs, written to this file or pipe
     /// (`record=PATH`; x86-64 guests).
     pub record: Option<PathBuf>,
+    /// ChampSim records of a replay's windows (`trace=FILE`; x86-64 guests): FILE's lines are
+    /// `window ID START_EVENT END_EVENT TAIL PATH`; thread 1's records from the instruction where
+    /// marker event START_EVENT fires to the one before END_EVENT's, then TAIL more, go to PATH
+    /// (a file or a pipe, opened when the window starts). Needs `markers`.
+    pub trace: Option<PathBuf>,
 }
 
 impl Default for PluginConfig {
@@ -88,6 +93,7 @@ impl Default for PluginConfig {
             flow: 0,
             metrics: None,
             record: None,
+            trace: None,
         }
     }
 }
@@ -166,6 +172,9 @@ impl PluginConfig {
         if let Some(r) = &self.record {
             a.push(format!("record={}", r.display()));
         }
+        if let Some(t) = &self.trace {
+            a.push(format!("trace={}", t.display()));
+        }
         a.push(format!("dir={}", self.dir.display()));
         a
     }
@@ -192,6 +201,7 @@ impl PluginConfig {
                 "watch" => cfg.watch = whole(k, v)?,
                 "markers" => cfg.markers = Some(PathBuf::from(v)),
                 "record" => cfg.record = Some(PathBuf::from(v)),
+                "trace" => cfg.trace = Some(PathBuf::from(v)),
                 "slices" => cfg.slices = whole(k, v)?,
                 "flow" => cfg.flow = whole(k, v)?,
                 "exclude" => {
@@ -243,6 +253,7 @@ mod tests {
             watch: 7,
             markers: Some(PathBuf::from("/tmp/m")),
             record: Some(PathBuf::from("/tmp/r")),
+            trace: Some(PathBuf::from("/tmp/t")),
             slices: 9,
             exclude: vec!["libgomp".into(), "libiomp5".into()],
             flow: 11,

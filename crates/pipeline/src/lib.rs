@@ -25,6 +25,7 @@ mod options;
 pub mod regions;
 mod replay;
 pub mod slices;
+pub mod trace;
 
 pub use bbv_rundir as rundir;
 pub use bbv_rundir::{chosen, validate};
@@ -113,6 +114,9 @@ pub enum PipelineError {
     /// A GPU trace could not be sampled.
     #[error(transparent)]
     Gpu(#[from] bbv_gpu::GpuError),
+    /// A region's trace could not be made whole (a marker not reached, a short trace).
+    #[error("no traces written: {0}")]
+    NotTraced(String),
     /// A live GPU run failed, or its folder is unusable.
     #[error(transparent)]
     Cuda(#[from] bbv_cuda::CudaError),

@@ -35,6 +35,8 @@ pub struct ReplayRequest {
     pub cpu: Option<String>,
     /// Largest |deviation| accepted, in percent.
     pub tolerance_pct: f64,
+    /// Also write ChampSim traces of the regions (`bbv trace`).
+    pub trace: Option<crate::trace::TraceSpec>,
 }
 
 /// One region's check.
@@ -124,6 +126,8 @@ pub struct ReplayOutcome {
     pub status: GuestStatus,
     /// The report, or why none could be made.
     pub report: Result<ReplayReport, PipelineError>,
+    /// The traces, when asked for.
+    pub traces: Option<Result<crate::trace::TraceReport, PipelineError>>,
 }
 
 /// (image file name, link-time offset): how blocks and markers are matched across runs.
@@ -287,6 +291,10 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
     .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
     let markers = work.path().join("markers");
     write_markers(&markers, &plan, looppoint)?;
+    let tracing = match &req.trace {
+        Some(spec) => Some(crate::trace::Tracing::start(spec, &s, work.path())?),
+        None => None,
+    };
     let request = bbv_collect::Request {
         program: req.program.clone(),
         args: req.args.clone(),
@@ -305,61 +313,82 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             },
             flow: if looppoint { s.flow_quantum } else { 0 },
             markers: Some(markers),
+            trace: tracing.as_ref().map(|t| t.file.clone()),
             ..Default::default()
         },
         work_dir: work.path().to_path_buf(),
     };
     let outcome = bbv_collect::prepare(request)?.run()?;
-    let report = (|| {
-        let c = outcome.collected?;
-        let events = c.events()?;
-        let key_of_replay: Vec<Option<Key>> = c
-            .blocks
-            .iter()
-            .map(|b| b.image.map(|i| (c.images[i].name(), b.address)))
-            .collect();
-        // Looppoint lengths count the instructions outside the excluded images.
-        let counted: Option<Vec<bool>> = looppoint.then(|| {
-            key_of_replay
-                .iter()
-                .map(|k| {
-                    k.as_ref()
-                        .is_none_or(|(image, _)| !bbv_profile::image_matches(image, &s.exclude))
-                })
-                .collect()
+    let mut events_seen: Option<Events> = None;
+    let report = outcome
+        .collected
+        .map_err(PipelineError::from)
+        .and_then(|c| {
+            let events = c.events()?;
+            let report = replay_report(req, &s, &blocks, &profile, &c, &events)?;
+            events_seen = Some(events);
+            Ok(report)
         });
-        let key_of_profile: Vec<Option<Key>> = blocks
-            .iter()
-            .map(|b| b.image.clone().map(|i| (i, b.offset)))
-            .collect();
-        let report = check(
-            &s,
-            req.tolerance_pct,
-            &events,
-            &profile,
-            &Keys {
-                profile: &key_of_profile,
-                replay: &key_of_replay,
-                counted: counted.as_deref(),
-            },
-            if looppoint {
-                c.threads.iter().map(|t| t.instructions).sum()
-            } else {
-                c.threads.first().map_or(0, |t| t.instructions)
-            },
-        );
-        let mut files = AtomicFiles::default();
-        files.write(&req.dir.join("replay.json"), |w| {
-            serde_json::to_writer_pretty(&mut *w, &report)?;
-            std::io::Write::write_all(w, b"\n")
-        })?;
-        files.commit()?;
-        Ok(report)
-    })();
+    let traces = tracing.map(|t| t.finish(&req.dir, &s, events_seen.as_ref()));
     Ok(ReplayOutcome {
         status: outcome.status,
         report,
+        traces,
     })
+}
+
+/// The replay's check from what it collected, written to `DIR/replay.json`.
+fn replay_report(
+    req: &ReplayRequest,
+    s: &Summary,
+    blocks: &[rundir::BlockRow],
+    profile: &Profile,
+    c: &bbv_collect::Collected,
+    events: &Events,
+) -> Result<ReplayReport, PipelineError> {
+    let looppoint = s.regions_mode == "looppoint";
+    let key_of_replay: Vec<Option<Key>> = c
+        .blocks
+        .iter()
+        .map(|b| b.image.map(|i| (c.images[i].name(), b.address)))
+        .collect();
+    // Looppoint lengths count the instructions outside the excluded images.
+    let counted: Option<Vec<bool>> = looppoint.then(|| {
+        key_of_replay
+            .iter()
+            .map(|k| {
+                k.as_ref()
+                    .is_none_or(|(image, _)| !bbv_profile::image_matches(image, &s.exclude))
+            })
+            .collect()
+    });
+    let key_of_profile: Vec<Option<Key>> = blocks
+        .iter()
+        .map(|b| b.image.clone().map(|i| (i, b.offset)))
+        .collect();
+    let report = check(
+        s,
+        req.tolerance_pct,
+        events,
+        profile,
+        &Keys {
+            profile: &key_of_profile,
+            replay: &key_of_replay,
+            counted: counted.as_deref(),
+        },
+        if looppoint {
+            c.threads.iter().map(|t| t.instructions).sum()
+        } else {
+            c.threads.first().map_or(0, |t| t.instructions)
+        },
+    );
+    let mut files = AtomicFiles::default();
+    files.write(&req.dir.join("replay.json"), |w| {
+        serde_json::to_writer_pretty(&mut *w, &report)?;
+        std::io::Write::write_all(w, b"\n")
+    })?;
+    files.commit()?;
+    Ok(report)
 }
 
 fn keyed(pairs: &[(u32, u64)], keys: &[Option<Key>]) -> HashMap<Key, u64> {

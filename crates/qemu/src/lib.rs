@@ -15,7 +15,8 @@
 //! * with `slices=N`, once a second thread runs: `slices` (the global slice boundaries) and
 //!   `thread.N.slices` (each thread's vector per slice), see [`slices`].
 //!
-//! * with `record=PATH`, ChampSim records of every instruction thread 1 runs (see [`record`]).
+//! * with `record=PATH`, ChampSim records of every instruction thread 1 runs, and with
+//!   `trace=FILE` those of a replay's windows (see [`record`]).
 //! * with `flow=Q`, threads advance in step (see [`flow`]).
 //! * with `metrics=on` (`l1d=S:W:L`, `l2=S:W:L`, `metrics_thread=off`), `metrics`: one row of
 //!   per-interval metrics per cut of thread 1 (see [`metrics`] and [`offload`]).
@@ -108,10 +109,13 @@ pub(crate) static CONFIG: OnceLock<Config> = OnceLock::new();
 /// Parses the plugin arguments for QEMU's `target` (`x86_64-linux-user`, ...).
 pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String> {
     let host = PluginConfig::parse(raw)?;
-    if host.record.is_some() && !target.starts_with("x86_64") {
+    if (host.record.is_some() || host.trace.is_some()) && !target.starts_with("x86_64") {
         return Err(format!(
-            "ChampSim records (record=PATH) are made of x86-64 guests only, not {target}"
+            "ChampSim records (record=, trace=) are made of x86-64 guests only, not {target}"
         ));
+    }
+    if host.trace.is_some() && (host.markers.is_none() || host.record.is_some()) {
+        return Err("trace=FILE needs markers=FILE, and excludes record=PATH".into());
     }
     Ok(Config {
         host,
@@ -147,5 +151,14 @@ mod tests {
         assert!(parse_args(&args(&["dir=a", "colour=red"]), "x86_64").is_err());
         assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "x86_64").is_ok());
         assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "aarch64").is_err());
+        let traced = ["dir=a", "markers=/tmp/m", "trace=/tmp/t"];
+        assert!(parse_args(&args(&traced), "x86_64").is_ok());
+        assert!(parse_args(&args(&traced[..1]), "x86_64").is_ok());
+        assert!(parse_args(&args(&["dir=a", "trace=/tmp/t"]), "x86_64").is_err());
+        assert!(parse_args(
+            &args(&["dir=a", "markers=/m", "trace=/t", "record=/r"]),
+            "x86_64"
+        )
+        .is_err());
     }
 }

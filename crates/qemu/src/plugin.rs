@@ -71,6 +71,13 @@ impl Register for BbvPlugin {
                 return Ok(());
             }
         }
+        crate::record::REP_ITERATIONS.store(cfg.host.rep_iterations, Ordering::Relaxed);
+        if let Some(file) = &cfg.host.trace {
+            if let Err(msg) = crate::record::init_windows(file) {
+                let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
+                return Ok(());
+            }
+        }
         crate::fork::install(&cfg.host.dir);
         INLINE.store(!cfg.host.exact, Ordering::Relaxed);
         thread::METRICS.store(cfg.metrics(), Ordering::Relaxed);

@@ -1,5 +1,11 @@
 //! `record=PATH`: ChampSim records (bbv-champsim) of every instruction thread 1 runs, written
-//! to PATH (a file or a pipe) in execution order. x86-64 guests only.
+//! to PATH (a file or a pipe) in execution order; `trace=FILE`: the records of a replay's
+//! windows (`bbv trace`), each to its own path, opened when its window starts. x86-64 guests.
+//!
+//! A window starts at the instruction where its start event fires (the marker callbacks run
+//! after the recorder's, so that instruction is pending when the event comes, and is written to
+//! the windows open when it is flushed); from its end event on it takes TAIL more records, the
+//! end marker's first.
 //!
 //! Each instruction is decoded once, at translation, into the registers ChampSim needs; its
 //! record is completed at run time: whether the branch was taken (the next instruction run is
@@ -10,7 +16,7 @@
 use std::cell::UnsafeCell;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -38,11 +44,34 @@ struct Pending {
     n_stores: usize,
 }
 
+/// Where a window is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Waiting,
+    Recording,
+    /// Records still to write after the end event.
+    Tail(u64),
+    Done,
+}
+
+/// One output: the whole run (`record=`) or a window (`trace=`).
+struct Output {
+    path: PathBuf,
+    out: Option<BufWriter<File>>,
+    start: u32,
+    end: u32,
+    tail: u64,
+    state: State,
+}
+
 struct Recorder {
-    out: BufWriter<File>,
-    /// The reader went away (ChampSim done with a pipe): nothing more is written.
-    closed: bool,
+    outputs: Vec<Output>,
+    /// Outputs in Recording or Tail.
+    open: Vec<usize>,
     pending: Option<Pending>,
+    /// The pending record is a rep instruction's, and a later iteration is running: its
+    /// accesses are not recorded.
+    merging: bool,
 }
 
 /// The recorder, touched only by thread 1's callbacks (one vCPU at a time, so no lock on the
@@ -54,6 +83,8 @@ unsafe impl Sync for Exclusive {}
 
 static RECORDER: Exclusive = Exclusive(UnsafeCell::new(None));
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// `count_rep=iteration`: one record per iteration of a rep string instruction.
+pub static REP_ITERATIONS: AtomicBool = AtomicBool::new(false);
 /// Translation may happen on any vCPU's thread: the decoder has a lock of its own.
 static DECODER: OnceLock<Mutex<Decoder>> = OnceLock::new();
 
@@ -65,20 +96,86 @@ fn recorder() -> Option<&'static mut Recorder> {
     unsafe { (*RECORDER.0.get()).as_mut() }
 }
 
-/// Opens PATH for the records (at plugin registration, before any vCPU runs).
+/// Opens PATH for the records of the whole run (at plugin registration, before any vCPU runs).
 pub fn init(path: &Path) -> Result<(), String> {
     let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    install(vec![Output {
+        path: path.to_path_buf(),
+        out: Some(BufWriter::with_capacity(1 << 20, file)),
+        start: u32::MAX,
+        end: u32::MAX,
+        tail: 0,
+        state: State::Recording,
+    }])
+}
+
+/// Reads the windows of `trace=FILE` (each opens its path when it starts).
+pub fn init_windows(file: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut outputs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let bad = || format!("{}:{}: malformed window line", file.display(), i + 1);
+        let mut f = line.splitn(6, ' ');
+        if f.next() != Some("window") {
+            return Err(bad());
+        }
+        let mut num = || f.next().and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
+        let (_id, start, end, tail) = (num()?, num()?, num()?, num()?);
+        let path = f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
+        outputs.push(Output {
+            path: PathBuf::from(path),
+            out: None,
+            start: u32::try_from(start).map_err(|_| bad())?,
+            end: u32::try_from(end).map_err(|_| bad())?,
+            tail,
+            state: State::Waiting,
+        });
+    }
+    install(outputs)
+}
+
+fn install(outputs: Vec<Output>) -> Result<(), String> {
     let _ = DECODER.set(Mutex::new(Decoder::new()));
+    let open = (0..outputs.len())
+        .filter(|&i| outputs[i].state == State::Recording)
+        .collect();
     // SAFETY: registration runs before any callback.
     unsafe {
         *RECORDER.0.get() = Some(Recorder {
-            out: BufWriter::with_capacity(1 << 20, file),
-            closed: false,
+            outputs,
+            open,
             pending: None,
+            merging: false,
         });
     }
     ACTIVE.store(true, Ordering::Release);
     Ok(())
+}
+
+/// Marker event `event` fired on thread 1: windows start or go into their tail.
+pub fn event(event: u32) {
+    let Some(r) = recorder() else { return };
+    for i in 0..r.outputs.len() {
+        let o = &mut r.outputs[i];
+        if o.state == State::Waiting && o.start == event {
+            match File::create(&o.path) {
+                Ok(f) => {
+                    o.out = Some(BufWriter::with_capacity(1 << 20, f));
+                    o.state = State::Recording;
+                    r.open.push(i);
+                }
+                Err(e) => {
+                    crate::report_error(&format!("opening {}: {e}", o.path.display()));
+                    o.state = State::Done;
+                }
+            }
+        } else if o.state == State::Recording && o.end == event {
+            o.state = State::Tail(o.tail);
+            if o.tail == 0 {
+                r.close(i);
+            }
+        }
+    }
 }
 
 /// Whether records are being written.
@@ -102,27 +199,68 @@ pub fn translate(bytes: &[u8], ip: u64) -> &'static RecInsn {
             loads: 0,
             stores: 0,
             kind: bbv_champsim::BranchKind::NotBranch,
+            rep: false,
         });
     Box::leak(Box::new(RecInsn { ip, ops }))
 }
 
 impl Recorder {
-    /// Writes the pending record: taken when `next` is not its fall-through.
+    /// Writes the pending record to every open output: taken when `next` is not its
+    /// fall-through.
     fn flush(&mut self, next: Option<u64>) {
         let Some(p) = self.pending.take() else { return };
-        let taken = next.is_some_and(|n| n != p.ip.wrapping_add(u64::from(p.ops.len)));
-        let r = p
-            .ops
-            .record(p.ip, taken, &p.loads[..p.n_loads], &p.stores[..p.n_stores]);
-        if !self.closed && r.write(&mut self.out).is_err() {
-            self.closed = true;
+        if self.open.is_empty() {
+            return;
         }
+        let taken = next.is_some_and(|n| n != p.ip.wrapping_add(u64::from(p.ops.len)));
+        let bytes = p
+            .ops
+            .record(p.ip, taken, &p.loads[..p.n_loads], &p.stores[..p.n_stores])
+            .to_bytes();
+        let mut k = 0;
+        while k < self.open.len() {
+            let i = self.open[k];
+            let o = &mut self.outputs[i];
+            let ok = o.out.as_mut().is_some_and(|w| w.write_all(&bytes).is_ok());
+            let finished = match o.state {
+                State::Tail(left) => {
+                    o.state = State::Tail(left - 1);
+                    left == 1
+                }
+                _ => false,
+            };
+            // A reader gone (ChampSim done with a pipe) or a tail complete: closed.
+            if !ok || finished {
+                self.close(i);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    fn close(&mut self, i: usize) {
+        let o = &mut self.outputs[i];
+        if let Some(mut w) = o.out.take() {
+            let _ = w.flush();
+        }
+        o.state = State::Done;
+        self.open.retain(|&j| j != i);
     }
 }
 
 /// Thread 1 starts the instruction `insn`.
 pub fn exec(insn: &RecInsn) {
     let Some(r) = recorder() else { return };
+    // Counting rep instances (`count_rep=instance`): QEMU runs a rep string instruction once per
+    // iteration, and its iterations make one record (the first iteration's addresses).
+    if insn.ops.rep
+        && !REP_ITERATIONS.load(Ordering::Relaxed)
+        && r.pending.as_ref().is_some_and(|p| p.ip == insn.ip)
+    {
+        r.merging = true;
+        return;
+    }
+    r.merging = false;
     r.flush(Some(insn.ip));
     r.pending = Some(Pending {
         ip: insn.ip,
@@ -137,6 +275,9 @@ pub fn exec(insn: &RecInsn) {
 /// Thread 1's current instruction accesses `vaddr`.
 pub fn access(vaddr: u64, store: bool) {
     let Some(r) = recorder() else { return };
+    if r.merging {
+        return;
+    }
     let Some(p) = r.pending.as_mut() else { return };
     let (list, n, operands) = if store {
         (&mut p.stores[..], &mut p.n_stores, p.ops.stores)
@@ -156,7 +297,7 @@ pub fn access(vaddr: u64, store: bool) {
 pub fn finish() {
     let Some(r) = recorder() else { return };
     r.flush(None);
-    if !r.closed {
-        let _ = r.out.flush();
+    for i in r.open.clone() {
+        r.close(i);
     }
 }

@@ -163,8 +163,12 @@ pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void) {
         let _ = write!(body, " {id}:{c}");
     }
     let mut text = String::new();
+    let recording = thread::is_first(vcpu);
     for &(_, event) in targets[first..].iter().take_while(|t| t.0 == n) {
         let _ = writeln!(text, "{event} {position}{body}");
+        if recording {
+            crate::record::event(event);
+        }
     }
     let mut guard = m.events.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(f) = guard.as_mut() {

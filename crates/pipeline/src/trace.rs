@@ -1,0 +1,342 @@
+//! `bbv trace`: a replay that also writes ChampSim traces of the regions. The plugin writes each
+//! region's window (its warmup, the region, then a tail) into a FIFO of its own; a thread per
+//! region reads it and compresses it with xz, so that no uncompressed trace touches the disk.
+//! The traces, `regions.json` and `regions.tsv` appear only when every region was traced whole.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use bbv_collect::Events;
+use bbv_files::AtomicFiles;
+use serde::Serialize;
+
+use crate::regions::region_id;
+use crate::rundir::Summary;
+use crate::PipelineError;
+
+/// Bytes of one ChampSim record.
+const RECORD: u64 = 64;
+
+/// What to trace besides the replay.
+#[derive(Clone, Debug)]
+pub struct TraceSpec {
+    /// The folder of the traces.
+    pub dir: PathBuf,
+    /// Records after each region's end (ChampSim reads ahead of retirement).
+    pub tail: u64,
+    /// xz preset (0-9).
+    pub preset: u32,
+}
+
+/// One region's trace (`regions.json`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RegionTrace {
+    /// Region id (cluster + 1).
+    pub id: usize,
+    /// SimPoint's cluster.
+    pub cluster: usize,
+    /// SimPoint's weight.
+    pub weight: f64,
+    /// Instructions of the cluster's intervals over the region's.
+    pub multiplier: f64,
+    /// Records of the warmup.
+    pub warmup_instructions: u64,
+    /// Records of the region.
+    pub region_instructions: u64,
+    /// Records after the region.
+    pub tail_instructions: u64,
+    /// The trace's file name in the traces' folder.
+    pub trace: String,
+    /// ChampSim's command line for it (`champsim` from scripts/champsim).
+    pub champsim_command: String,
+}
+
+/// Everything traced (`regions.json`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TraceReport {
+    /// The traces' folder.
+    pub dir: PathBuf,
+    /// The run directory the regions are of.
+    pub run: PathBuf,
+    /// The profiled program's build id (a trace folder names its run).
+    pub build_id: Option<String>,
+    /// The profiled run's instructions (thread 1).
+    pub run_instructions: u64,
+    /// `count_rep` of the run: one record per rep instance or per iteration.
+    pub count_rep: String,
+    /// Per region, in the run's order.
+    pub regions: Vec<RegionTrace>,
+}
+
+struct Window {
+    region: usize,
+    fifo: PathBuf,
+    partial: PathBuf,
+    reader: JoinHandle<std::io::Result<u64>>,
+}
+
+/// A tracing replay under way: the FIFOs, their readers and the windows' file. Dropped
+/// unfinished (the guest never ran), it releases its readers and removes what they wrote.
+pub struct Tracing {
+    spec: TraceSpec,
+    windows: Vec<Window>,
+    /// The plugin's `trace=FILE`.
+    pub file: PathBuf,
+}
+
+impl Drop for Tracing {
+    fn drop(&mut self) {
+        for (_, partial, _) in collect(std::mem::take(&mut self.windows)) {
+            let _ = std::fs::remove_file(partial);
+        }
+    }
+}
+
+/// Releases and joins every reader: (region, partial file, bytes read).
+fn collect(windows: Vec<Window>) -> Vec<(usize, PathBuf, std::io::Result<u64>)> {
+    let mut got = Vec::new();
+    for w in windows {
+        // A reader not yet at its open() when released would wait forever: release until it
+        // is done (one whose window ran ends by itself).
+        while !w.reader.is_finished() {
+            release(&w.fifo);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let bytes = w
+            .reader
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("reader panicked")));
+        got.push((w.region, w.partial, bytes));
+    }
+    got
+}
+
+/// The start event of region `r` of `n`: its warmup's, or its own without a warmup (events as
+/// `replay` numbers them: start 2r, end 2r + 1, warmup 2n + r).
+fn start_event(s: &Summary, r: usize) -> usize {
+    if s.points[r].warmup.is_some() {
+        2 * s.points.len() + r
+    } else {
+        2 * r
+    }
+}
+
+impl Tracing {
+    /// Makes a FIFO per region in `work`, starts its reader, and writes the windows' file.
+    pub fn start(spec: &TraceSpec, s: &Summary, work: &Path) -> Result<Tracing, PipelineError> {
+        std::fs::create_dir_all(&spec.dir).map_err(|source| PipelineError::Create {
+            what: format!("cannot create {}", spec.dir.display()),
+            source,
+        })?;
+        let mut text = String::new();
+        let mut windows = Vec::new();
+        for (r, p) in s.points.iter().enumerate() {
+            let fifo = work.join(format!("region-{r}.fifo"));
+            make_fifo(&fifo)?;
+            let name = trace_name(region_id(p));
+            let partial = spec
+                .dir
+                .join(format!(".{name}.{}.partial", std::process::id()));
+            let reader = spawn_reader(fifo.clone(), partial.clone(), spec.preset);
+            let _ = writeln!(
+                text,
+                "window {r} {} {} {} {}",
+                start_event(s, r),
+                2 * r + 1,
+                spec.tail,
+                fifo.display()
+            );
+            windows.push(Window {
+                region: r,
+                fifo,
+                partial,
+                reader,
+            });
+        }
+        let file = work.join("windows");
+        std::fs::write(&file, text).map_err(|e| PipelineError::io(&file, e))?;
+        Ok(Tracing {
+            spec: spec.clone(),
+            windows,
+            file,
+        })
+    }
+
+    /// After the guest: releases the readers of windows that never opened, checks every trace
+    /// against the replay's events, and puts the traces and their tables in place (or removes
+    /// them all).
+    pub fn finish(
+        mut self,
+        run: &Path,
+        s: &Summary,
+        events: Option<&Events>,
+    ) -> Result<TraceReport, PipelineError> {
+        let got = collect(std::mem::take(&mut self.windows));
+        let result = check(s, &self.spec, events, &got).map(|regions| TraceReport {
+            dir: self.spec.dir.clone(),
+            run: run.to_path_buf(),
+            build_id: s.program.build_id.clone(),
+            run_instructions: s.threads.first().map_or(0, |t| t.instructions),
+            count_rep: s.count_rep.clone(),
+            regions,
+        });
+        let placed = result.and_then(|report| {
+            for (r, partial, _) in &got {
+                let to = self.spec.dir.join(&report.regions[*r].trace);
+                std::fs::rename(partial, &to).map_err(|e| PipelineError::io(&to, e))?;
+            }
+            write_tables(&report)?;
+            Ok(report)
+        });
+        if placed.is_err() {
+            for (_, partial, _) in &got {
+                let _ = std::fs::remove_file(partial);
+            }
+        }
+        placed
+    }
+}
+
+/// `region-R.champsim.xz`.
+pub fn trace_name(id: usize) -> String {
+    format!("region-{id}.champsim.xz")
+}
+
+fn make_fifo(path: &Path) -> Result<(), PipelineError> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| PipelineError::Invalid(format!("{}: NUL in path", path.display())))?;
+    // SAFETY: c is a valid NUL-terminated path.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+        return Err(PipelineError::io(path, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Reads a FIFO to its end (blocking until the plugin opens it) and compresses what comes into
+/// `to`; returns the bytes read.
+fn spawn_reader(fifo: PathBuf, to: PathBuf, preset: u32) -> JoinHandle<std::io::Result<u64>> {
+    std::thread::spawn(move || {
+        let mut input = std::fs::File::open(&fifo)?;
+        let out = std::fs::File::create(&to)?;
+        let mut xz = xz2::write::XzEncoder::new(std::io::BufWriter::new(out), preset);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0u64;
+        loop {
+            let n = match input.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            xz.write_all(&buf[..n])?;
+            total += n as u64;
+        }
+        xz.finish()?.flush()?;
+        Ok(total)
+    })
+}
+
+/// Opens a FIFO for writing without blocking and closes it: a reader still waiting for the
+/// plugin (its window never started) sees the end at once; otherwise nothing happens.
+fn release(fifo: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(fifo);
+}
+
+fn check(
+    s: &Summary,
+    spec: &TraceSpec,
+    events: Option<&Events>,
+    got: &[(usize, PathBuf, std::io::Result<u64>)],
+) -> Result<Vec<RegionTrace>, PipelineError> {
+    let mut regions = Vec::new();
+    let mut missing = Vec::new();
+    for (r, _, bytes) in got {
+        let p = &s.points[*r];
+        let id = region_id(p);
+        let pos = |e: usize| events.and_then(|ev| ev.get(&e)).map(|x| x.0);
+        let (Some(first), Some(start), Some(end)) =
+            (pos(start_event(s, *r)), pos(2 * r), pos(2 * r + 1))
+        else {
+            missing.push(format!("region {id}: a marker was not reached"));
+            continue;
+        };
+        let bytes = match bytes {
+            Ok(b) => *b,
+            Err(e) => {
+                missing.push(format!("region {id}: writing its trace: {e}"));
+                continue;
+            }
+        };
+        let (warmup, region) = (start.saturating_sub(first), end.saturating_sub(start));
+        let want = (warmup + region + spec.tail) * RECORD;
+        if bytes != want {
+            missing.push(format!(
+                "region {id}: {} records traced, {} expected ({warmup} warmup + {region} region + {} tail)",
+                bytes / RECORD,
+                want / RECORD,
+                spec.tail
+            ));
+            continue;
+        }
+        let trace = trace_name(id);
+        regions.push(RegionTrace {
+            id,
+            cluster: p.cluster,
+            weight: p.weight,
+            multiplier: p.multiplier,
+            warmup_instructions: warmup,
+            region_instructions: region,
+            tail_instructions: spec.tail,
+            champsim_command: format!(
+                "champsim --warmup-instructions {warmup} --simulation-instructions {region} {trace}"
+            ),
+            trace,
+        });
+    }
+    if !missing.is_empty() {
+        return Err(PipelineError::NotTraced(missing.join("; ")));
+    }
+    Ok(regions)
+}
+
+/// `TRACEDIR/regions.json` and `.tsv`, and `DIR/trace.json` (the same, so that later commands
+/// find the traces).
+fn write_tables(report: &TraceReport) -> Result<(), PipelineError> {
+    let mut files = AtomicFiles::default();
+    for path in [
+        report.dir.join("regions.json"),
+        report.run.join("trace.json"),
+    ] {
+        files.write(&path, |w| {
+            serde_json::to_writer_pretty(&mut *w, report)?;
+            w.write_all(b"\n")
+        })?;
+    }
+    files.write(&report.dir.join("regions.tsv"), |w| {
+        writeln!(w, "id\tcluster\tweight\tmultiplier\twarmup_instructions\tregion_instructions\ttail_instructions\ttrace\tchampsim_command")?;
+        for r in &report.regions {
+            writeln!(
+                w,
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                r.id,
+                r.cluster,
+                r.weight,
+                r.multiplier,
+                r.warmup_instructions,
+                r.region_instructions,
+                r.tail_instructions,
+                r.trace,
+                r.champsim_command
+            )?;
+        }
+        Ok(())
+    })?;
+    files.commit()?;
+    Ok(())
+}
