@@ -24,6 +24,18 @@ pub enum BranchKind {
 }
 
 impl BranchKind {
+    /// Taken whenever it runs (ChampSim, like Pin's tracer, takes every jump, call and return).
+    pub fn always_taken(self) -> bool {
+        matches!(
+            self,
+            BranchKind::DirectJump
+                | BranchKind::Indirect
+                | BranchKind::DirectCall
+                | BranchKind::IndirectCall
+                | BranchKind::Return
+        )
+    }
+
     /// Every kind, in ChampSim's order (its `branch_type` enum).
     pub const ALL: [BranchKind; 8] = [
         BranchKind::DirectJump,

@@ -7,20 +7,7 @@ use std::process::{Command, Stdio};
 use bbv_champsim::stats::Figures;
 use bbv_champsim::{BranchKind, Record, RECORD_BYTES};
 
-use crate::common::{bbv, text_input};
-
-fn champsim_bin() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/champsim");
-    let out = Command::new(script)
-        .output()
-        .expect("scripts/champsim runs");
-    assert!(
-        out.status.success(),
-        "scripts/champsim: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
+use crate::common::{bbv, champsim_bin, text_input};
 
 /// The sums of `metrics.csv`'s columns, by name.
 fn metric_totals(csv: &Path) -> std::collections::HashMap<String, u64> {

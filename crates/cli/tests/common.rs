@@ -132,3 +132,17 @@ pub fn contents(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
     }
     out
 }
+
+/// The folder of ChampSim and champsim-branches (scripts/champsim builds them once).
+pub fn champsim_bin() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/champsim");
+    let out = Command::new(script)
+        .output()
+        .expect("scripts/champsim runs");
+    assert!(
+        out.status.success(),
+        "scripts/champsim: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}

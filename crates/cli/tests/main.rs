@@ -17,4 +17,5 @@ mod report_cli;
 mod signals_cli;
 mod simpoint_cli;
 mod suite_cli;
+mod trace_cli;
 mod validate_cli;

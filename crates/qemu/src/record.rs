@@ -212,7 +212,9 @@ impl Recorder {
         if self.open.is_empty() {
             return;
         }
-        let taken = next.is_some_and(|n| n != p.ip.wrapping_add(u64::from(p.ops.len)));
+        // A jump to its own fall-through is still taken (ChampSim and Pin's tracer say so).
+        let taken = p.ops.kind.always_taken()
+            || next.is_some_and(|n| n != p.ip.wrapping_add(u64::from(p.ops.len)));
         let bytes = p
             .ops
             .record(p.ip, taken, &p.loads[..p.n_loads], &p.stores[..p.n_stores])

@@ -1,0 +1,213 @@
+//! `bbv trace` on a real gzip run: every region's trace holds exactly its warmup, region and
+//! tail records, the region's count is the replay's, ChampSim's own classification (the
+//! harness scripts/champsim builds) agrees with bbv's on every record, and the real ChampSim
+//! simulates a region from its `regions.json` command without reaching the end of the trace.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use bbv_champsim::{BranchKind, Record, RECORD_BYTES};
+
+use crate::common::{bbv, champsim_bin, contents, text_input};
+
+fn gzip_run(d: &Path, input_bytes: usize) -> Vec<String> {
+    let input = d.join(format!("input-{input_bytes}.txt"));
+    text_input(&input, input_bytes);
+    vec![
+        "/bin/gzip".into(),
+        "-9".into(),
+        "-c".into(),
+        input.display().to_string(),
+    ]
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Records of an xz trace, and their kinds as bbv-champsim classifies them.
+fn read_trace(path: &Path) -> (u64, BTreeMap<&'static str, (u64, u64)>) {
+    let mut bytes = Vec::new();
+    xz2::read::XzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_end(&mut bytes)
+        .unwrap();
+    assert_eq!(bytes.len() % RECORD_BYTES, 0);
+    let mut kinds = BTreeMap::new();
+    for c in bytes.chunks_exact(RECORD_BYTES) {
+        let r = Record::from_bytes(c.try_into().unwrap());
+        let k = BranchKind::of(&r);
+        let e = kinds.entry(k.name()).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += u64::from(k != BranchKind::NotBranch && r.branch_taken);
+    }
+    ((bytes.len() / RECORD_BYTES) as u64, kinds)
+}
+
+#[test]
+fn regions_are_traced_whole_and_simulated() {
+    let bin = champsim_bin();
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let guest = gzip_run(d, 60_000);
+    let run = d.join("R");
+    let o = bbv()
+        .args(["run", "-o"])
+        .arg(&run)
+        .args([
+            "--interval",
+            "300000",
+            "--warmup",
+            "300000",
+            "--max-k",
+            "4",
+            "--",
+        ])
+        .args(&guest)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = bbv()
+        .arg("trace")
+        .arg(&run)
+        .args(["--tail", "2000", "--"])
+        .args(&guest)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let regions = json(&run.join("traces/regions.json"));
+    assert_eq!(regions, json(&run.join("trace.json")));
+    let replay = json(&run.join("replay.json"));
+    let list = regions["regions"].as_array().unwrap();
+    assert!(!list.is_empty());
+    let mut smallest: Option<(u64, String)> = None;
+    for r in list {
+        let id = r["id"].as_u64().unwrap();
+        let (w, n, tail) = (
+            r["warmup_instructions"].as_u64().unwrap(),
+            r["region_instructions"].as_u64().unwrap(),
+            r["tail_instructions"].as_u64().unwrap(),
+        );
+        assert_eq!(tail, 2000);
+        // The region's records are the instructions the replay measured between its markers.
+        let replayed = replay["regions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"].as_u64() == Some(id))
+            .unwrap();
+        assert_eq!(replayed["replay_length"].as_u64(), Some(n), "region {id}");
+        let trace = run.join("traces").join(r["trace"].as_str().unwrap());
+        let (records, ours) = read_trace(&trace);
+        assert_eq!(records, w + n + tail, "region {id}");
+        // ChampSim's own classification of every record agrees with bbv's.
+        let h = Command::new(bin.join("champsim-branches"))
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(h.status.success(), "{}", String::from_utf8_lossy(&h.stderr));
+        let text = String::from_utf8_lossy(&h.stdout);
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("BRANCH_") || l.starts_with("NOT_"))
+        {
+            let f: Vec<&str> = line.split(' ').collect();
+            let theirs = (f[1].parse::<u64>().unwrap(), f[2].parse::<u64>().unwrap());
+            let mine = ours.get(f[0]).copied().unwrap_or((0, 0));
+            assert_eq!(mine, theirs, "region {id} {}", f[0]);
+        }
+        assert!(text.contains(&format!("RECORDS {records}\n")), "{text}");
+        let cmd = r["champsim_command"].as_str().unwrap().to_string();
+        if smallest.as_ref().is_none_or(|s| w + n < s.0) {
+            smallest = Some((w + n, cmd));
+        }
+    }
+    // The real ChampSim, started as regions.json says, from the traces' folder.
+    let (_, cmd) = smallest.unwrap();
+    let args: Vec<&str> = cmd.split(' ').skip(1).collect();
+    let c = Command::new(bin.join("champsim"))
+        .current_dir(run.join("traces"))
+        .args(&args)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&c.stdout);
+    assert!(
+        c.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&c.stderr)
+    );
+    assert!(!out.contains("Reached end of trace"), "{out}");
+    assert!(out.contains("Simulation complete"), "{out}");
+}
+
+#[test]
+fn a_region_not_reached_writes_no_trace() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let run = d.join("R");
+    let o = bbv()
+        .args(["run", "-o"])
+        .arg(&run)
+        .args([
+            "--interval",
+            "300000",
+            "--warmup",
+            "0",
+            "--max-k",
+            "3",
+            "--",
+        ])
+        .args(gzip_run(d, 60_000))
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let before = contents(&run);
+    // A much smaller input: gzip ends before the later regions' markers.
+    let o = bbv()
+        .arg("trace")
+        .arg(&run)
+        .arg("--")
+        .args(gzip_run(d, 3_000))
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no traces written") && err.contains("a marker was not reached"),
+        "{err}"
+    );
+    let traces: Vec<_> = std::fs::read_dir(run.join("traces"))
+        .map(|r| r.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(traces.is_empty(), "{traces:?}");
+    // Only the replay's own table changed.
+    let mut after = contents(&run);
+    after.remove(&run.join("replay.json"));
+    let mut before = before;
+    before.remove(&run.join("replay.json"));
+    after.retain(|p, _| !p.starts_with(run.join("traces")));
+    assert_eq!(after, before);
+}
+
+#[test]
+fn bad_trace_options_are_refused() {
+    for (args, want) in [
+        (&["--tail", "10"][..], "at least 1000 records"),
+        (&["--xz-preset", "12"][..], "0 to 9"),
+    ] {
+        let o = bbv()
+            .args(["trace", "/nonexistent"])
+            .args(args)
+            .args(["--", "/bin/true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
