@@ -1,7 +1,7 @@
 //! The plugin's ChampSim records (`record=PATH`) of a real run, checked against bbv's own
 //! counts and run through the real ChampSim and its branch harness (scripts/champsim).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use bbv_champsim::stats::Figures;
