@@ -11,6 +11,7 @@
 
 mod classify;
 mod record;
+pub mod sim;
 pub mod stats;
 pub mod x86;
 

@@ -44,6 +44,10 @@ enum Command {
     /// the region and a tail, xz-compressed, with ChampSim's command lines in regions.json.
     /// Exits as `bbv replay` does.
     Trace(regions_cmd::TraceArgs),
+    /// Run ChampSim on a run's region traces and estimate the program's CPI from them (as
+    /// LoopPoint does); with --full -- PROG ARGS also simulate the whole run and report the
+    /// estimate's error.
+    Simulate(regions_cmd::SimulateArgs),
     /// Compile C with deterministic instruction counting: `bbv cc -- clang-14 ARGS` (usable as CC).
     Cc(cc_cmd::CcArgs),
     /// Compile C++ with deterministic instruction counting: `bbv c++ -- clang++-14 ARGS`.
@@ -185,6 +189,7 @@ fn dispatch(command: Command) -> ExitCode {
                 Err(e) => report(Err(e)),
             }
         }
+        Command::Simulate(a) => regions_cmd::simulate(a),
         Command::Cc(a) | Command::Cxx(a) => cc_cmd::run_cc(a),
         Command::Simpoint { args } => simpoint(&args),
         Command::Gpu { what } => {

@@ -77,6 +77,78 @@ pub struct TraceArgs {
     pub command: Vec<OsString>,
 }
 
+/// `bbv simulate`.
+#[derive(clap::Args, Debug)]
+pub struct SimulateArgs {
+    /// A `bbv run` output directory traced by `bbv trace`.
+    pub dir: PathBuf,
+    /// ChampSim's binary (default: where scripts/champsim builds it).
+    #[arg(long, value_name = "PATH")]
+    pub champsim: Option<PathBuf>,
+    /// Simulations at a time (default: the cores).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    #[command(flatten)]
+    pub launch: crate::collect_cmd::LaunchArgs,
+    /// Also simulate the whole run (the program given again after --full, as to `bbv replay`)
+    /// and report the estimate's error.
+    #[arg(long, requires = "command")]
+    pub full: bool,
+    /// With --full: the program and its arguments (the one profiled).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROG ARGS"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `bbv simulate`: prints the regions' IPC and the estimate (and the error with --full).
+pub fn simulate(a: SimulateArgs) -> Result<()> {
+    let full = if a.full {
+        let (program, args) = a
+            .command
+            .split_first()
+            .context("--full: no program given")?;
+        Some(bbv_pipeline::simulate::FullRun {
+            program: program
+                .to_str()
+                .context("program name is not UTF-8")?
+                .to_string(),
+            args: args.to_vec(),
+            qemu: a.launch.qemu,
+            plugin: a.launch.plugin,
+        })
+    } else {
+        None
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let req = bbv_pipeline::simulate::SimulateRequest {
+        dir: a.dir.clone(),
+        champsim: a.champsim,
+        jobs: a.jobs.unwrap_or(cores),
+        full,
+    };
+    let s = bbv_pipeline::simulate::simulate(&req)?;
+    eprintln!("region  weight  multiplier  instructions  cycles  IPC");
+    for r in &s.regions {
+        eprintln!(
+            "{:>6}  {:.4}  {:>10.2}  {:>12}  {:>6}  {:.3}",
+            r.id, r.weight, r.multiplier, r.instructions, r.cycles, r.ipc
+        );
+    }
+    eprintln!("estimated CPI {:.4}", s.estimate_cpi);
+    if let (Some(full), Some(err)) = (s.full_cpi, s.error_pct) {
+        eprintln!(
+            "full run CPI {full:.4}: error {err:+.2}%; speedup {:.1}x in instructions, {:.1}x in time",
+            s.speedup_instructions.unwrap_or(f64::NAN),
+            s.speedup_wall.unwrap_or(f64::NAN)
+        );
+    }
+    eprintln!("{}", a.dir.join("simulation.json").display());
+    Ok(())
+}
+
 /// `bbv regions DIR`.
 pub fn regions(a: RegionsArgs) -> Result<()> {
     let f = bbv_pipeline::finish(&a.dir, a.warmup)?;

@@ -24,6 +24,7 @@ pub mod markers;
 mod options;
 pub mod regions;
 mod replay;
+pub mod simulate;
 pub mod slices;
 pub mod trace;
 
@@ -117,6 +118,9 @@ pub enum PipelineError {
     /// A region's trace could not be made whole (a marker not reached, a short trace).
     #[error("no traces written: {0}")]
     NotTraced(String),
+    /// ChampSim is missing or failed.
+    #[error(transparent)]
+    Champsim(#[from] bbv_champsim::sim::SimError),
     /// A live GPU run failed, or its folder is unusable.
     #[error(transparent)]
     Cuda(#[from] bbv_cuda::CudaError),

@@ -204,7 +204,7 @@ pub fn trace_name(id: usize) -> String {
     format!("region-{id}.champsim.xz")
 }
 
-fn make_fifo(path: &Path) -> Result<(), PipelineError> {
+pub(crate) fn make_fifo(path: &Path) -> Result<(), PipelineError> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| PipelineError::Invalid(format!("{}: NUL in path", path.display())))?;
     // SAFETY: c is a valid NUL-terminated path.
@@ -240,7 +240,7 @@ fn spawn_reader(fifo: PathBuf, to: PathBuf, preset: u32) -> JoinHandle<std::io::
 
 /// Opens a FIFO for writing without blocking and closes it: a reader still waiting for the
 /// plugin (its window never started) sees the end at once; otherwise nothing happens.
-fn release(fifo: &Path) {
+pub(crate) fn release(fifo: &Path) {
     use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::OpenOptions::new()
         .write(true)

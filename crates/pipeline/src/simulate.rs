@@ -1,0 +1,326 @@
+//! `bbv simulate`: ChampSim on every region trace of `bbv trace`, the whole program's CPI
+//! estimated from them as LoopPoint does, and with `--full` the whole run simulated (its
+//! records piped from QEMU into ChampSim, never on disk) to measure the estimate's error.
+//!
+//! Estimate: cycles = sum over regions of multiplier x region cycles; instructions = sum of
+//! multiplier x region instructions; CPI = cycles / instructions.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use bbv_champsim::sim::{self, Simulated};
+use bbv_files::AtomicFiles;
+use serde::{Deserialize, Serialize};
+
+use crate::rundir;
+use crate::PipelineError;
+
+/// Instructions of the whole run left unsimulated at its end, so that ChampSim's read-ahead
+/// never reaches the end of the piped trace (it would start the trace again).
+const FULL_MARGIN: u64 = 10_000;
+
+/// What `bbv simulate` asks for.
+#[derive(Clone, Debug)]
+pub struct SimulateRequest {
+    /// The run directory (traced by `bbv trace`).
+    pub dir: PathBuf,
+    /// ChampSim's binary (None: where scripts/champsim puts it).
+    pub champsim: Option<PathBuf>,
+    /// Simulations at a time.
+    pub jobs: usize,
+    /// Also simulate the whole run: the program and its arguments, and how to launch it.
+    pub full: Option<FullRun>,
+}
+
+/// The whole run, traced again through a pipe into ChampSim.
+#[derive(Clone, Debug)]
+pub struct FullRun {
+    /// The program (the one profiled).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// QEMU to use.
+    pub qemu: Option<PathBuf>,
+    /// Plugin library to use.
+    pub plugin: Option<PathBuf>,
+}
+
+/// One region simulated.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RegionSim {
+    /// Region id.
+    pub id: usize,
+    /// SimPoint's weight.
+    pub weight: f64,
+    /// Instructions the region stands for over its own.
+    pub multiplier: f64,
+    /// Simulated instructions.
+    pub instructions: u64,
+    /// Their cycles.
+    pub cycles: u64,
+    /// Instructions per cycle.
+    pub ipc: f64,
+    /// ChampSim's wall seconds (warmup included).
+    pub seconds: f64,
+}
+
+/// `simulation.json`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Simulation {
+    /// Always `champsim`.
+    pub simulator: String,
+    /// The ChampSim build (scripts/champsim's source id), if known.
+    pub commit: Option<String>,
+    /// Per region.
+    pub regions: Vec<RegionSim>,
+    /// The whole program's CPI estimated from the regions.
+    pub estimate_cpi: f64,
+    /// The whole run's CPI, with `--full`.
+    pub full_cpi: Option<f64>,
+    /// 100 x (estimate - full) / full.
+    pub error_pct: Option<f64>,
+    /// Instructions simulated in full over those simulated for the regions (warmups included).
+    pub speedup_instructions: Option<f64>,
+    /// ChampSim's wall time in full over the regions' together.
+    pub speedup_wall: Option<f64>,
+}
+
+/// The part of `trace.json` read back.
+#[derive(Deserialize)]
+struct Traced {
+    dir: PathBuf,
+    run: PathBuf,
+    build_id: Option<String>,
+    regions: Vec<TracedRegion>,
+}
+
+#[derive(Deserialize)]
+struct TracedRegion {
+    id: usize,
+    weight: f64,
+    multiplier: f64,
+    warmup_instructions: u64,
+    region_instructions: u64,
+    trace: String,
+}
+
+/// Reads `DIR/trace.json`, refusing traces of another run.
+fn traced(dir: &Path) -> Result<Traced, PipelineError> {
+    let path = dir.join("trace.json");
+    if !path.exists() {
+        return Err(PipelineError::Invalid(format!(
+            "{}: no traces (run `bbv trace {}` first)",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    let text = bbv_files::input::read_text(&path, 1 << 26)?;
+    let t: Traced = serde_json::from_str(&text)
+        .map_err(|e| PipelineError::Invalid(format!("{}: {e}", path.display())))?;
+    let s = rundir::read_summary(dir)?;
+    let same = |a: &Path, b: &Path| std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok();
+    if !same(&t.run, dir) || t.build_id != s.program.build_id || t.regions.len() != s.points.len() {
+        return Err(PipelineError::Invalid(format!(
+            "{}: the traces are of another run ({}), not of {}",
+            path.display(),
+            t.run.display(),
+            dir.display()
+        )));
+    }
+    for r in &t.regions {
+        let p = t.dir.join(&r.trace);
+        if !p.is_file() {
+            return Err(PipelineError::Invalid(format!("{}: missing", p.display())));
+        }
+    }
+    Ok(t)
+}
+
+/// Runs every simulation and writes `DIR/simulation.json`.
+pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
+    let t = traced(&req.dir)?;
+    let bin = sim::find(req.champsim.as_deref())?;
+    let s = rundir::read_summary(&req.dir)?;
+    let regions = simulate_regions(&bin, &t, req.jobs.max(1))?;
+    let (cycles, instructions) = regions.iter().fold((0.0, 0.0), |(c, n), r| {
+        (
+            c + r.multiplier * r.cycles as f64,
+            n + r.multiplier * r.instructions as f64,
+        )
+    });
+    let estimate_cpi = cycles / instructions.max(1.0);
+    let full = match &req.full {
+        Some(f) => Some(simulate_full(&bin, &req.dir, &s, f)?),
+        None => None,
+    };
+    let sampled_instructions: u64 = t
+        .regions
+        .iter()
+        .map(|r| r.warmup_instructions + r.region_instructions)
+        .sum();
+    let sampled_wall: f64 = regions.iter().map(|r| r.seconds).sum();
+    let full_cpi = full.map(|f| f.figures.cpi());
+    let sim = Simulation {
+        simulator: "champsim".into(),
+        commit: bin
+            .parent()
+            .and_then(|b| std::fs::read_to_string(b.with_file_name("stamp")).ok())
+            .and_then(|s| s.split(" | ").next().map(str::to_string)),
+        regions,
+        estimate_cpi,
+        full_cpi,
+        error_pct: full_cpi.map(|f| 100.0 * (estimate_cpi - f) / f),
+        speedup_instructions: full
+            .map(|f| f.figures.instructions as f64 / sampled_instructions.max(1) as f64),
+        speedup_wall: full.map(|f| f.seconds / sampled_wall.max(1e-9)),
+    };
+    let mut files = AtomicFiles::default();
+    files.write(&req.dir.join("simulation.json"), |w| {
+        serde_json::to_writer_pretty(&mut *w, &sim)?;
+        w.write_all(b"\n")
+    })?;
+    files.commit()?;
+    Ok(sim)
+}
+
+/// ChampSim on every region, `jobs` at a time.
+fn simulate_regions(bin: &Path, t: &Traced, jobs: usize) -> Result<Vec<RegionSim>, PipelineError> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<Simulated, PipelineError>>>> =
+        Mutex::new((0..t.regions.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(t.regions.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(r) = t.regions.get(i) else { break };
+                let trace = t.dir.join(&r.trace);
+                let got = sim::run(bin, &trace, r.warmup_instructions, r.region_instructions)
+                    .map_err(PipelineError::from);
+                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(got);
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    t.regions
+        .iter()
+        .zip(results)
+        .map(|(r, got)| {
+            let s = got.unwrap_or_else(|| Err(PipelineError::Invalid("not simulated".into())))?;
+            Ok(RegionSim {
+                id: r.id,
+                weight: r.weight,
+                multiplier: r.multiplier,
+                instructions: s.figures.instructions,
+                cycles: s.figures.cycles,
+                ipc: 1.0 / s.figures.cpi(),
+                seconds: s.seconds,
+            })
+        })
+        .collect()
+}
+
+/// The whole run: the plugin writes every record into a FIFO; a thread of bbv passes them on
+/// into ChampSim's FIFO until ChampSim is done, then drains the rest, so that the guest runs to
+/// its end.
+fn simulate_full(
+    bin: &Path,
+    dir: &Path,
+    s: &rundir::Summary,
+    f: &FullRun,
+) -> Result<Simulated, PipelineError> {
+    let work = tempfile::Builder::new()
+        .prefix(".bbv-simulate-")
+        .tempdir()
+        .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
+    let from_plugin = work.path().join("records");
+    let to_champsim = work.path().join("champsim.trace");
+    crate::trace::make_fifo(&from_plugin)?;
+    crate::trace::make_fifo(&to_champsim)?;
+    let instructions = s.threads.first().map_or(0, |t| t.instructions);
+    if instructions <= FULL_MARGIN {
+        return Err(PipelineError::Invalid(format!(
+            "{}: the run is too short to simulate in full ({instructions} instructions)",
+            dir.display()
+        )));
+    }
+    let request = bbv_collect::Request {
+        program: f.program.clone(),
+        args: f.args.clone(),
+        qemu: f.qemu.clone(),
+        plugin: f.plugin.clone(),
+        cpu: s.cpu.clone(),
+        counting: bbv_collect::PluginConfig {
+            interval: u64::MAX / 4,
+            count_only: true,
+            rep_iterations: s.count_rep == "iteration",
+            record: Some(from_plugin.clone()),
+            ..Default::default()
+        },
+        work_dir: work.path().to_path_buf(),
+    };
+    let program = bbv_collect::resolve_program(&f.program)?;
+    let have = bbv_collect::ElfFacts::read(&program).and_then(|e| e.build_id);
+    if have != s.program.build_id {
+        return Err(PipelineError::Invalid(format!(
+            "{}: build id {} differs from the profiled program's {}: not the program of this run",
+            program.display(),
+            have.as_deref().unwrap_or("(none)"),
+            s.program.build_id.as_deref().unwrap_or("(none)")
+        )));
+    }
+    let prepared = bbv_collect::prepare(request)?;
+    let simulated = std::thread::scope(|scope| {
+        let relay = scope.spawn(|| relay(&from_plugin, &to_champsim));
+        let champsim = scope.spawn(|| sim::run(bin, &to_champsim, 0, instructions - FULL_MARGIN));
+        let guest = prepared.run();
+        // Whichever end never opened its FIFO (a guest or a ChampSim that failed to start) is
+        // stood in for, so that the relay ends.
+        crate::trace::release(&from_plugin);
+        let simulated = champsim.join();
+        while !relay.is_finished() {
+            release_reader(&to_champsim);
+            crate::trace::release(&from_plugin);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        (guest, simulated)
+    });
+    let (guest, simulated) = simulated;
+    guest?;
+    simulated
+        .unwrap_or_else(|_| Err(sim::SimError::Missing("ChampSim's thread panicked".into())))
+        .map_err(PipelineError::from)
+}
+
+/// Opens a FIFO for reading without blocking and closes it: a writer waiting in its open() goes
+/// on (and then finds no reader).
+fn release_reader(fifo: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(fifo);
+}
+
+/// Copies the plugin's records into ChampSim's FIFO while ChampSim reads, then discards them.
+fn relay(from: &Path, to: &Path) -> std::io::Result<()> {
+    let mut input = std::fs::File::open(from)?;
+    let mut out = Some(std::fs::OpenOptions::new().write(true).open(to)?);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if let Some(o) = out.as_mut() {
+            if o.write_all(&buf[..n]).is_err() {
+                // ChampSim is done: the guest still runs to its end.
+                out = None;
+            }
+        }
+    }
+}
