@@ -60,7 +60,7 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 10_000)]
     pub tail: u64,
     /// xz preset of the traces (0-9).
-    #[arg(long = "xz-preset", default_value_t = 3)]
+    #[arg(long = "xz-preset", default_value_t = 0)]
     pub xz_preset: u32,
     /// Largest |deviation| of a region's length accepted, in percent.
     #[arg(long, value_name = "PCT", default_value_t = 1.0)]
