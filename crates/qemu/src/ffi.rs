@@ -32,6 +32,13 @@ pub(crate) fn request_reset() {
     unsafe { sys::qemu_plugin_reset(PLUGIN_ID.load(Ordering::Relaxed), Some(on_reset)) };
 }
 
+/// Asks QEMU to flush every translation and call `cb` (which must re-register every callback)
+/// with all vCPUs stopped; called on a vCPU thread.
+pub(crate) fn request_reset_with(cb: extern "C" fn(qemu_plugin_id_t)) {
+    // SAFETY: our own id; the callback re-registers everything the reset removes.
+    unsafe { sys::qemu_plugin_reset(PLUGIN_ID.load(Ordering::Relaxed), Some(cb)) };
+}
+
 /// Decoded access descriptions (size shift, store bit), by QEMU's `meminfo` value: there are
 /// few distinct values, and asking QEMU twice per access cost 7% of a metrics run.
 static MEMINFO: [AtomicU64; 64] = [const { AtomicU64::new(u64::MAX) }; 64];

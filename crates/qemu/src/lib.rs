@@ -44,6 +44,7 @@ mod ffi {
     use std::sync::atomic::AtomicBool;
     pub(crate) static INLINE: AtomicBool = AtomicBool::new(false);
     pub(crate) fn request_reset() {}
+    pub(crate) fn request_reset_with(_: extern "C" fn(qemu_plugin::sys::qemu_plugin_id_t)) {}
     pub(crate) struct Insn<'a> {
         pub vaddr: u64,
         pub bytes: &'a [u8],

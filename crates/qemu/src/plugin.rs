@@ -77,6 +77,10 @@ impl Register for BbvPlugin {
                 let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
                 return Ok(());
             }
+            crate::record::set_reset(on_record_reset);
+            for event in crate::replay::first_events() {
+                crate::record::arm(event, true);
+            }
         }
         crate::fork::install(&cfg.host.dir);
         INLINE.store(!cfg.host.exact, Ordering::Relaxed);
@@ -146,6 +150,11 @@ extern "C" fn on_reset(id: qemu_plugin_id_t) {
     if let Some(cfg) = CONFIG.get() {
         thread::after_reset(cfg);
     }
+    register_all(id);
+}
+
+/// After a flush the recorder asked for (a window about to open, or none open any more).
+extern "C" fn on_record_reset(id: qemu_plugin_id_t) {
     register_all(id);
 }
 
@@ -354,7 +363,7 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         if cfg.metrics() {
             register_accesses(tb, info.insns as usize, cfg.model().calls_only);
         }
-        if crate::record::active() {
+        if crate::record::active() && crate::record::instrumenting() {
             register_records(tb, n, &code);
         }
         if crate::replay::active() {

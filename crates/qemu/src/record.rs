@@ -66,6 +66,8 @@ struct Output {
 
 struct Recorder {
     outputs: Vec<Output>,
+    /// Windows armed (their start event is the next execution of its marker) but not open.
+    armed: Vec<usize>,
     /// Outputs in Recording or Tail.
     open: Vec<usize>,
     pending: Option<Pending>,
@@ -83,6 +85,12 @@ unsafe impl Sync for Exclusive {}
 
 static RECORDER: Exclusive = Exclusive(UnsafeCell::new(None));
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Translations carry the recorder's callbacks: always for `record=`; for `trace=` only while a
+/// window is open or about to open (armed one marker execution before its start event), so that
+/// the replay runs at its own speed between windows. Changing it flushes every translation.
+static INSTRUMENT: AtomicBool = AtomicBool::new(false);
+/// The plugin's callback for a flush the recorder asks for (it re-registers everything).
+static RESET: OnceLock<extern "C" fn(qemu_plugin::sys::qemu_plugin_id_t)> = OnceLock::new();
 /// `count_rep=iteration`: one record per iteration of a rep string instruction.
 pub static REP_ITERATIONS: AtomicBool = AtomicBool::new(false);
 /// Translation may happen on any vCPU's thread: the decoder has a lock of its own.
@@ -96,8 +104,48 @@ fn recorder() -> Option<&'static mut Recorder> {
     unsafe { (*RECORDER.0.get()).as_mut() }
 }
 
+/// Whether translations carry the recorder's callbacks.
+pub fn instrumenting() -> bool {
+    INSTRUMENT.load(Ordering::Relaxed)
+}
+
+/// Sets the callback of the flushes the recorder asks for.
+pub fn set_reset(cb: extern "C" fn(qemu_plugin::sys::qemu_plugin_id_t)) {
+    let _ = RESET.set(cb);
+}
+
+fn instrument(on: bool) {
+    if INSTRUMENT.swap(on, Ordering::Relaxed) != on {
+        if let Some(&cb) = RESET.get() {
+            crate::ffi::request_reset_with(cb);
+        }
+    }
+}
+
+/// The next execution of a marker fires `event`: windows it starts are armed, and translations
+/// get the recorder's callbacks before that execution (at `start`, before any translation,
+/// for events of a marker's first execution).
+pub fn arm(event: u32, start: bool) {
+    let Some(r) = recorder() else { return };
+    let mut any = false;
+    for (i, o) in r.outputs.iter().enumerate() {
+        if o.state == State::Waiting && o.start == event && !r.armed.contains(&i) {
+            r.armed.push(i);
+            any = true;
+        }
+    }
+    if any {
+        if start {
+            INSTRUMENT.store(true, Ordering::Relaxed);
+        } else {
+            instrument(true);
+        }
+    }
+}
+
 /// Opens PATH for the records of the whole run (at plugin registration, before any vCPU runs).
 pub fn init(path: &Path) -> Result<(), String> {
+    INSTRUMENT.store(true, Ordering::Relaxed);
     let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
     install(vec![Output {
         path: path.to_path_buf(),
@@ -142,6 +190,7 @@ fn install(outputs: Vec<Output>) -> Result<(), String> {
     // SAFETY: registration runs before any callback.
     unsafe {
         *RECORDER.0.get() = Some(Recorder {
+            armed: Vec::new(),
             outputs,
             open,
             pending: None,
@@ -163,6 +212,7 @@ pub fn event(event: u32) {
                     o.out = Some(BufWriter::with_capacity(1 << 20, f));
                     o.state = State::Recording;
                     r.open.push(i);
+                    r.armed.retain(|&j| j != i);
                 }
                 Err(e) => {
                     crate::report_error(&format!("opening {}: {e}", o.path.display()));
@@ -245,8 +295,14 @@ impl Recorder {
         if let Some(mut w) = o.out.take() {
             let _ = w.flush();
         }
+        let window = o.start != u32::MAX;
         o.state = State::Done;
         self.open.retain(|&j| j != i);
+        // Between windows the replay runs without the recorder's callbacks.
+        if window && self.open.is_empty() && self.armed.is_empty() {
+            self.pending = None;
+            instrument(false);
+        }
     }
 }
 

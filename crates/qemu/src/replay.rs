@@ -96,6 +96,16 @@ pub fn init(dir: &Path, file: &Path) -> Result<(), String> {
         .map_err(|_| "markers loaded twice".to_string())
 }
 
+/// Events of markers' first executions (windows starting there are instrumented from the start).
+pub fn first_events() -> Vec<u32> {
+    MARKERS.get().map_or_else(Vec::new, |m| {
+        m.targets
+            .iter()
+            .flat_map(|t| t.iter().filter(|x| x.0 == 1).map(|x| x.1))
+            .collect()
+    })
+}
+
 /// Whether any marker is being watched.
 pub fn active() -> bool {
     MARKERS.get().is_some()
@@ -143,6 +153,14 @@ pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void) {
     let i = hit.marker as usize;
     let n = m.hits[i].fetch_add(1, Ordering::Relaxed) + 1;
     let targets = &m.targets[i];
+    if thread::is_first(vcpu) {
+        // Windows that start at this marker's next execution: the recorder's callbacks are put
+        // in before it.
+        let next = targets.partition_point(|t| t.0 < n + 1);
+        for &(_, event) in targets[next..].iter().take_while(|t| t.0 == n + 1) {
+            crate::record::arm(event, false);
+        }
+    }
     // Several regions may share a (marker, count): one event each.
     let first = targets.partition_point(|t| t.0 < n);
     if targets.get(first).is_none_or(|t| t.0 != n) {
