@@ -47,11 +47,9 @@ pub struct ReplayArgs {
     pub command: Vec<OsString>,
 }
 
-/// `bbv trace`.
+/// `bbv trace`: the replay's arguments, and where and how the traces are written.
 #[derive(clap::Args, Debug)]
 pub struct TraceArgs {
-    /// A `bbv run` output directory.
-    pub dir: PathBuf,
     /// The traces' folder (default DIR/traces; recorded in DIR/trace.json).
     #[arg(short = 'o', value_name = "TRACEDIR")]
     pub output: Option<PathBuf>,
@@ -62,19 +60,8 @@ pub struct TraceArgs {
     /// xz preset of the traces (0-9).
     #[arg(long = "xz-preset", default_value_t = 0)]
     pub xz_preset: u32,
-    /// Largest |deviation| of a region's length accepted, in percent.
-    #[arg(long, value_name = "PCT", default_value_t = 1.0)]
-    pub tolerance: f64,
     #[command(flatten)]
-    pub launch: crate::collect_cmd::LaunchArgs,
-    /// The program and its arguments (the one profiled).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROG ARGS"
-    )]
-    pub command: Vec<OsString>,
+    pub replay: ReplayArgs,
 }
 
 /// `bbv simulate`.
@@ -174,20 +161,16 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
     if a.xz_preset > 9 {
         bail!("--xz-preset {}: 0 to 9", a.xz_preset);
     }
-    let out = a.output.clone().unwrap_or_else(|| a.dir.join("traces"));
+    let out = a
+        .output
+        .clone()
+        .unwrap_or_else(|| a.replay.dir.join("traces"));
     let spec = bbv_pipeline::trace::TraceSpec {
         dir: std::path::absolute(&out)?,
         tail: a.tail,
         preset: a.xz_preset,
     };
-    let replay = ReplayArgs {
-        dir: a.dir,
-        json: false,
-        tolerance: a.tolerance,
-        launch: a.launch,
-        command: a.command,
-    };
-    let (outcome, passed) = run_replay(replay, Some(spec))?;
+    let (outcome, passed) = run_replay(a.replay, Some(spec))?;
     match outcome.traces {
         Some(Ok(t)) => {
             eprintln!(
