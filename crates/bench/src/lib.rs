@@ -12,6 +12,7 @@ mod measure;
 mod regions;
 mod report;
 mod simpoint;
+mod simulate;
 mod suite;
 mod threads;
 
@@ -118,6 +119,24 @@ pub enum BenchCommand {
     /// `bbv regions DIR` on real runs recorded with an interval that gives at least --intervals
     /// intervals (gzip -9, xz -6 and a python3 script): median time, peak memory, reading speed.
     Regions(Recorded),
+    /// The whole chain on gzip, xz, sqlite3 and python3 (`bbv run`, `bbv trace`,
+    /// `bbv simulate --full`): ChampSim's CPI estimated from the regions against the whole
+    /// run's (target: within 3% each), speedups, ChampSim's speed. Long: about ten minutes per
+    /// 50 million instructions simulated in full.
+    Simulate {
+        /// Instructions per interval (and of warmup).
+        #[arg(long, default_value_t = 500_000)]
+        interval: u64,
+        /// Largest k.
+        #[arg(long = "max-k", default_value_t = 30)]
+        max_k: usize,
+        /// Multiplies the inputs (1: about 50 million instructions for gzip).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Where to write the runs (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
     /// `bbv gpu run` against the plain run (needs an NVIDIA GPU): the test kernels and, where
     /// python3 imports torch, PyTorch forward passes (target: at most 10x for runs of a second
     /// or more).
@@ -181,5 +200,11 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         } => simpoint::scale(intervals, blocks, max_k, &dir),
         BenchCommand::Simpoint { data, runs } => simpoint::simpoint(&data, runs),
         BenchCommand::GpuLive { runs, dir, repo } => gpu_live::run(runs, &dir, &repo),
+        BenchCommand::Simulate {
+            interval,
+            max_k,
+            scale,
+            dir,
+        } => simulate::run(interval, max_k, scale, &dir),
     }
 }

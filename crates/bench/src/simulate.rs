@@ -1,0 +1,133 @@
+//! `bbv bench simulate`: the whole chain on real programs (`bbv run`, `bbv trace`,
+//! `bbv simulate --full`) and the table that says how good the points are: ChampSim's CPI
+//! estimated from the regions against the whole run's, the speedups and ChampSim's speed.
+//! ChampSim simulates about 0.1 million instructions a second on this 2-core machine: a
+//! workload of 50 million instructions takes about ten minutes; run it in the background.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::measure::{in_temp_root, make_input, time, tool, Workload};
+
+/// Runs the chain on every workload with `interval` (and as much warmup) in `dir`.
+pub fn run(interval: u64, max_k: usize, scale: f64, dir: &Path) -> Result<()> {
+    in_temp_root(dir, "simulate", |root| {
+        let text = root.join("input.txt");
+        make_input(&text, (300_000.0 * scale) as usize)?;
+        let s = |p: &Path| p.to_string_lossy().into_owned();
+        let sqlite_sql = root.join("q.sql");
+        std::fs::write(
+            &sqlite_sql,
+            format!(
+                "create table t(a integer, b text);\n\
+                 with recursive n(i) as (select 1 union all select i + 1 from n where i < {})\n\
+                 insert into t select i, hex(i * 7919 % 100003) from n;\n\
+                 select count(*), sum(a) from t where b like '%A%';\n\
+                 select b, count(*) from t group by substr(b, 1, 2) order by 2 desc limit 3;\n",
+                (20_000.0 * scale) as u64
+            ),
+        )?;
+        let script = format!(
+            "d = {{}}\nfor i in range({}):\n    d[str(i * 7919 % 100003)] = i\n\
+             print(sum(sorted(d.values())[::97]))",
+            (30_000.0 * scale) as u64
+        );
+        let workloads = [
+            Workload {
+                name: "gzip -9",
+                argv: vec![s(&tool("gzip")?), "-9".into(), "-c".into(), s(&text)],
+                env: vec![],
+            },
+            Workload {
+                name: "xz -3",
+                argv: vec![
+                    s(&tool("xz")?),
+                    "-3".into(),
+                    "-T1".into(),
+                    "-c".into(),
+                    s(&text),
+                ],
+                env: vec![],
+            },
+            Workload {
+                name: "sqlite3 script",
+                argv: vec![
+                    s(&tool("sqlite3")?),
+                    ":memory:".into(),
+                    format!(".read {}", s(&sqlite_sql)),
+                ],
+                env: vec![],
+            },
+            Workload {
+                name: "python3 script",
+                argv: vec![s(&tool("python3")?), "-c".into(), script],
+                env: vec![("PYTHONHASHSEED", "0")],
+            },
+        ];
+        println!(
+            "bbv run --interval {interval} --warmup {interval} --max-k {max_k}, bbv trace, bbv simulate --full"
+        );
+        println!("program | instructions | k | CPI estimate | CPI full | error | speedup (instructions, time) | ChampSim speed");
+        let mut errors = Vec::new();
+        for (i, w) in workloads.iter().enumerate() {
+            let e = chain(w, i, interval, max_k, root).with_context(|| w.name.to_string())?;
+            errors.push(e.abs());
+        }
+        println!(
+            "mean |error| {:.2}% (bar: each within 3%)",
+            errors.iter().sum::<f64>() / errors.len().max(1) as f64
+        );
+        Ok(())
+    })
+}
+
+/// One workload through the chain; prints its row and returns its error in percent.
+fn chain(w: &Workload, i: usize, interval: u64, max_k: usize, root: &Path) -> Result<f64> {
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let dir = root.join(format!("run-{i}"));
+    let d = dir.to_string_lossy().into_owned();
+    let step = |args: Vec<String>| -> Result<f64> {
+        let mut argv = vec![exe.clone()];
+        argv.extend(args);
+        argv.push("--".into());
+        argv.extend(w.argv.iter().cloned());
+        time(&argv, &w.env, root)
+    };
+    let iv = interval.to_string();
+    step(vec![
+        "run".into(),
+        "-o".into(),
+        d.clone(),
+        "--interval".into(),
+        iv.clone(),
+        "--warmup".into(),
+        iv,
+        "--max-k".into(),
+        max_k.to_string(),
+    ])?;
+    step(vec!["trace".into(), d.clone()])?;
+    let sim_seconds = step(vec!["simulate".into(), d.clone(), "--full".into()])?;
+    let read = |name: &str| -> Result<serde_json::Value> {
+        let text = std::fs::read_to_string(dir.join(name))?;
+        Ok(serde_json::from_str(&text)?)
+    };
+    let sim = read("simulation.json")?;
+    let summary = read("summary.json")?;
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    let instructions = summary["instructions"].as_u64().unwrap_or(0);
+    let error = f(&sim["error_pct"]);
+    println!(
+        "{} | {} | {} | {:.4} | {:.4} | {:+.2}% | {:.1}x, {:.1}x | {:.0}k instructions/s",
+        w.name,
+        instructions,
+        summary["k"],
+        f(&sim["estimate_cpi"]),
+        f(&sim["full_cpi"]),
+        error,
+        f(&sim["speedup_instructions"]),
+        f(&sim["speedup_wall"]),
+        instructions as f64 / sim_seconds / 1000.0,
+    );
+    Ok(error)
+}
