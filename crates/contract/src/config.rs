@@ -71,9 +71,10 @@ pub struct PluginConfig {
     /// (`record=PATH`; x86-64 guests).
     pub record: Option<PathBuf>,
     /// ChampSim records of a replay's windows (`trace=FILE`; x86-64 guests): FILE's lines are
-    /// `window ID START_EVENT END_EVENT TAIL PATH`; thread 1's records from the instruction where
-    /// marker event START_EVENT fires to the one before END_EVENT's, then TAIL more, go to PATH
-    /// (a file or a pipe, opened when the window starts). Needs `markers`.
+    /// `window ID START_EVENT ALT_EVENT END_EVENT TAIL PATH`; thread 1's records from the
+    /// instruction where marker event START_EVENT or ALT_EVENT fires (the first of them) to the
+    /// one before END_EVENT's, then TAIL more, go to PATH (a file or a pipe, opened when the
+    /// window starts). Needs `markers`.
     pub trace: Option<PathBuf>,
 }
 

@@ -142,8 +142,9 @@ impl Tracing {
             let reader = spawn_reader(fifo.clone(), partial.clone(), spec.preset);
             let _ = writeln!(
                 text,
-                "window {r} {} {} {} {}",
+                "window {r} {} {} {} {} {}",
                 start_event(s, r),
+                2 * r,
                 2 * r + 1,
                 spec.tail,
                 fifo.display()
@@ -260,12 +261,14 @@ fn check(
         let p = &s.points[*r];
         let id = region_id(p);
         let pos = |e: usize| events.and_then(|ev| ev.get(&e)).map(|x| x.0);
-        let (Some(first), Some(start), Some(end)) =
+        let (Some(warm), Some(start), Some(end)) =
             (pos(start_event(s, *r)), pos(2 * r), pos(2 * r + 1))
         else {
             missing.push(format!("region {id}: a marker was not reached"));
             continue;
         };
+        // The window opened at whichever came first (see the plugin's record module).
+        let first = warm.min(start);
         let bytes = match bytes {
             Ok(b) => *b,
             Err(e) => {

@@ -59,6 +59,10 @@ struct Output {
     path: PathBuf,
     out: Option<BufWriter<File>>,
     start: u32,
+    /// A second event that also starts it, whichever comes first (the region's own start: a
+    /// warmup placed at the program's entry can come after a region in the C library's
+    /// start-up).
+    alt: u32,
     end: u32,
     tail: u64,
     state: State,
@@ -129,7 +133,10 @@ pub fn arm(event: u32, start: bool) {
     let Some(r) = recorder() else { return };
     let mut any = false;
     for (i, o) in r.outputs.iter().enumerate() {
-        if o.state == State::Waiting && o.start == event && !r.armed.contains(&i) {
+        if o.state == State::Waiting
+            && (o.start == event || o.alt == event)
+            && !r.armed.contains(&i)
+        {
             r.armed.push(i);
             any = true;
         }
@@ -151,6 +158,7 @@ pub fn init(path: &Path) -> Result<(), String> {
         path: path.to_path_buf(),
         out: Some(BufWriter::with_capacity(1 << 20, file)),
         start: u32::MAX,
+        alt: u32::MAX,
         end: u32::MAX,
         tail: 0,
         state: State::Recording,
@@ -163,17 +171,18 @@ pub fn init_windows(file: &Path) -> Result<(), String> {
     let mut outputs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let bad = || format!("{}:{}: malformed window line", file.display(), i + 1);
-        let mut f = line.splitn(6, ' ');
+        let mut f = line.splitn(7, ' ');
         if f.next() != Some("window") {
             return Err(bad());
         }
         let mut num = || f.next().and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
-        let (_id, start, end, tail) = (num()?, num()?, num()?, num()?);
+        let (_id, start, alt, end, tail) = (num()?, num()?, num()?, num()?, num()?);
         let path = f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
         outputs.push(Output {
             path: PathBuf::from(path),
             out: None,
             start: u32::try_from(start).map_err(|_| bad())?,
+            alt: u32::try_from(alt).map_err(|_| bad())?,
             end: u32::try_from(end).map_err(|_| bad())?,
             tail,
             state: State::Waiting,
@@ -206,7 +215,7 @@ pub fn event(event: u32) {
     let Some(r) = recorder() else { return };
     for i in 0..r.outputs.len() {
         let o = &mut r.outputs[i];
-        if o.state == State::Waiting && o.start == event {
+        if o.state == State::Waiting && (o.start == event || o.alt == event) {
             match File::create(&o.path) {
                 Ok(f) => {
                     o.out = Some(BufWriter::with_capacity(1 << 20, f));
