@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use bbv_champsim::stats::Figures;
 use bbv_champsim::{BranchKind, Record, RECORD_BYTES};
 
-use crate::common::{bbv, champsim_bin, text_input};
+use crate::common::{bbv, champsim_bin, record_whole_run, text_input};
 
 /// The sums of `metrics.csv`'s columns, by name.
 fn metric_totals(csv: &Path) -> std::collections::HashMap<String, u64> {
@@ -31,25 +31,10 @@ fn records_of_a_real_run_match_bbvs_counts_and_run_in_champsim() {
     let input = d.join("input.txt");
     text_input(&input, 20_000);
     let guest = ["/bin/gzip", "-9", "-c", input.to_str().unwrap()];
-    // The plugin's records of the whole run, QEMU started by hand as bbv starts it.
-    let plugin = Path::new(env!("CARGO_BIN_EXE_bbv")).with_file_name("libbbv_qemu.so");
-    let state = d.join("state");
-    std::fs::create_dir(&state).unwrap();
+    // The plugin's records of the whole run, per rep iteration as bbv collect counts below.
     let trace = d.join("run.champsim");
-    let arg = format!(
-        "{},interval=100000000,count_rep=iteration,record={},dir={}",
-        plugin.display(),
-        trace.display(),
-        state.display()
-    );
-    let q = Command::new("qemu-x86_64")
-        .args(["-plugin", &arg])
-        .args(guest)
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
-    assert!(!state.join("error").exists());
+    let guest: Vec<String> = guest.iter().map(|s| s.to_string()).collect();
+    record_whole_run(&guest, &trace, ",interval=100000000,count_rep=iteration");
     // bbv's own counts of the same run: instructions counted per rep iteration, as records are.
     let csv = d.join("m.csv");
     let o = bbv()
@@ -65,7 +50,7 @@ fn records_of_a_real_run_match_bbvs_counts_and_run_in_champsim() {
         .arg("--metrics-out-file")
         .arg(&csv)
         .args(["--bb-out-file", "bb.out", "--pc-out-file", "pc.out", "--"])
-        .args(guest)
+        .args(&guest)
         .stdout(Stdio::null())
         .output()
         .unwrap();

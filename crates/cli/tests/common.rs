@@ -146,3 +146,25 @@ pub fn champsim_bin() -> PathBuf {
     );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
+
+/// The plugin's ChampSim records of a whole run of `guest` (QEMU started by hand as bbv starts
+/// it) in `out`, with extra plugin arguments; the run's state folder is `out`'s sibling.
+pub fn record_whole_run(guest: &[String], out: &Path, extra: &str) {
+    let plugin = Path::new(env!("CARGO_BIN_EXE_bbv")).with_file_name("libbbv_qemu.so");
+    let state = out.with_extension("state");
+    std::fs::create_dir(&state).unwrap();
+    let arg = format!(
+        "{}{extra},record={},dir={}",
+        plugin.display(),
+        out.display(),
+        state.display()
+    );
+    let q = Command::new("qemu-x86_64")
+        .args(["-plugin", &arg])
+        .args(guest)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
+    assert!(!state.join("error").exists());
+}

@@ -22,6 +22,17 @@ fn run_folder(dir: &Path) -> PathBuf {
     run
 }
 
+/// `bbv gpu sample RUN -o OUT`.
+fn sample(run: &Path, out: &Path) -> std::process::Output {
+    bbv()
+        .args(["gpu", "sample"])
+        .arg(run)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 fn text(o: &std::process::Output) -> String {
     format!(
         "{}{}",
@@ -74,13 +85,7 @@ fn a_live_run_is_sampled_as_a_trace_is() {
     let t = tempfile::tempdir().unwrap();
     let run = run_folder(t.path());
     let out_dir = t.path().join("picks");
-    let out = bbv()
-        .args(["gpu", "sample"])
-        .arg(&run)
-        .arg("-o")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
+    let out = sample(&run, &out_dir);
     assert!(out.status.success(), "{}", text(&out));
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(report.contains("of 16 launches chosen"), "{report}");
@@ -125,13 +130,7 @@ fn a_damaged_run_folder_changes_nothing() {
     std::fs::create_dir(&out_dir).unwrap();
     std::fs::write(out_dir.join("weights.csv"), "old").unwrap();
     let before = contents(&out_dir);
-    let out = bbv()
-        .args(["gpu", "sample"])
-        .arg(&run)
-        .arg("-o")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
+    let out = sample(&run, &out_dir);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
         text(&out).contains(&format!("{}:", raw.display()))
@@ -141,13 +140,7 @@ fn a_damaged_run_folder_changes_nothing() {
     );
     assert_eq!(contents(&out_dir), before);
     // A folder that is not a run.
-    let out = bbv()
-        .args(["gpu", "sample"])
-        .arg(t.path())
-        .arg("-o")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
+    let out = sample(t.path(), &out_dir);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
         text(&out).contains("not a `bbv gpu run` folder")
@@ -164,13 +157,7 @@ fn a_kernel_that_cannot_be_disassembled_keeps_its_counts() {
     let cubin = run.join("raw/cubins/4e5b5de8.cubin");
     std::fs::write(&cubin, b"not an ELF file").unwrap();
     let out_dir = t.path().join("picks");
-    let out = bbv()
-        .args(["gpu", "sample"])
-        .arg(&run)
-        .arg("-o")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
+    let out = sample(&run, &out_dir);
     assert!(out.status.success(), "{}", text(&out));
     // Every instruction still counted; blocks cut where PCs stop being consecutive.
     let s = String::from_utf8_lossy(&out.stdout);

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 
 use bbv_champsim::{BranchKind, Record, RECORD_BYTES};
 
-use crate::common::{bbv, champsim_bin, contents, text_input};
+use crate::common::{bbv, champsim_bin, contents, record_whole_run, text_input};
 
 fn gzip_run(d: &Path, input_bytes: usize) -> Vec<String> {
     let input = d.join(format!("input-{input_bytes}.txt"));
@@ -176,22 +176,7 @@ fn simulated_in_full(run: &Path, guest: &[String], bin: &Path, regions: &[serde_
     assert!((estimate - sim["estimate_cpi"].as_f64().unwrap()).abs() < 1e-9);
     // The whole run, recorded to a file by the plugin and simulated here.
     let records = run.join("whole.champsim");
-    let plugin = Path::new(env!("CARGO_BIN_EXE_bbv")).with_file_name("libbbv_qemu.so");
-    let state = run.join("state");
-    std::fs::create_dir(&state).unwrap();
-    let arg = format!(
-        "{},record={},dir={}",
-        plugin.display(),
-        records.display(),
-        state.display()
-    );
-    let q = Command::new("qemu-x86_64")
-        .args(["-plugin", &arg])
-        .args(guest)
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
+    record_whole_run(guest, &records, "");
     let summary = json(&run.join("summary.json"));
     let total = summary["threads"][0]["instructions"].as_u64().unwrap();
     assert_eq!(

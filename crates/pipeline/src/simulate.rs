@@ -107,8 +107,8 @@ struct TracedRegion {
     trace: String,
 }
 
-/// Reads `DIR/trace.json`, refusing traces of another run.
-fn traced(dir: &Path) -> Result<Traced, PipelineError> {
+/// Reads `DIR/trace.json`, refusing traces of another run than `s` (DIR's summary).
+fn traced(dir: &Path, s: &rundir::Summary) -> Result<Traced, PipelineError> {
     let path = dir.join("trace.json");
     if !path.exists() {
         return Err(PipelineError::Invalid(format!(
@@ -120,7 +120,6 @@ fn traced(dir: &Path) -> Result<Traced, PipelineError> {
     let text = bbv_files::input::read_text(&path, 1 << 26)?;
     let t: Traced = serde_json::from_str(&text)
         .map_err(|e| PipelineError::Invalid(format!("{}: {e}", path.display())))?;
-    let s = rundir::read_summary(dir)?;
     let same = |a: &Path, b: &Path| std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok();
     if !same(&t.run, dir) || t.build_id != s.program.build_id || t.regions.len() != s.points.len() {
         return Err(PipelineError::Invalid(format!(
@@ -141,9 +140,9 @@ fn traced(dir: &Path) -> Result<Traced, PipelineError> {
 
 /// Runs every simulation and writes `DIR/simulation.json`.
 pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
-    let t = traced(&req.dir)?;
-    let bin = sim::find(req.champsim.as_deref())?;
     let s = rundir::read_summary(&req.dir)?;
+    let t = traced(&req.dir, &s)?;
+    let bin = sim::find(req.champsim.as_deref())?;
     let regions = simulate_regions(&bin, &t, req.jobs.max(1))?;
     let (cycles, instructions) = regions.iter().fold((0.0, 0.0), |(c, n), r| {
         (

@@ -363,7 +363,7 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         if cfg.metrics() {
             register_accesses(tb, info.insns as usize, cfg.model().calls_only);
         }
-        if crate::record::active() && crate::record::instrumenting() {
+        if crate::record::instrumenting() {
             register_records(tb, n, &code);
         }
         if crate::replay::active() {

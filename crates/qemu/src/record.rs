@@ -237,11 +237,6 @@ pub fn event(event: u32) {
     }
 }
 
-/// Whether records are being written.
-pub fn active() -> bool {
-    ACTIVE.load(Ordering::Relaxed)
-}
-
 /// The instruction at `ip` (its bytes), decoded for its records.
 pub fn translate(bytes: &[u8], ip: u64) -> &'static RecInsn {
     let ops = DECODER
