@@ -15,6 +15,7 @@ mod simpoint;
 mod simulate;
 mod suite;
 mod threads;
+mod trace;
 
 use std::path::PathBuf;
 
@@ -124,16 +125,38 @@ pub enum BenchCommand {
     /// run's (target: within 3% each), speedups, ChampSim's speed. Long: about ten minutes per
     /// 50 million instructions simulated in full.
     Simulate {
-        /// Instructions per interval (and of warmup).
+        /// Instructions per interval.
         #[arg(long, default_value_t = 500_000)]
         interval: u64,
+        /// Instructions of warmup before each region.
+        #[arg(long, default_value_t = 8_000_000)]
+        warmup: u64,
         /// Largest k.
         #[arg(long = "max-k", default_value_t = 30)]
         max_k: usize,
         /// Multiplies the inputs (1: about 50 million instructions for gzip).
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
+        /// Only these programs (gzip, xz, sqlite3, python3; default: all).
+        #[arg(long, value_delimiter = ',', value_parser = ["gzip", "xz", "sqlite3", "python3"])]
+        only: Vec<String>,
         /// Where to write the runs (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
+    /// `bbv trace` against bare QEMU and `bbv replay` on gzip -9: the time per traced
+    /// instruction with the records written uncompressed (target: at most 30x bare QEMU's per
+    /// instruction) and with xz -0 (its rate beside it), and the fast-forward between short
+    /// regions (target: at most 1.2x the replay).
+    Trace {
+        /// Megabytes of text gzip compresses (1: about 150 million instructions).
+        #[arg(long, default_value_t = 1.0)]
+        mb: f64,
+        /// Rounds (the fastest of each is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the runs and traces (a temporary folder is made and removed there;
+        /// the uncompressed traces take a few GB).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
     },
@@ -202,9 +225,12 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::GpuLive { runs, dir, repo } => gpu_live::run(runs, &dir, &repo),
         BenchCommand::Simulate {
             interval,
+            warmup,
             max_k,
             scale,
+            only,
             dir,
-        } => simulate::run(interval, max_k, scale, &dir),
+        } => simulate::run(interval, warmup, max_k, scale, &only, &dir),
+        BenchCommand::Trace { mb, runs, dir } => trace::run(mb, runs, &dir),
     }
 }

@@ -108,12 +108,20 @@ pub fn time_and_cpu(argv: &[String], env: &[(&str, &str)], dir: &Path) -> Result
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
+        .stderr(Stdio::piped())
+        .output()
         .with_context(|| format!("cannot run {}", argv[0]))?;
     let t = start.elapsed().as_secs_f64();
-    if !st.success() {
-        bail!("{} failed ({st})", argv.join(" "));
+    if !st.status.success() {
+        let err = String::from_utf8_lossy(&st.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!(
+            "{} failed ({}):\n{}",
+            argv.join(" "),
+            st.status,
+            tail.join("\n")
+        );
     }
     Ok((t, children_cpu() - cpu))
 }

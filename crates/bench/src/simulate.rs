@@ -10,8 +10,15 @@ use anyhow::{Context, Result};
 
 use crate::measure::{in_temp_root, make_input, time, tool, Workload};
 
-/// Runs the chain on every workload with `interval` (and as much warmup) in `dir`.
-pub fn run(interval: u64, max_k: usize, scale: f64, dir: &Path) -> Result<()> {
+/// Runs the chain on every workload with `interval` and `warmup` in `dir`.
+pub fn run(
+    interval: u64,
+    warmup: u64,
+    max_k: usize,
+    scale: f64,
+    only: &[String],
+    dir: &Path,
+) -> Result<()> {
     in_temp_root(dir, "simulate", |root| {
         let text = root.join("input.txt");
         make_input(&text, (300_000.0 * scale) as usize)?;
@@ -66,12 +73,17 @@ pub fn run(interval: u64, max_k: usize, scale: f64, dir: &Path) -> Result<()> {
             },
         ];
         println!(
-            "bbv run --interval {interval} --warmup {interval} --max-k {max_k}, bbv trace, bbv simulate --full"
+            "bbv run --interval {interval} --warmup {warmup} --max-k {max_k}, bbv trace, bbv simulate --full"
         );
         println!("program | instructions | k | CPI estimate | CPI full | error | speedup (instructions, time) | ChampSim speed");
         let mut errors = Vec::new();
         for (i, w) in workloads.iter().enumerate() {
-            let e = chain(w, i, interval, max_k, root).with_context(|| w.name.to_string())?;
+            let first = w.name.split(' ').next().unwrap_or("");
+            if !only.is_empty() && !only.iter().any(|o| o == first) {
+                continue;
+            }
+            let e =
+                chain(w, i, [interval, warmup], max_k, root).with_context(|| w.name.to_string())?;
             errors.push(e.abs());
         }
         println!(
@@ -83,7 +95,7 @@ pub fn run(interval: u64, max_k: usize, scale: f64, dir: &Path) -> Result<()> {
 }
 
 /// One workload through the chain; prints its row and returns its error in percent.
-fn chain(w: &Workload, i: usize, interval: u64, max_k: usize, root: &Path) -> Result<f64> {
+fn chain(w: &Workload, i: usize, lengths: [u64; 2], max_k: usize, root: &Path) -> Result<f64> {
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let dir = root.join(format!("run-{i}"));
     let d = dir.to_string_lossy().into_owned();
@@ -94,15 +106,14 @@ fn chain(w: &Workload, i: usize, interval: u64, max_k: usize, root: &Path) -> Re
         argv.extend(w.argv.iter().cloned());
         time(&argv, &w.env, root)
     };
-    let iv = interval.to_string();
     step(vec![
         "run".into(),
         "-o".into(),
         d.clone(),
         "--interval".into(),
-        iv.clone(),
+        lengths[0].to_string(),
         "--warmup".into(),
-        iv,
+        lengths[1].to_string(),
         "--max-k".into(),
         max_k.to_string(),
     ])?;

@@ -74,12 +74,14 @@ pub fn find(explicit: Option<&Path>) -> Result<PathBuf, SimError> {
 }
 
 /// One simulation's result.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Simulated {
     /// The simulated phase.
     pub figures: Figures,
     /// Wall seconds of the whole ChampSim run (warmup included).
     pub seconds: f64,
+    /// ChampSim's own report (its standard output): every cache's and predictor's figures.
+    pub output: String,
 }
 
 /// Runs ChampSim on `trace` (a path ChampSim opens itself: `.xz`/`.gz` files, or a pipe):
@@ -116,6 +118,7 @@ pub fn run(bin: &Path, trace: &Path, warmup: u64, simulate: u64) -> Result<Simul
     Ok(Simulated {
         figures: Figures::parse(&stdout)?,
         seconds,
+        output: stdout.into_owned(),
     })
 }
 

@@ -60,6 +60,9 @@ pub struct TraceArgs {
     /// xz preset of the traces (0-9).
     #[arg(long = "xz-preset", default_value_t = 0)]
     pub xz_preset: u32,
+    /// Write the records uncompressed (region-R.champsim, 64 bytes per instruction).
+    #[arg(long, conflicts_with = "xz_preset")]
+    pub raw: bool,
     #[command(flatten)]
     pub replay: ReplayArgs,
 }
@@ -168,7 +171,7 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
     let spec = bbv_pipeline::trace::TraceSpec {
         dir: std::path::absolute(&out)?,
         tail: a.tail,
-        preset: a.xz_preset,
+        preset: (!a.raw).then_some(a.xz_preset),
     };
     let (outcome, passed) = run_replay(a.replay, Some(spec))?;
     match outcome.traces {
@@ -178,6 +181,9 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
                 t.regions.len(),
                 t.dir.display()
             );
+            if let Some(why) = t.short_warmups() {
+                eprintln!("bbv: note: {why}");
+            }
             Ok(if passed { 0 } else { 1 })
         }
         Some(Err(e @ bbv_pipeline::PipelineError::NotTraced(_))) => {

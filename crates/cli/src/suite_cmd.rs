@@ -281,9 +281,13 @@ fn records_now(m: &Manifest, output: &Path, done_before: &[bool]) -> Vec<bbv_sui
 /// records where it is in OUT for `bbv suite status`.
 fn load(manifest: &Path, output: &Path) -> Result<Manifest> {
     let m = bbv_suite::load(manifest)?;
-    for job in &m.jobs {
+    for (job, step) in m.jobs.iter().flat_map(|j| {
+        j.steps(&output.join(&j.name))
+            .into_iter()
+            .map(move |s| (j, s))
+    }) {
         let mut argv: Vec<OsString> = vec!["bbv".into()];
-        argv.extend(job.bbv_args(&output.join(&job.name)));
+        argv.extend(step);
         // bbv run's own parser, then the rules of which options go together.
         let checked = match crate::Cli::try_parse_from(&argv) {
             Err(e) => Err(e.to_string()),

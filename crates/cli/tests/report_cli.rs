@@ -8,7 +8,15 @@ use std::process::{Command, Output};
 
 use crate::common::{assert_status, bbv, data_dir, files_in, gzip_job, json, text_input};
 
-const SECTIONS: [&str; 6] = ["summary", "timeline", "matrix", "weights", "errors", "bic"];
+const SECTIONS: [&str; 7] = [
+    "summary",
+    "timeline",
+    "matrix",
+    "weights",
+    "errors",
+    "bic",
+    "simulation",
+];
 
 /// Debian's chromium, headless, with a profile of its own (tests run in parallel).
 fn chromium(profile: &Path, args: &[&str], page: &Path) -> Output {

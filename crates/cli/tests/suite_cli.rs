@@ -589,3 +589,55 @@ fn stopping_a_waiting_suite_cancels_its_array() {
     assert_eq!(json(&out.join("forever/job.json"))["status"], "failed");
     assert_eq!(csv_statuses(&out), pairs(&[("forever", "failed")]));
 }
+
+/// `simulate = true`: the job runs bbv run, bbv trace and bbv simulate into its folder (the
+/// report showing ChampSim's figures); a step that fails (here ChampSim is not where the job's
+/// environment says) fails the job with its status, the earlier steps' files kept.
+#[test]
+fn a_job_traces_and_simulates_its_regions() {
+    let cache = crate::common::champsim_bin()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = tmp.path().join("suite.toml");
+    let gzip = gzip_command(tmp.path(), "input.txt", 60_000);
+    std::fs::write(
+        &manifest,
+        format!(
+            "[defaults]\ninterval = 300000\nwarmup = 300000\nmax-k = 3\nsimulate = true\n\n\
+             [[job]]\nname = \"sim\"\ncommand = {gzip}\nenv = {{ BBV_CHAMPSIM_CACHE = \"{}\" }}\n\n\
+             [[job]]\nname = \"nosim\"\ncommand = {gzip}\nenv = {{ BBV_CHAMPSIM_CACHE = \"{}\" }}\n",
+            cache.display(),
+            tmp.path().join("nowhere").display()
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let o = suite_run(&manifest, &out, &["--jobs", "1"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        csv_statuses(&out),
+        pairs(&[("sim", "done"), ("nosim", "failed")])
+    );
+    let sim = json(&out.join("sim/simulation.json"));
+    let regions = json(&out.join("sim/trace.json"));
+    assert_eq!(
+        sim["regions"].as_array().unwrap().len(),
+        regions["regions"].as_array().unwrap().len()
+    );
+    let page = std::fs::read_to_string(out.join("sim/report.html")).unwrap();
+    let cpi = format!("{:.4}", sim["estimate_cpi"].as_f64().unwrap());
+    assert!(page.contains(&cpi), "{cpi} not in the report");
+    let failed = json(&out.join("nosim/job.json"));
+    assert_eq!(failed["exit"], 2);
+    // The log holds gzip's output too.
+    let log = String::from_utf8_lossy(&std::fs::read(out.join("nosim/log")).unwrap()).into_owned();
+    assert!(log.contains("scripts/champsim"), "{log}");
+    assert!(out.join("nosim/trace.json").exists() && !out.join("nosim/simulation.json").exists());
+}

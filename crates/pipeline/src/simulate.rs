@@ -3,7 +3,8 @@
 //! records piped from QEMU into ChampSim, never on disk) to measure the estimate's error.
 //!
 //! Estimate: cycles = sum over regions of multiplier x region cycles; instructions = sum of
-//! multiplier x region instructions; CPI = cycles / instructions.
+//! multiplier x region instructions; CPI = cycles / instructions. Writes `simulation.json`
+//! and the report's `#simulation` section together.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -13,7 +14,7 @@ use std::sync::Mutex;
 
 use bbv_champsim::sim::{self, Simulated};
 use bbv_files::AtomicFiles;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::rundir;
 use crate::PipelineError;
@@ -48,45 +49,7 @@ pub struct FullRun {
     pub plugin: Option<PathBuf>,
 }
 
-/// One region simulated.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct RegionSim {
-    /// Region id.
-    pub id: usize,
-    /// SimPoint's weight.
-    pub weight: f64,
-    /// Instructions the region stands for over its own.
-    pub multiplier: f64,
-    /// Simulated instructions.
-    pub instructions: u64,
-    /// Their cycles.
-    pub cycles: u64,
-    /// Instructions per cycle.
-    pub ipc: f64,
-    /// ChampSim's wall seconds (warmup included).
-    pub seconds: f64,
-}
-
-/// `simulation.json`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Simulation {
-    /// Always `champsim`.
-    pub simulator: String,
-    /// The ChampSim build (scripts/champsim's source id), if known.
-    pub commit: Option<String>,
-    /// Per region.
-    pub regions: Vec<RegionSim>,
-    /// The whole program's CPI estimated from the regions.
-    pub estimate_cpi: f64,
-    /// The whole run's CPI, with `--full`.
-    pub full_cpi: Option<f64>,
-    /// 100 x (estimate - full) / full.
-    pub error_pct: Option<f64>,
-    /// Instructions simulated in full over those simulated for the regions (warmups included).
-    pub speedup_instructions: Option<f64>,
-    /// ChampSim's wall time in full over the regions' together.
-    pub speedup_wall: Option<f64>,
-}
+pub use bbv_rundir::simulation::{RegionSim, Simulation};
 
 /// The part of `trace.json` read back.
 #[derive(Deserialize)]
@@ -143,7 +106,7 @@ pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
     let s = rundir::read_summary(&req.dir)?;
     let t = traced(&req.dir, &s)?;
     let bin = sim::find(req.champsim.as_deref())?;
-    let regions = simulate_regions(&bin, &t, req.jobs.max(1))?;
+    let (regions, outputs) = simulate_regions(&bin, &t, req.jobs.max(1))?;
     let (cycles, instructions) = regions.iter().fold((0.0, 0.0), |(c, n), r| {
         (
             c + r.multiplier * r.cycles as f64,
@@ -161,7 +124,7 @@ pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
         .map(|r| r.warmup_instructions + r.region_instructions)
         .sum();
     let sampled_wall: f64 = regions.iter().map(|r| r.seconds).sum();
-    let full_cpi = full.map(|f| f.figures.cpi());
+    let full_cpi = full.as_ref().map(|f| f.figures.cpi());
     let sim = Simulation {
         simulator: "champsim".into(),
         commit: bin
@@ -173,20 +136,47 @@ pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
         full_cpi,
         error_pct: full_cpi.map(|f| 100.0 * (estimate_cpi - f) / f),
         speedup_instructions: full
+            .as_ref()
             .map(|f| f.figures.instructions as f64 / sampled_instructions.max(1) as f64),
-        speedup_wall: full.map(|f| f.seconds / sampled_wall.max(1e-9)),
+        speedup_wall: full.as_ref().map(|f| f.seconds / sampled_wall.max(1e-9)),
     };
+    // The report's #simulation section shows the new figures: both files change together.
+    let mut report = bbv_report::from_summary(&req.dir, &s)?;
+    report.simulation = Some(sim.clone());
+    let page = bbv_report::html(&report);
     let mut files = AtomicFiles::default();
     files.write(&req.dir.join("simulation.json"), |w| {
         serde_json::to_writer_pretty(&mut *w, &sim)?;
         w.write_all(b"\n")
     })?;
+    files.write(&req.dir.join("report.html"), |w| {
+        w.write_all(page.as_bytes())
+    })?;
+    files.write(&req.dir.join("champsim.log"), |w| {
+        for (r, out) in t.regions.iter().zip(&outputs) {
+            writeln!(
+                w,
+                "=== region {}: champsim --warmup-instructions {} --simulation-instructions {} {}",
+                r.id, r.warmup_instructions, r.region_instructions, r.trace
+            )?;
+            w.write_all(out.as_bytes())?;
+        }
+        if let Some(f) = &full {
+            writeln!(w, "=== the whole run (--full)")?;
+            w.write_all(f.output.as_bytes())?;
+        }
+        Ok(())
+    })?;
     files.commit()?;
     Ok(sim)
 }
 
-/// ChampSim on every region, `jobs` at a time.
-fn simulate_regions(bin: &Path, t: &Traced, jobs: usize) -> Result<Vec<RegionSim>, PipelineError> {
+/// ChampSim on every region, `jobs` at a time: its figures and ChampSim's report.
+fn simulate_regions(
+    bin: &Path,
+    t: &Traced,
+    jobs: usize,
+) -> Result<(Vec<RegionSim>, Vec<String>), PipelineError> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<Simulated, PipelineError>>>> =
         Mutex::new((0..t.regions.len()).map(|_| None).collect());
@@ -208,7 +198,7 @@ fn simulate_regions(bin: &Path, t: &Traced, jobs: usize) -> Result<Vec<RegionSim
         .zip(results)
         .map(|(r, got)| {
             let s = got.unwrap_or_else(|| Err(PipelineError::Invalid("not simulated".into())))?;
-            Ok(RegionSim {
+            let region = RegionSim {
                 id: r.id,
                 weight: r.weight,
                 multiplier: r.multiplier,
@@ -216,9 +206,11 @@ fn simulate_regions(bin: &Path, t: &Traced, jobs: usize) -> Result<Vec<RegionSim
                 cycles: s.figures.cycles,
                 ipc: 1.0 / s.figures.cpi(),
                 seconds: s.seconds,
-            })
+            };
+            Ok((region, s.output))
         })
-        .collect()
+        .collect::<Result<Vec<_>, PipelineError>>()
+        .map(|v| v.into_iter().unzip())
 }
 
 /// The whole run: the plugin writes every record into a FIFO; a thread of bbv passes them on

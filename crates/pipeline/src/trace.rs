@@ -19,6 +19,24 @@ use crate::PipelineError;
 /// Bytes of one ChampSim record.
 const RECORD: u64 = 64;
 
+/// Warmup that left ChampSim's caches as warm as in the whole run, measured on gzip's regions
+/// (docs/champsim.md): with 2 million instructions regions still read up to 46% slow.
+pub const WARM_ENOUGH: u64 = 8_000_000;
+
+impl TraceReport {
+    /// Why the estimate may read high: every warmup is shorter than [`WARM_ENOUGH`].
+    pub fn short_warmups(&self) -> Option<String> {
+        let longest = self.regions.iter().map(|r| r.warmup_instructions).max()?;
+        (longest < WARM_ENOUGH).then(|| {
+            format!(
+                "warmups of at most {longest} instructions: ChampSim's caches stay colder than in \
+                 the whole run and the regions read slow (gzip's by up to 46% with 2 million); \
+                 `bbv regions DIR --warmup {WARM_ENOUGH}` and trace again (docs/champsim.md)"
+            )
+        })
+    }
+}
+
 /// What to trace besides the replay.
 #[derive(Clone, Debug)]
 pub struct TraceSpec {
@@ -26,8 +44,8 @@ pub struct TraceSpec {
     pub dir: PathBuf,
     /// Records after each region's end (ChampSim reads ahead of retirement).
     pub tail: u64,
-    /// xz preset (0-9).
-    pub preset: u32,
+    /// xz preset (0-9); None writes the records uncompressed (`region-R.champsim`).
+    pub preset: Option<u32>,
 }
 
 /// One region's trace (`regions.json`).
@@ -135,7 +153,7 @@ impl Tracing {
         for (r, p) in s.points.iter().enumerate() {
             let fifo = work.join(format!("region-{r}.fifo"));
             make_fifo(&fifo)?;
-            let name = trace_name(region_id(p));
+            let name = trace_name(region_id(p), spec.preset.is_some());
             let partial = spec
                 .dir
                 .join(format!(".{name}.{}.partial", std::process::id()));
@@ -200,9 +218,13 @@ impl Tracing {
     }
 }
 
-/// `region-R.champsim.xz`.
-pub fn trace_name(id: usize) -> String {
-    format!("region-{id}.champsim.xz")
+/// `region-R.champsim.xz`, or `region-R.champsim` uncompressed (ChampSim chooses how to read
+/// a trace by its name's ending).
+pub fn trace_name(id: usize, xz: bool) -> String {
+    match xz {
+        true => format!("region-{id}.champsim.xz"),
+        false => format!("region-{id}.champsim"),
+    }
 }
 
 pub(crate) fn make_fifo(path: &Path) -> Result<(), PipelineError> {
@@ -215,28 +237,48 @@ pub(crate) fn make_fifo(path: &Path) -> Result<(), PipelineError> {
     Ok(())
 }
 
-/// Reads a FIFO to its end (blocking until the plugin opens it) and compresses what comes into
-/// `to`; returns the bytes read.
-fn spawn_reader(fifo: PathBuf, to: PathBuf, preset: u32) -> JoinHandle<std::io::Result<u64>> {
+/// Reads a FIFO to its end (blocking until the plugin opens it) and writes what comes into
+/// `to`, compressed with xz at `preset` or as it is; returns the bytes read.
+fn spawn_reader(
+    fifo: PathBuf,
+    to: PathBuf,
+    preset: Option<u32>,
+) -> JoinHandle<std::io::Result<u64>> {
     std::thread::spawn(move || {
-        let mut input = std::fs::File::open(&fifo)?;
-        let out = std::fs::File::create(&to)?;
-        let mut xz = xz2::write::XzEncoder::new(std::io::BufWriter::new(out), preset);
-        let mut buf = vec![0u8; 1 << 20];
-        let mut total = 0u64;
-        loop {
-            let n = match input.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            xz.write_all(&buf[..n])?;
-            total += n as u64;
+        let input = std::fs::File::open(&fifo)?;
+        let out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&to)?);
+        match preset {
+            Some(p) => {
+                let mut xz = xz2::write::XzEncoder::new(out, p);
+                let total = copy_all(input, &mut xz)?;
+                xz.finish()?.flush()?;
+                Ok(total)
+            }
+            None => {
+                let mut out = out;
+                let total = copy_all(input, &mut out)?;
+                out.flush()?;
+                Ok(total)
+            }
         }
-        xz.finish()?.flush()?;
-        Ok(total)
     })
+}
+
+/// Copies until the writer of the FIFO closes it; the bytes copied.
+fn copy_all(mut input: std::fs::File, out: &mut impl Write) -> std::io::Result<u64> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        out.write_all(&buf[..n])?;
+        total += n as u64;
+    }
+    Ok(total)
 }
 
 /// Opens a FIFO for writing without blocking and closes it: a reader still waiting for the
@@ -287,7 +329,7 @@ fn check(
             ));
             continue;
         }
-        let trace = trace_name(id);
+        let trace = trace_name(id, spec.preset.is_some());
         regions.push(RegionTrace {
             id,
             cluster: p.cluster,

@@ -142,6 +142,12 @@ pub fn curve_path(values: &[f64], width: f64, height: f64, lo: f64, hi: f64) -> 
     d
 }
 
+/// A paragraph saying why a section has nothing (or what it shows).
+pub fn note(p: &mut String, text: &str) {
+    use std::fmt::Write as _;
+    let _ = writeln!(p, "<p class=\"note\">{}</p>", esc(text));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -82,6 +82,8 @@ pub fn from_gpu_sample(
         } else {
             "SimPoint 3.2's rule on the launches' vectors (weighted by instructions): the smallest k whose BIC reaches 90% of the range.".into()
         },
+        simulation: None,
+        simulation_note: "GPU launches are simulated with Accel-Sim (`bbv gpu sample` writes its kernel list), not ChampSim.".into(),
         labels,
         points,
     }

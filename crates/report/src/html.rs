@@ -1,8 +1,8 @@
-//! The page: six sections drawn from a [`Report`], as one self-contained HTML file.
+//! The page: seven sections drawn from a [`Report`], as one self-contained HTML file.
 
 use std::fmt::Write as _;
 
-use crate::draw::{cluster_css, cluster_rgb, curve_path, data_uri, esc, num, pct, png_rgb};
+use crate::draw::{cluster_css, cluster_rgb, curve_path, data_uri, esc, note, num, pct, png_rgb};
 use crate::{Curve, KScore, Report};
 
 /// Width of the timeline and its curves, in CSS pixels.
@@ -33,6 +33,7 @@ pub fn html(r: &Report) -> String {
     weights(&mut p, r);
     errors(&mut p, r);
     bic(&mut p, r);
+    crate::sim::section(&mut p, r);
     // The time from navigation to the load event, readable from the DOM (the browser test and
     // `bbv bench report` report it).
     p.push_str("<script>addEventListener('load',function(){document.body.dataset.loadMs=Math.round(performance.now());});</script>\n</body></html>\n");
@@ -46,10 +47,6 @@ fn plural(unit: &str) -> String {
     } else {
         format!("{unit}s")
     }
-}
-
-fn note(p: &mut String, text: &str) {
-    let _ = writeln!(p, "<p class=\"note\">{}</p>", esc(text));
 }
 
 fn summary(p: &mut String, r: &Report) {

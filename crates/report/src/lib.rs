@@ -2,8 +2,8 @@
 //!
 //! The page is one self-contained file (inline SVG and CSS, raster images as PNG data URIs,
 //! nothing from the network) with the elements `#summary`, `#timeline`, `#matrix`,
-//! `#weights`, `#errors` and `#bic`. A section without data says why instead of vanishing,
-//! so that scripts and people find the same six elements in every report.
+//! `#weights`, `#errors`, `#bic` and `#simulation`. A section without data says why instead
+//! of vanishing, so that scripts and people find the same seven elements in every report.
 //!
 //! * [`Report`] is what a page shows, whoever measured it; [`html`] draws it.
 //! * [`from_run_dir`] reads a run directory (what `bbv report DIR` rebuilds from);
@@ -15,6 +15,7 @@ mod gpu;
 mod html;
 pub mod matrix;
 mod run;
+mod sim;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -88,6 +89,10 @@ pub struct Report {
     pub chosen_k: Option<usize>,
     /// How k was chosen, or why there is no k search to show.
     pub bic_note: String,
+    /// ChampSim's figures (`bbv simulate`), when the regions were simulated.
+    pub simulation: Option<bbv_rundir::simulation::Simulation>,
+    /// Why there is no simulation, when there is none (empty: how to run one).
+    pub simulation_note: String,
 }
 
 /// A chosen point.

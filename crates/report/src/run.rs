@@ -29,6 +29,7 @@ pub fn from_summary(dir: &Path, summary: &Summary) -> Result<Report, ReportError
         ..Report::default()
     };
     facts(&mut r, summary);
+    r.simulation = rundir::simulation::read(dir)?;
     if summary.intervals == 0 {
         let why = "Nothing was clustered: the program ran no complete interval.";
         r.curves_note = why.into();

@@ -13,6 +13,7 @@
 //! | `regions.*`, `gem5/`, `nemu/` | the hand-off files (bbv-pipeline's `regions`) |
 //! | `report.html`, `bic.csv` | the HTML report (bbv-report) and every k's BIC |
 //! | `replay.json` | the last `bbv replay`'s report |
+//! | `trace.json`, `simulation.json` | `bbv trace`'s region traces and `bbv simulate`'s ChampSim figures |
 //! | `metrics.csv`, `validation.json` | `--validate`: per-interval metrics and the points' estimate errors |
 //! | `slices.cuts`, `thread.N.slices` | multi-threaded runs: the plugin's slice boundaries and per-thread slice vectors |
 //! | `global.bb`, `slices.tsv` | the slices' concatenated vectors and their table (bbv-pipeline's `slices`) |
@@ -23,6 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub mod check;
+pub mod simulation;
 pub mod validate;
 
 /// What can go wrong reading a run directory.

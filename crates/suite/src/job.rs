@@ -177,29 +177,38 @@ pub fn run_job(bbv: &Path, job: &Job, out: &Path, version: &str) -> Result<JobRe
     record.write(&dir)?;
     let log_path = dir.join("log");
     let log = std::fs::File::create(&log_path).map_err(|e| SuiteError::io(&log_path, e))?;
-    let err = log.try_clone().map_err(|e| SuiteError::io(&log_path, e))?;
-    let stdin = match &job.stdin {
-        Some(p) => Stdio::from(std::fs::File::open(p).map_err(|e| SuiteError::io(p, e))?),
-        None => Stdio::null(),
-    };
     let home = std::env::var("HOME").unwrap_or_else(|_| "/".into());
-    let mut cmd = Command::new(bbv);
-    cmd.args(job.bbv_args(&std::path::absolute(&dir).map_err(|e| SuiteError::io(&dir, e))?))
-        .current_dir(&job.cwd)
-        .env_clear()
-        .envs(job.environment(&home))
-        .stdin(stdin)
-        .stdout(log)
-        .stderr(err);
+    let out_dir = std::path::absolute(&dir).map_err(|e| SuiteError::io(&dir, e))?;
     let start = Instant::now();
-    let child = bbv_files::interrupt::spawn(&mut cmd).map_err(|e| SuiteError::io(bbv, e))?;
-    let (status, peak, reason) = wait(child.id(), job.timeout)?;
+    // The steps run one after the other into the same log, within the job's one timeout; the
+    // first that fails ends the job.
+    for args in job.steps(&out_dir) {
+        let stdin = match &job.stdin {
+            Some(p) => Stdio::from(std::fs::File::open(p).map_err(|e| SuiteError::io(p, e))?),
+            None => Stdio::null(),
+        };
+        let clone = || log.try_clone().map_err(|e| SuiteError::io(&log_path, e));
+        let mut cmd = Command::new(bbv);
+        cmd.args(args)
+            .current_dir(&job.cwd)
+            .env_clear()
+            .envs(job.environment(&home))
+            .stdin(stdin)
+            .stdout(clone()?)
+            .stderr(clone()?);
+        let child = bbv_files::interrupt::spawn(&mut cmd).map_err(|e| SuiteError::io(bbv, e))?;
+        let left = job.timeout.map(|t| t.saturating_sub(start.elapsed()));
+        let (status, peak, reason) = wait(child.id(), left, job.timeout)?;
+        record.peak_kib = record.peak_kib.max(peak);
+        record.exit = Some(status);
+        record.reason = reason;
+        if status != 0 || record.reason.is_some() || bbv_files::interrupt::received().is_some() {
+            break;
+        }
+    }
     record.seconds = start.elapsed().as_secs_f64();
     record.finished = now();
-    record.peak_kib = peak;
-    record.exit = Some(status);
-    record.reason = reason;
-    record.status = if status == 0 && record.reason.is_none() {
+    record.status = if record.exit == Some(0) && record.reason.is_none() {
         Status::Done
     } else {
         Status::Failed
@@ -213,9 +222,13 @@ pub fn run_job(bbv: &Path, job: &Job, out: &Path, version: &str) -> Result<JobRe
     Ok(record)
 }
 
-/// Waits for the job's bbv, enforcing `timeout`: (exit status or 128+signal, peak KiB, why it
-/// failed beyond its status).
-fn wait(pid: u32, timeout: Option<Duration>) -> Result<(i32, u64, Option<String>), SuiteError> {
+/// Waits for one of the job's bbv commands, killing it after `left` (what remains of the job's
+/// `timeout`): (exit status or 128+signal, peak KiB, why it failed beyond its status).
+fn wait(
+    pid: u32,
+    left: Option<Duration>,
+    timeout: Option<Duration>,
+) -> Result<(i32, u64, Option<String>), SuiteError> {
     let start = Instant::now();
     let mut reason = None;
     let mut termed: Option<Instant> = None;
@@ -224,8 +237,8 @@ fn wait(pid: u32, timeout: Option<Duration>) -> Result<(i32, u64, Option<String>
         if bbv_files::interrupt::ended(pid, false).map_err(io)? {
             break;
         }
-        if let Some(t) = timeout {
-            if termed.is_none() && start.elapsed() > t {
+        if let (Some(l), Some(t)) = (left, timeout) {
+            if termed.is_none() && start.elapsed() > l {
                 reason = Some(format!("timed out after {} s", t.as_secs()));
                 // SAFETY: our unreaped child.
                 unsafe { libc::kill(pid as i32, libc::SIGTERM) };

@@ -14,6 +14,7 @@ pub mod job;
 pub mod local;
 pub mod manifest;
 pub mod slurm;
+mod steps;
 
 pub use job::{JobRecord, Status};
 pub use local::{merge, run_local, Event};

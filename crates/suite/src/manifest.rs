@@ -5,7 +5,6 @@
 //! manifest's line (of the offending key, or of the job's `[[job]]` header).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -61,6 +60,22 @@ pub struct Job {
     pub timeout: Option<Duration>,
     /// Options of `bbv run` / `bbv gpu sample`, by long name.
     pub options: BTreeMap<String, Value>,
+    /// Whether the run's regions are then traced and simulated with ChampSim.
+    pub simulate: Simulate,
+}
+
+/// A CPU job's `simulate` key: after `bbv run`, `bbv trace` and `bbv simulate` (`true`), with
+/// the whole run simulated too (`"full"`: `bbv simulate --full`, as long as ChampSim on the
+/// whole program).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Simulate {
+    /// Not simulated (`false`, the default).
+    #[default]
+    No,
+    /// The regions only.
+    Regions,
+    /// The regions and the whole run.
+    Full,
 }
 
 /// A parsed manifest.
@@ -113,8 +128,8 @@ const GPU_OPTIONS: [(&str, Ty); 3] = [
 ];
 
 /// Keys of a job that are not options.
-const JOB_KEYS: [&str; 8] = [
-    "name", "kind", "command", "traces", "cwd", "stdin", "env", "timeout",
+const JOB_KEYS: [&str; 9] = [
+    "name", "kind", "command", "traces", "cwd", "stdin", "env", "timeout", "simulate",
 ];
 
 /// The largest manifest read: thousands of jobs fit.
@@ -379,6 +394,7 @@ impl JobParser<'_> {
             Kind::Cpu { command, program }
         };
         let options = self.options(gpu)?;
+        let simulate = self.simulate(gpu)?;
         Ok(Job {
             name,
             line: self.header,
@@ -388,7 +404,29 @@ impl JobParser<'_> {
             env,
             timeout,
             options,
+            simulate,
         })
+    }
+
+    fn simulate(&self, gpu: bool) -> Result<Simulate, SuiteError> {
+        let Some((v, line)) = self.get("simulate") else {
+            return Ok(Simulate::No);
+        };
+        let s = match v {
+            toml::Value::Boolean(false) => Simulate::No,
+            toml::Value::Boolean(true) => Simulate::Regions,
+            toml::Value::String(s) if s == "full" => Simulate::Full,
+            _ => {
+                return Err(self.err(
+                    line,
+                    "simulate: expected true, false or \"full\" (the whole run too)".into(),
+                ))
+            }
+        };
+        if gpu && s != Simulate::No && self.job.contains_key("simulate") {
+            return Err(self.err(line, "simulate is for CPU jobs (ChampSim)".into()));
+        }
+        Ok(if gpu { Simulate::No } else { s })
     }
 
     fn command(&self, name: &str) -> Result<(Vec<String>, usize), SuiteError> {
@@ -541,50 +579,6 @@ fn find_program(name: &str, cwd: &Path, path: &str) -> Option<PathBuf> {
         .filter(|d| !d.is_empty())
         .map(|d| cwd.join(d).join(name))
         .find(|p| runnable(p))
-}
-
-impl Job {
-    /// The environment the job runs with: exactly `PATH` ([`FIXED_PATH`]), `HOME` (the
-    /// user's), `LANG=C` and the job's `env`, which may override them; nothing else, wherever
-    /// it runs.
-    pub fn environment(&self, home: &str) -> BTreeMap<String, String> {
-        let mut env = BTreeMap::from([
-            ("PATH".to_string(), FIXED_PATH.to_string()),
-            ("HOME".to_string(), home.to_string()),
-            ("LANG".to_string(), "C".to_string()),
-        ]);
-        env.extend(self.env.clone());
-        env
-    }
-
-    /// bbv's arguments for the job, writing into `out`.
-    pub fn bbv_args(&self, out: &Path) -> Vec<OsString> {
-        let mut args: Vec<OsString> = match &self.kind {
-            Kind::Cpu { .. } => vec!["run".into()],
-            Kind::Gpu { traces } => vec!["gpu".into(), "sample".into(), traces.into()],
-        };
-        for (key, value) in &self.options {
-            match value {
-                Value::Flag(true) => args.push(format!("--{key}").into()),
-                Value::Flag(false) if key == "model-thread" => {
-                    args.extend([format!("--{key}").into(), "no".into()])
-                }
-                Value::Flag(false) => {}
-                Value::One(v) => args.extend([format!("--{key}").into(), v.into()]),
-                Value::Many(vs) => {
-                    for v in vs {
-                        args.extend([format!("--{key}").into(), v.into()]);
-                    }
-                }
-            }
-        }
-        args.extend(["-o".into(), out.into()]);
-        if let Kind::Cpu { command, .. } = &self.kind {
-            args.push("--".into());
-            args.extend(command.iter().map(OsString::from));
-        }
-        args
-    }
 }
 
 #[cfg(test)]

@@ -64,6 +64,7 @@ fn bad_manifests_name_the_line() {
         ("[job]\nname = 1\n", ":1: job must be an array"),
         ("title = \"x\"\n[[job]]\nname = \"a\"\ncommand = [\"true\"]\n", ":1: unknown key \"title\""),
         ("", ":1: no [[job]]"),
+        ("[[job]]\nname = \"a\"\ncommand = [\"true\"]\nsimulate = \"yes\"\n", ":4: simulate: expected true, false or \"full\""),
     ];
     for (text, want) in cases {
         let got = error_of(text);
@@ -80,4 +81,56 @@ fn durations() {
     assert_eq!(parse_duration("0s"), None);
     assert_eq!(parse_duration("1d"), None);
     assert_eq!(parse_duration(""), None);
+}
+
+#[test]
+fn simulate_adds_the_trace_and_the_simulation() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("kernelslist.g"), "").unwrap();
+    let m = parse_in(
+        dir.path(),
+        "[defaults]\nsimulate = true\n\n\
+         [[job]]\nname = \"a\"\ncommand = [\"gzip\", \"-9\"]\ncpu = \"Haswell\"\n\n\
+         [[job]]\nname = \"b\"\ncommand = [\"true\"]\nsimulate = \"full\"\n\n\
+         [[job]]\nname = \"c\"\ncommand = [\"true\"]\nsimulate = false\n\n\
+         [[job]]\nname = \"g\"\nkind = \"gpu\"\ntraces = \"kernelslist.g\"\n",
+    )
+    .unwrap();
+    let steps = |j: &Job| -> Vec<String> {
+        j.steps(Path::new("/o"))
+            .iter()
+            .map(|s| {
+                s.iter()
+                    .map(|a| a.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    };
+    assert_eq!(
+        steps(&m.jobs[0]),
+        [
+            "run --cpu Haswell -o /o -- gzip -9",
+            "trace /o --cpu Haswell -- gzip -9",
+            "simulate /o --cpu Haswell"
+        ]
+    );
+    assert_eq!(
+        steps(&m.jobs[1]),
+        [
+            "run -o /o -- true",
+            "trace /o -- true",
+            "simulate /o --full -- true"
+        ]
+    );
+    assert_eq!(steps(&m.jobs[2]), ["run -o /o -- true"]);
+    // A default meant for CPU jobs does not apply to GPU ones; said in a GPU job, it is refused.
+    assert_eq!(steps(&m.jobs[3]).len(), 1);
+    let e = parse_in(
+        dir.path(),
+        "[[job]]\nname = \"g\"\nkind = \"gpu\"\ntraces = \"kernelslist.g\"\nsimulate = true\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains(":5: simulate is for CPU jobs"), "{e}");
 }

@@ -1,0 +1,64 @@
+//! `simulation.json`: what `bbv simulate` measured with ChampSim (written by bbv-pipeline, read
+//! back by the report).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::RundirError;
+
+/// One region simulated.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RegionSim {
+    /// Region id.
+    pub id: usize,
+    /// SimPoint's weight.
+    pub weight: f64,
+    /// Instructions the region stands for over its own.
+    pub multiplier: f64,
+    /// Simulated instructions.
+    pub instructions: u64,
+    /// Their cycles.
+    pub cycles: u64,
+    /// Instructions per cycle.
+    pub ipc: f64,
+    /// ChampSim's wall seconds (warmup included).
+    pub seconds: f64,
+}
+
+/// `simulation.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Simulation {
+    /// Always `champsim`.
+    pub simulator: String,
+    /// The ChampSim build (scripts/champsim's source id), if known.
+    pub commit: Option<String>,
+    /// Per region.
+    pub regions: Vec<RegionSim>,
+    /// The whole program's CPI estimated from the regions.
+    pub estimate_cpi: f64,
+    /// The whole run's CPI, with `--full`.
+    pub full_cpi: Option<f64>,
+    /// 100 x (estimate - full) / full.
+    pub error_pct: Option<f64>,
+    /// Instructions simulated in full over those simulated for the regions (warmups included).
+    pub speedup_instructions: Option<f64>,
+    /// ChampSim's wall time in full over the regions' together.
+    pub speedup_wall: Option<f64>,
+}
+
+/// Reads `dir/simulation.json`, if the run has one.
+pub fn read(dir: &Path) -> Result<Option<Simulation>, RundirError> {
+    let path = dir.join("simulation.json");
+    if path.symlink_metadata().is_err() {
+        return Ok(None);
+    }
+    let text = bbv_files::input::read_text(&path, crate::JSON_BYTES)?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| RundirError::Parse {
+            path,
+            line: e.line(),
+            what: format!("simulation.json as bbv simulate writes it ({e})"),
+        })
+}
