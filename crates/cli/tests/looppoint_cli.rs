@@ -119,6 +119,21 @@ fn replay_meets_the_bar(dir: &Path, threads: &str, guest: &[&str]) {
         .unwrap();
     let report = replay_report(&out);
     assert_eq!(out.status.code(), Some(0), "{report}");
+    // ChampSim traces are one thread's: LoopPoint regions are refused before the guest runs.
+    let o = bbv()
+        .arg("trace")
+        .arg(&d)
+        .arg("--")
+        .args(guest)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("LoopPoint slices") && !d.join("traces").exists(),
+        "{err}"
+    );
     let mut extrapolated = 0.0;
     for c in report["regions"].as_array().unwrap() {
         assert_eq!(c["start_found"], true, "{c}");

@@ -144,6 +144,14 @@ fn start_event(s: &Summary, r: usize) -> usize {
 impl Tracing {
     /// Makes a FIFO per region in `work`, starts its reader, and writes the windows' file.
     pub fn start(spec: &TraceSpec, s: &Summary, work: &Path) -> Result<Tracing, PipelineError> {
+        if s.regions_mode == "looppoint" {
+            // The records are thread 1's; a LoopPoint region spans every thread.
+            return Err(PipelineError::Invalid(
+                "the regions are LoopPoint slices of several threads: bbv trace writes one \
+                 thread's records (single-core ChampSim traces); profile with --regions intervals"
+                    .into(),
+            ));
+        }
         std::fs::create_dir_all(&spec.dir).map_err(|source| PipelineError::Create {
             what: format!("cannot create {}", spec.dir.display()),
             source,
