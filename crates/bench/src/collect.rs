@@ -64,11 +64,7 @@ fn workloads(root: &Path, scale: f64) -> Result<Vec<Workload>> {
     let small = root.join("small.txt");
     make_input(&small, mb(1.5))?;
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    // Debian's interpreter (a version manager's shim on PATH would be a shell script).
-    let python = match Path::new("/usr/bin/python3") {
-        p if p.is_file() => p.to_path_buf(),
-        _ => tool("python3")?,
-    };
+    let python = crate::measure::python3()?;
     let loops = ((1_500_000.0 * scale) as u64).max(1000);
     Ok(vec![
         Workload {

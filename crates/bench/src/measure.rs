@@ -81,6 +81,15 @@ pub fn tool(name: &str) -> Result<PathBuf> {
         .with_context(|| format!("{name} not found on PATH (scripts/setup installs it)"))
 }
 
+/// Debian's python3 (a version manager's shim on PATH would be a shell script, which QEMU
+/// cannot run), else the one on PATH.
+pub fn python3() -> Result<PathBuf> {
+    match Path::new("/usr/bin/python3") {
+        p if p.is_file() => Ok(p.to_path_buf()),
+        _ => tool("python3"),
+    }
+}
+
 /// Wall seconds of one run; the program must succeed.
 pub fn time(argv: &[String], env: &[(&str, &str)], dir: &Path) -> Result<f64> {
     time_and_cpu(argv, env, dir).map(|(wall, _)| wall)

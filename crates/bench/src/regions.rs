@@ -50,10 +50,7 @@ pub fn workloads(root: &Path) -> Result<Vec<Workload>> {
     let text = root.join("input.txt");
     make_input(&text, 4_000_000)?;
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    let python = match Path::new("/usr/bin/python3") {
-        p if p.is_file() => p.to_path_buf(),
-        _ => tool("python3")?,
-    };
+    let python = crate::measure::python3()?;
     let script = "d = {}\nfor i in range(400000):\n    d[str(i * 7919 % 100003)] = i\n\
                   print(sum(sorted(d.values())[::97]), len(sorted(d, key=len)))";
     Ok(vec![

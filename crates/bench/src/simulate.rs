@@ -68,7 +68,7 @@ pub fn run(
             },
             Workload {
                 name: "python3 script",
-                argv: vec![s(&tool("python3")?), "-c".into(), script],
+                argv: vec![s(&crate::measure::python3()?), "-c".into(), script],
                 env: vec![("PYTHONHASHSEED", "0")],
             },
         ];
