@@ -71,6 +71,27 @@ pub const PAIR_LINE: usize = 4096;
 /// The largest `summary.json`, `validation.json` or `replay.json` bbv reads.
 pub const JSON_BYTES: u64 = 256 << 20;
 
+/// Reads `dir/name`, a JSON file a run directory may hold (None when absent); `writer` names
+/// the command that writes it, for the parse error.
+pub(crate) fn read_optional_json<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    name: &str,
+    writer: &str,
+) -> Result<Option<T>, RundirError> {
+    let path = dir.join(name);
+    if path.symlink_metadata().is_err() {
+        return Ok(None);
+    }
+    let text = bbv_files::input::read_text(&path, JSON_BYTES)?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| RundirError::Parse {
+            path,
+            line: e.line(),
+            what: format!("{name} as {writer} writes it ({e})"),
+        })
+}
+
 impl RundirError {
     /// An I/O error on `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

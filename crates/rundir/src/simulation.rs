@@ -49,16 +49,5 @@ pub struct Simulation {
 
 /// Reads `dir/simulation.json`, if the run has one.
 pub fn read(dir: &Path) -> Result<Option<Simulation>, RundirError> {
-    let path = dir.join("simulation.json");
-    if path.symlink_metadata().is_err() {
-        return Ok(None);
-    }
-    let text = bbv_files::input::read_text(&path, crate::JSON_BYTES)?;
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| RundirError::Parse {
-            path,
-            line: e.line(),
-            what: format!("simulation.json as bbv simulate writes it ({e})"),
-        })
+    crate::read_optional_json(dir, "simulation.json", "bbv simulate")
 }

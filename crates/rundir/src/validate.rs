@@ -271,18 +271,7 @@ pub fn bbv_errors(bb: &Path, clusterings: &[Clusters]) -> Result<Vec<f64>, Rundi
 
 /// Reads `dir/validation.json`, if the run has one.
 pub fn read(dir: &Path) -> Result<Option<Validation>, RundirError> {
-    let path = dir.join("validation.json");
-    if path.symlink_metadata().is_err() {
-        return Ok(None);
-    }
-    let text = bbv_files::input::read_text(&path, crate::JSON_BYTES)?;
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| RundirError::Parse {
-            path,
-            line: e.line(),
-            what: format!("validation.json as bbv run --validate writes it ({e})"),
-        })
+    crate::read_optional_json(dir, "validation.json", "bbv run --validate")
 }
 
 /// The text table of the summary.
