@@ -160,6 +160,11 @@ pub enum BenchCommand {
         /// the uncompressed traces take a few GB).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
+        /// The QEMU of every run, bare and under bbv (default: qemu-x86_64 from PATH). Between
+        /// windows only QEMU 9.1 and later (plugin API v3) runs the replay without the
+        /// recorder's callbacks (docs/champsim.md).
+        #[arg(long, value_name = "PATH")]
+        qemu: Option<PathBuf>,
     },
     /// `bbv gpu run` against the plain run (needs an NVIDIA GPU): the test kernels and, where
     /// python3 imports torch, PyTorch forward passes (target: at most 10x for runs of a second
@@ -232,6 +237,11 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             only,
             dir,
         } => simulate::run(interval, warmup, max_k, scale, &only, &dir),
-        BenchCommand::Trace { mb, runs, dir } => trace::run(mb, runs, &dir),
+        BenchCommand::Trace {
+            mb,
+            runs,
+            dir,
+            qemu,
+        } => trace::run(mb, runs, &dir, qemu.as_deref()),
     }
 }

@@ -149,11 +149,18 @@ pub fn geomean(v: &[f64]) -> f64 {
     (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
 }
 
-/// Runs `f` in a folder `bbv-NAME-bench-PID` made under `dir`, removed afterwards.
+/// Runs `f` in a folder `bbv-NAME-bench-PID` made under `dir`, removed afterwards (kept after a
+/// failure when `BBV_BENCH_KEEP_FAILED` is set).
 pub fn in_temp_root<T>(dir: &Path, name: &str, f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     let root = dir.join(format!("bbv-{name}-bench-{}", std::process::id()));
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let result = f(&root);
-    let _ = std::fs::remove_dir_all(&root);
+    // A failed run's folder stays for a look (its inputs and run directories reproduce it).
+    match (&result, std::env::var_os("BBV_BENCH_KEEP_FAILED")) {
+        (Err(_), Some(_)) => eprintln!("bbv: kept {} (BBV_BENCH_KEEP_FAILED)", root.display()),
+        _ => {
+            let _ = std::fs::remove_dir_all(&root);
+        }
+    }
     result
 }

@@ -1,12 +1,14 @@
 //! `bbv bench trace`: what `bbv trace` costs against bare QEMU and `bbv replay`, measured side
 //! by side in interleaved rounds on gzip -9 of generated text:
 //!
-//! * per traced instruction: a run with regions and warmups of 2M instructions traced with `--raw` (records
-//!   written uncompressed into files), its time over the replay's divided by the records
-//!   traced, against bare QEMU's time per instruction (target: at most 30x); and the same
-//!   with xz -0 (the default), whose rate is printed beside it;
-//! * fast-forward: a run with short regions (a few hundred thousand records in all), traced
-//!   against replayed (target: at most 1.2x).
+//! * per traced instruction: a run with regions and warmups of 2M instructions traced with
+//!   `--raw` (records written uncompressed into files), its time over the replay's divided by
+//!   the records traced, against bare QEMU's time per instruction (target: at most 30x);
+//!   beside it the file system's own cost for as many bytes (written in 1 MB pieces into the
+//!   same folder), which no tracer writing these files avoids, and bbv's cost without it; and
+//!   the same with xz -0 (the default), whose rate is printed beside it;
+//! * fast-forward: a run with three regions of 20,000 instructions and no warmup (some 60,000
+//!   records), traced against replayed (target: at most 1.2x).
 
 use std::path::Path;
 
@@ -16,8 +18,10 @@ use crate::measure::{fastest, in_temp_root, make_input, time, tool};
 
 /// Interval and warmup of the run whose recording dominates its trace.
 const LONG: u64 = 2_000_000;
-/// Interval and warmup of the run whose fast-forward dominates (at most 3 regions).
-const SHORT: u64 = 200_000;
+/// Interval of the run whose fast-forward dominates (at most 3 regions, no warmup).
+const SHORT: u64 = 20_000;
+/// The short run's tail.
+const SHORT_TAIL: &str = "1000";
 
 /// What one traced run directory holds.
 struct Traced {
@@ -26,8 +30,9 @@ struct Traced {
     regions: usize,
 }
 
-/// Runs the benchmark with inputs of `mb` megabytes, `runs` rounds, in `dir`.
-pub fn run(mb: f64, runs: usize, dir: &Path) -> Result<()> {
+/// Runs the benchmark with inputs of `mb` megabytes, `runs` rounds, in `dir`, under `qemu`
+/// (None: qemu-x86_64 from PATH).
+pub fn run(mb: f64, runs: usize, dir: &Path, qemu: Option<&Path>) -> Result<()> {
     if runs == 0 {
         bail!("--runs 0: at least one round");
     }
@@ -41,10 +46,14 @@ pub fn run(mb: f64, runs: usize, dir: &Path) -> Result<()> {
             text.to_string_lossy().into_owned(),
         ];
         let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+        let qemu = match qemu {
+            Some(q) => q.to_string_lossy().into_owned(),
+            None => tool("qemu-x86_64")?.to_string_lossy().into_owned(),
+        };
         let bbv = |args: &[&str]| -> Vec<String> {
             let mut v = vec![exe.clone()];
             v.extend(args.iter().map(|s| s.to_string()));
-            v.push("--".into());
+            v.extend(["--qemu".to_string(), qemu.clone(), "--".into()]);
             v.extend(guest.iter().cloned());
             v
         };
@@ -55,40 +64,58 @@ pub fn run(mb: f64, runs: usize, dir: &Path) -> Result<()> {
         let (l, s) = (long.to_string_lossy(), short.to_string_lossy());
         let (li, si) = (LONG.to_string(), SHORT.to_string());
         t(&bbv(&["run", "-o", &l, "--interval", &li, "--warmup", &li]))?;
-        t(&bbv(&[
-            "run",
-            "-o",
-            &s,
-            "--interval",
-            &si,
-            "--warmup",
-            &si,
-            "--max-k",
-            "5",
-        ]))?;
-        let mut qemu = vec![tool("qemu-x86_64")?.to_string_lossy().into_owned()];
-        qemu.extend(guest.iter().cloned());
-        let (mut bare, mut replay_l, mut raw, mut xz, mut replay_s, mut ff) =
-            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        t(&bbv(&["run", "-o", &s, "--interval", &si, "--max-k", "3"]))?;
+        let bare_argv: Vec<String> = std::iter::once(qemu.clone())
+            .chain(guest.iter().cloned())
+            .collect();
+        let (mut bare, mut replay_l, mut raw, mut sink, mut xz, mut replay_s, mut ff) =
+            (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..runs {
-            bare.push(t(&qemu)?);
+            bare.push(t(&bare_argv)?);
             replay_l.push(t(&bbv(&["replay", &l]))?);
             clear(&long)?;
             raw.push(t(&bbv(&["trace", &l, "--raw"]))?);
+            let bytes = read(&long)?.records * RECORD;
             clear(&long)?;
+            sink.push(write_bytes(&root.join("sink"), bytes)?);
             xz.push(t(&bbv(&["trace", &l]))?);
+            clear(&long)?;
             replay_s.push(t(&bbv(&["replay", &s]))?);
             clear(&short)?;
-            ff.push(t(&bbv(&["trace", &s, "--raw"]))?);
+            ff.push(t(&bbv(&["trace", &s, "--raw", "--tail", SHORT_TAIL]))?);
         }
+        println!("QEMU: {qemu}");
         print_table(
             mb,
-            [&bare, &replay_l, &raw, &xz, &replay_s, &ff].map(|v| fastest(v)),
+            [&bare, &replay_l, &raw, &sink, &xz, &replay_s, &ff].map(|v| fastest(v)),
             &read(&long)?,
             &read(&short)?,
         );
         Ok(())
     })
+}
+
+/// Bytes of a ChampSim record.
+const RECORD: u64 = 64;
+
+/// Seconds to write `bytes` zeros into a new file at `path` in 1 MB pieces (then removed): what
+/// the file system alone costs for a trace of that size.
+fn write_bytes(path: &Path, bytes: u64) -> Result<f64> {
+    use std::io::Write;
+    let piece = vec![0u8; 1 << 20];
+    let start = std::time::Instant::now();
+    let mut f = std::fs::File::create(path).with_context(|| format!("{}", path.display()))?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(piece.len() as u64) as usize;
+        f.write_all(&piece[..n])
+            .with_context(|| format!("{}", path.display()))?;
+        left -= n as u64;
+    }
+    drop(f);
+    let secs = start.elapsed().as_secs_f64();
+    std::fs::remove_file(path).with_context(|| format!("{}", path.display()))?;
+    Ok(secs)
 }
 
 /// Removes a run directory's traces, if any, so that the disk holds one set at a time.
@@ -130,24 +157,37 @@ fn read(run: &Path) -> Result<Traced> {
     })
 }
 
-/// `t`: bare QEMU, replay and trace (raw, xz) of the long windows, replay and trace of the
-/// short ones, the fastest of each.
-fn print_table(mb: f64, t: [f64; 6], long: &Traced, short: &Traced) {
-    let [bare, replay_l, raw, xz, replay_s, ff] = t;
+/// `t`: bare QEMU, replay, trace --raw, the file system's write of as many bytes and xz -0 of
+/// the long windows, replay and trace of the short ones, the fastest of each.
+fn print_table(mb: f64, t: [f64; 7], long: &Traced, short: &Traced) {
+    let [bare, replay_l, raw, sink, xz, replay_s, ff] = t;
     let per_bare = bare / long.instructions.max(1) as f64 * 1e9;
-    let per_raw = (raw - replay_l).max(0.0) / long.records.max(1) as f64 * 1e9;
-    let per_xz = (xz - replay_l).max(0.0) / long.records.max(1) as f64 * 1e9;
-    let mb_raw = long.records as f64 * 64.0 / 1e6;
+    let per_record = |secs: f64| secs.max(0.0) / long.records.max(1) as f64 * 1e9;
+    let (per_raw, per_sink, per_xz) = (
+        per_record(raw - replay_l),
+        per_record(sink),
+        per_record(xz - replay_l),
+    );
+    let per_own = (per_raw - per_sink).max(0.0);
+    let mb_raw = (long.records * RECORD) as f64 / 1e6;
     println!(
         "gzip -9 on {mb} MB of text: {} instructions, bare QEMU {bare:.2} s ({per_bare:.2} ns per instruction)",
         long.instructions
     );
     println!("setting | regions | records traced | bbv replay | bbv trace | per traced instruction | against bare QEMU");
     println!(
-        "interval and warmup {LONG}, --raw | {} | {} ({mb_raw:.0} MB) | {replay_l:.2} s | {raw:.2} s | {per_raw:.1} ns | {:.1}x (target: at most 30x)",
+        "interval and warmup {LONG}, --raw into files | {} | {} ({mb_raw:.0} MB) | {replay_l:.2} s | {raw:.2} s | {per_raw:.1} ns | {:.1}x (target: at most 30x)",
         long.regions,
         long.records,
         per_raw / per_bare
+    );
+    println!(
+        "  the file system writing as many bytes | | | | {sink:.2} s | {per_sink:.1} ns | {:.1}x",
+        per_sink / per_bare
+    );
+    println!(
+        "  bbv trace's own cost (the above less the file system's) | | | | | {per_own:.1} ns | {:.1}x",
+        per_own / per_bare
     );
     println!(
         "interval and warmup {LONG}, xz -0 | {} | {} | {replay_l:.2} s | {xz:.2} s | {per_xz:.1} ns | {:.1}x ({:.0} MB/s of records, {} threads)",
@@ -158,7 +198,7 @@ fn print_table(mb: f64, t: [f64; 6], long: &Traced, short: &Traced) {
         long.regions
     );
     println!(
-        "interval and warmup {SHORT}, --raw (fast-forward) | {} | {} | {replay_s:.2} s | {ff:.2} s | | trace / replay {:.2}x, {:.2}x without the recording (target: at most 1.2x)",
+        "interval {SHORT}, no warmup, --raw (fast-forward) | {} | {} | {replay_s:.2} s | {ff:.2} s | | trace / replay {:.2}x, {:.2}x without the recording (target: at most 1.2x)",
         short.regions,
         short.records,
         ff / replay_s,

@@ -25,6 +25,19 @@ pub struct Record {
 }
 
 impl Record {
+    /// Offset of `branch_taken` in the 64 bytes (for writers that fill records in place).
+    pub const TAKEN_OFFSET: usize = 9;
+
+    /// Offset of store address `i` (< 2) in the 64 bytes.
+    pub const fn store_offset(i: usize) -> usize {
+        16 + 8 * i
+    }
+
+    /// Offset of load address `i` (< 4) in the 64 bytes.
+    pub const fn load_offset(i: usize) -> usize {
+        32 + 8 * i
+    }
+
     /// The record's 64 bytes.
     pub fn to_bytes(&self) -> [u8; RECORD_BYTES] {
         let mut b = [0u8; RECORD_BYTES];
@@ -81,5 +94,10 @@ mod tests {
         assert_eq!(&b[32..40], &0xbbu64.to_le_bytes());
         assert_eq!(&b[56..64], &0xccu64.to_le_bytes());
         assert_eq!(Record::from_bytes(&b), r);
+        assert_eq!(b[Record::TAKEN_OFFSET], 0);
+        let at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        assert_eq!(at(Record::store_offset(1)), 0xaa);
+        assert_eq!(at(Record::load_offset(0)), 0xbb);
+        assert_eq!(at(Record::load_offset(3)), 0xcc);
     }
 }

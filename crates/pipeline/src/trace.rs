@@ -1,7 +1,9 @@
 //! `bbv trace`: a replay that also writes ChampSim traces of the regions. The plugin writes each
 //! region's window (its warmup, the region, then a tail) into a FIFO of its own; a thread per
 //! region reads it and compresses it with xz, so that no uncompressed trace touches the disk.
-//! The traces, `regions.json` and `regions.tsv` appear only when every region was traced whole.
+//! With `--raw` the plugin writes each window straight into its (hidden, partial) file: a FIFO
+//! and a copying thread would double the cost of every record. The traces, `regions.json` and
+//! `regions.tsv` appear only when every region was traced whole.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -90,9 +92,10 @@ pub struct TraceReport {
 
 struct Window {
     region: usize,
-    fifo: PathBuf,
     partial: PathBuf,
-    reader: JoinHandle<std::io::Result<u64>>,
+    /// The FIFO and the thread compressing what comes through it; None when the plugin writes
+    /// `partial` itself.
+    reader: Option<(PathBuf, JoinHandle<std::io::Result<u64>>)>,
 }
 
 /// A tracing replay under way: the FIFOs, their readers and the windows' file. Dropped
@@ -116,16 +119,25 @@ impl Drop for Tracing {
 fn collect(windows: Vec<Window>) -> Vec<(usize, PathBuf, std::io::Result<u64>)> {
     let mut got = Vec::new();
     for w in windows {
-        // A reader not yet at its open() when released would wait forever: release until it
-        // is done (one whose window ran ends by itself).
-        while !w.reader.is_finished() {
-            release(&w.fifo);
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        let bytes = w
-            .reader
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("reader panicked")));
+        let bytes = match w.reader {
+            Some((fifo, reader)) => {
+                // A reader not yet at its open() when released would wait forever: release
+                // until it is done (one whose window ran ends by itself).
+                while !reader.is_finished() {
+                    release(&fifo);
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                reader
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("reader panicked")))
+            }
+            // A window that never opened has no file: no records.
+            None => match std::fs::metadata(&w.partial) {
+                Ok(m) => Ok(m.len()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+                Err(e) => Err(e),
+            },
+        };
         got.push((w.region, w.partial, bytes));
     }
     got
@@ -142,7 +154,8 @@ fn start_event(s: &Summary, r: usize) -> usize {
 }
 
 impl Tracing {
-    /// Makes a FIFO per region in `work`, starts its reader, and writes the windows' file.
+    /// Makes a FIFO per region in `work` and starts its reader (for xz), and writes the
+    /// windows' file.
     pub fn start(spec: &TraceSpec, s: &Summary, work: &Path) -> Result<Tracing, PipelineError> {
         if s.regions_mode == "looppoint" {
             // The records are thread 1's; a LoopPoint region spans every thread.
@@ -159,13 +172,20 @@ impl Tracing {
         let mut text = String::new();
         let mut windows = Vec::new();
         for (r, p) in s.points.iter().enumerate() {
-            let fifo = work.join(format!("region-{r}.fifo"));
-            make_fifo(&fifo)?;
             let name = trace_name(region_id(p), spec.preset.is_some());
             let partial = spec
                 .dir
                 .join(format!(".{name}.{}.partial", std::process::id()));
-            let reader = spawn_reader(fifo.clone(), partial.clone(), spec.preset);
+            let reader = match spec.preset {
+                Some(preset) => {
+                    let fifo = work.join(format!("region-{r}.fifo"));
+                    make_fifo(&fifo)?;
+                    let reader = spawn_xz(fifo.clone(), partial.clone(), preset);
+                    Some((fifo, reader))
+                }
+                None => None,
+            };
+            let into = reader.as_ref().map_or(&partial, |(fifo, _)| fifo);
             let _ = writeln!(
                 text,
                 "window {r} {} {} {} {} {}",
@@ -173,11 +193,10 @@ impl Tracing {
                 2 * r,
                 2 * r + 1,
                 spec.tail,
-                fifo.display()
+                into.display()
             );
             windows.push(Window {
                 region: r,
-                fifo,
                 partial,
                 reader,
             });
@@ -246,29 +265,15 @@ pub(crate) fn make_fifo(path: &Path) -> Result<(), PipelineError> {
 }
 
 /// Reads a FIFO to its end (blocking until the plugin opens it) and writes what comes into
-/// `to`, compressed with xz at `preset` or as it is; returns the bytes read.
-fn spawn_reader(
-    fifo: PathBuf,
-    to: PathBuf,
-    preset: Option<u32>,
-) -> JoinHandle<std::io::Result<u64>> {
+/// `to`, compressed with xz at `preset`; returns the bytes read.
+fn spawn_xz(fifo: PathBuf, to: PathBuf, preset: u32) -> JoinHandle<std::io::Result<u64>> {
     std::thread::spawn(move || {
         let input = std::fs::File::open(&fifo)?;
         let out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&to)?);
-        match preset {
-            Some(p) => {
-                let mut xz = xz2::write::XzEncoder::new(out, p);
-                let total = copy_all(input, &mut xz)?;
-                xz.finish()?.flush()?;
-                Ok(total)
-            }
-            None => {
-                let mut out = out;
-                let total = copy_all(input, &mut out)?;
-                out.flush()?;
-                Ok(total)
-            }
-        }
+        let mut xz = xz2::write::XzEncoder::new(out, preset);
+        let total = copy_all(input, &mut xz)?;
+        xz.finish()?.flush()?;
+        Ok(total)
     })
 }
 

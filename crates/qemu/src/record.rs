@@ -21,27 +21,36 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use bbv_champsim::x86::{Decoder, Operands};
+use bbv_champsim::{Record, RECORD_BYTES};
 
-/// One translated instruction (leaked: QEMU keeps calling with it as long as the code lives).
+/// One translated instruction (leaked: QEMU keeps calling with it as long as the code lives):
+/// its record as far as translation knows it, so that a run only copies it and fills in the
+/// addresses and whether it was taken.
 pub struct RecInsn {
     ip: u64,
-    ops: Operands,
+    /// The record, not taken, no addresses.
+    template: [u8; RECORD_BYTES],
+    fallthrough: u64,
+    always_taken: bool,
+    /// Memory operands that get an address (at most 4 and 2).
+    loads: u8,
+    stores: u8,
+    rep: bool,
 }
 
 impl RecInsn {
     /// Whether it has memory operands (and so needs the access callback).
     pub fn has_memory(&self) -> bool {
-        self.ops.loads + self.ops.stores > 0
+        self.loads + self.stores > 0
     }
 }
 
+/// The record of the instruction running, completed as its accesses come.
 struct Pending {
-    ip: u64,
-    ops: Operands,
-    loads: [u64; 4],
-    n_loads: usize,
-    stores: [u64; 2],
-    n_stores: usize,
+    bytes: [u8; RECORD_BYTES],
+    insn: &'static RecInsn,
+    n_loads: u8,
+    n_stores: u8,
 }
 
 /// Where a window is.
@@ -91,8 +100,18 @@ static RECORDER: Exclusive = Exclusive(UnsafeCell::new(None));
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Translations carry the recorder's callbacks: always for `record=`; for `trace=` only while a
 /// window is open or about to open (armed one marker execution before its start event), so that
-/// the replay runs at its own speed between windows. Changing it flushes every translation.
+/// the replay runs at its own speed up to the first window and (see [`UNINSTRUMENT`]) between
+/// windows. Changing it flushes every translation.
 static INSTRUMENT: AtomicBool = AtomicBool::new(false);
+/// Whether translations drop the recorder's callbacks again between windows. Only where QEMU
+/// clears its pointer to the running block's memory callbacks on every exit from generated code
+/// (QEMU 10 does, in cpu_tb_exec and cpu_loop_exit; plugin API v3, QEMU 9.1 and later): QEMU
+/// 7.2 leaves it set when an exception (a syscall) ends a block, frees what it points to at
+/// the next flush, and a helper's memory access after that runs freed callbacks (`bbv trace`
+/// died on signal 11 or QEMU's "code should not be reached" in 2 runs of 3 on gzip). Under
+/// API v1 the one flush that installs the callbacks, before the first window, comes before
+/// any memory callback ran, and no flush follows.
+const UNINSTRUMENT: bool = cfg!(feature = "api-v3");
 /// The plugin's callback for a flush the recorder asks for (it re-registers everything).
 static RESET: OnceLock<extern "C" fn(qemu_plugin::sys::qemu_plugin_id_t)> = OnceLock::new();
 /// `count_rep=iteration`: one record per iteration of a rep string instruction.
@@ -255,24 +274,33 @@ pub fn translate(bytes: &[u8], ip: u64) -> &'static RecInsn {
             kind: bbv_champsim::BranchKind::NotBranch,
             rep: false,
         });
-    Box::leak(Box::new(RecInsn { ip, ops }))
+    Box::leak(Box::new(RecInsn {
+        ip,
+        template: ops.record(ip, false, &[], &[]).to_bytes(),
+        fallthrough: ip.wrapping_add(u64::from(ops.len)),
+        always_taken: ops.kind.always_taken(),
+        loads: ops.loads.min(4),
+        stores: ops.stores.min(2),
+        rep: ops.rep,
+    }))
 }
 
 impl Recorder {
     /// Writes the pending record to every open output: taken when `next` is not its
     /// fall-through.
     fn flush(&mut self, next: Option<u64>) {
-        let Some(p) = self.pending.take() else { return };
+        let Some(p) = self.pending.as_mut() else {
+            return;
+        };
         if self.open.is_empty() {
+            self.pending = None;
             return;
         }
         // A jump to its own fall-through is still taken (ChampSim and Pin's tracer say so).
-        let taken = p.ops.kind.always_taken()
-            || next.is_some_and(|n| n != p.ip.wrapping_add(u64::from(p.ops.len)));
-        let bytes = p
-            .ops
-            .record(p.ip, taken, &p.loads[..p.n_loads], &p.stores[..p.n_stores])
-            .to_bytes();
+        let taken = p.insn.always_taken || next.is_some_and(|n| n != p.insn.fallthrough);
+        p.bytes[Record::TAKEN_OFFSET] = u8::from(taken);
+        let bytes = p.bytes;
+        self.pending = None;
         let mut k = 0;
         while k < self.open.len() {
             let i = self.open[k];
@@ -303,7 +331,7 @@ impl Recorder {
         o.state = State::Done;
         self.open.retain(|&j| j != i);
         // Between windows the replay runs without the recorder's callbacks.
-        if window && self.open.is_empty() && self.armed.is_empty() {
+        if UNINSTRUMENT && window && self.open.is_empty() && self.armed.is_empty() {
             self.pending = None;
             instrument(false);
         }
@@ -311,13 +339,13 @@ impl Recorder {
 }
 
 /// Thread 1 starts the instruction `insn`.
-pub fn exec(insn: &RecInsn) {
+pub fn exec(insn: &'static RecInsn) {
     let Some(r) = recorder() else { return };
     // Counting rep instances (`count_rep=instance`): QEMU runs a rep string instruction once per
     // iteration, and its iterations make one record (the first iteration's addresses).
-    if insn.ops.rep
+    if insn.rep
         && !REP_ITERATIONS.load(Ordering::Relaxed)
-        && r.pending.as_ref().is_some_and(|p| p.ip == insn.ip)
+        && r.pending.as_ref().is_some_and(|p| p.insn.ip == insn.ip)
     {
         r.merging = true;
         return;
@@ -325,11 +353,9 @@ pub fn exec(insn: &RecInsn) {
     r.merging = false;
     r.flush(Some(insn.ip));
     r.pending = Some(Pending {
-        ip: insn.ip,
-        ops: insn.ops,
-        loads: [0; 4],
+        bytes: insn.template,
+        insn,
         n_loads: 0,
-        stores: [0; 2],
         n_stores: 0,
     });
 }
@@ -341,17 +367,21 @@ pub fn access(vaddr: u64, store: bool) {
         return;
     }
     let Some(p) = r.pending.as_mut() else { return };
-    let (list, n, operands) = if store {
-        (&mut p.stores[..], &mut p.n_stores, p.ops.stores)
+    let (n, operands, offset): (_, _, fn(usize) -> usize) = if store {
+        (&mut p.n_stores, p.insn.stores, Record::store_offset)
     } else {
-        (&mut p.loads[..], &mut p.n_loads, p.ops.loads)
+        (&mut p.n_loads, p.insn.loads, Record::load_offset)
     };
-    if *n < usize::from(operands).min(list.len()) {
-        list[*n] = vaddr;
+    if *n < operands {
+        let o = offset(usize::from(*n));
+        p.bytes[o..o + 8].copy_from_slice(&vaddr.to_le_bytes());
         *n += 1;
     } else if *n > 0 {
         // A part of an operand already seen (a wide access split): keep its lowest address.
-        list[*n - 1] = list[*n - 1].min(vaddr);
+        let o = offset(usize::from(*n) - 1);
+        let seen = u64::from_le_bytes(p.bytes[o..o + 8].try_into().unwrap_or([0xff; 8]));
+        let lowest = seen.min(vaddr);
+        p.bytes[o..o + 8].copy_from_slice(&lowest.to_le_bytes());
     }
 }
 
