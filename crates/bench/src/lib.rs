@@ -135,6 +135,9 @@ pub enum BenchCommand {
         /// Largest k.
         #[arg(long = "max-k", default_value_t = 30)]
         max_k: usize,
+        /// Choose k by `bbv run --target-error PCT` instead of SimPoint's BIC rule.
+        #[arg(long = "target-error", value_name = "PCT")]
+        target_error: Option<f64>,
         /// Multiplies the inputs (1: about 50 million instructions for gzip).
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
@@ -233,10 +236,21 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             interval,
             warmup,
             max_k,
+            target_error,
             scale,
             only,
             dir,
-        } => simulate::run(interval, warmup, max_k, scale, &only, &dir),
+        } => simulate::run(
+            simulate::Choice {
+                interval,
+                warmup,
+                max_k,
+                target_error,
+            },
+            scale,
+            &only,
+            &dir,
+        ),
         BenchCommand::Trace {
             mb,
             runs,

@@ -10,15 +10,37 @@ use anyhow::{Context, Result};
 
 use crate::measure::{in_temp_root, make_input, time, tool, Workload};
 
-/// Runs the chain on every workload with `interval` and `warmup` in `dir`.
-pub fn run(
-    interval: u64,
-    warmup: u64,
-    max_k: usize,
-    scale: f64,
-    only: &[String],
-    dir: &Path,
-) -> Result<()> {
+/// How `bbv run` chooses the regions.
+pub struct Choice {
+    pub interval: u64,
+    pub warmup: u64,
+    pub max_k: usize,
+    /// `--target-error PCT` instead of the BIC rule.
+    pub target_error: Option<f64>,
+}
+
+impl Choice {
+    fn args(&self) -> Vec<String> {
+        let mut v: Vec<String> = [
+            "--interval".to_string(),
+            self.interval.to_string(),
+            "--warmup".into(),
+            self.warmup.to_string(),
+            "--max-k".into(),
+            self.max_k.to_string(),
+            // validation.json: our own model's error bands beside ChampSim's error.
+            "--validate".into(),
+        ]
+        .into();
+        if let Some(t) = self.target_error {
+            v.extend(["--target-error".to_string(), t.to_string()]);
+        }
+        v
+    }
+}
+
+/// Runs the chain on every workload chosen as `choice` says, in `dir`.
+pub fn run(choice: Choice, scale: f64, only: &[String], dir: &Path) -> Result<()> {
     in_temp_root(dir, "simulate", |root| {
         let text = root.join("input.txt");
         make_input(&text, (300_000.0 * scale) as usize)?;
@@ -73,17 +95,17 @@ pub fn run(
             },
         ];
         println!(
-            "bbv run --interval {interval} --warmup {warmup} --max-k {max_k}, bbv trace, bbv simulate --full"
+            "bbv run {}, bbv trace, bbv simulate --full",
+            choice.args().join(" ")
         );
-        println!("program | instructions | k | CPI estimate | CPI full | error | speedup (instructions, time) | ChampSim speed");
+        println!("program | instructions | k | CPI estimate | CPI full | error | our model's 95% band: L2 misses, mispredicts | speedup (instructions, time) | ChampSim speed");
         let mut errors = Vec::new();
         for (i, w) in workloads.iter().enumerate() {
             let first = w.name.split(' ').next().unwrap_or("");
             if !only.is_empty() && !only.iter().any(|o| o == first) {
                 continue;
             }
-            let e =
-                chain(w, i, [interval, warmup], max_k, root).with_context(|| w.name.to_string())?;
+            let e = chain(w, i, &choice, root).with_context(|| w.name.to_string())?;
             errors.push(e.abs());
         }
         println!(
@@ -95,7 +117,7 @@ pub fn run(
 }
 
 /// One workload through the chain; prints its row and returns its error in percent.
-fn chain(w: &Workload, i: usize, lengths: [u64; 2], max_k: usize, root: &Path) -> Result<f64> {
+fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<f64> {
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let dir = root.join(format!("run-{i}"));
     let d = dir.to_string_lossy().into_owned();
@@ -106,17 +128,9 @@ fn chain(w: &Workload, i: usize, lengths: [u64; 2], max_k: usize, root: &Path) -
         argv.extend(w.argv.iter().cloned());
         time(&argv, &w.env, root)
     };
-    step(vec![
-        "run".into(),
-        "-o".into(),
-        d.clone(),
-        "--interval".into(),
-        lengths[0].to_string(),
-        "--warmup".into(),
-        lengths[1].to_string(),
-        "--max-k".into(),
-        max_k.to_string(),
-    ])?;
+    let mut run = vec!["run".to_string(), "-o".into(), d.clone()];
+    run.extend(choice.args());
+    step(run)?;
     step(vec!["trace".into(), d.clone()])?;
     let sim_seconds = step(vec!["simulate".into(), d.clone(), "--full".into()])?;
     let read = |name: &str| -> Result<serde_json::Value> {
@@ -128,14 +142,30 @@ fn chain(w: &Workload, i: usize, lengths: [u64; 2], max_k: usize, root: &Path) -
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
     let instructions = summary["instructions"].as_u64().unwrap_or(0);
     let error = f(&sim["error_pct"]);
+    let validation = read("validation.json")?;
+    // The band as a share of the full run's value, for the metrics nearest to what moves CPI.
+    let band = |name: &str| -> String {
+        let m = validation["metrics"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["name"] == name));
+        match m {
+            Some(m) => format!(
+                "±{:.1}%",
+                100.0 * f(&m["band95"]) / f(&m["full"]).abs().max(1e-12)
+            ),
+            None => "-".into(),
+        }
+    };
     println!(
-        "{} | {} | {} | {:.4} | {:.4} | {:+.2}% | {:.1}x, {:.1}x | {:.0}k instructions/s",
+        "{} | {} | {} | {:.4} | {:.4} | {:+.2}% | {}, {} | {:.1}x, {:.1}x | {:.0}k instructions/s",
         w.name,
         instructions,
         summary["k"],
         f(&sim["estimate_cpi"]),
         f(&sim["full_cpi"]),
         error,
+        band("l2_misses"),
+        band("branch_mispredicts"),
         f(&sim["speedup_instructions"]),
         f(&sim["speedup_wall"]),
         instructions as f64 / sim_seconds / 1000.0,

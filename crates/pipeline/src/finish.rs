@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::markers::{Placer, Profile};
 use crate::regions::{self, Entry};
-use crate::rundir::{self, check_chosen, chosen, ImageRow, Point, Summary};
+use crate::rundir::{self, check_chosen, chosen, read_label_distances, ImageRow, Point, Summary};
 use bbv_files::AtomicFiles;
 
 use crate::PipelineError;
@@ -94,12 +94,19 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
         }
         let n_warm = regions::warmup_intervals(summary.warmup, summary.interval);
         check_chosen(dir, &chosen, summary.intervals, "interval")?;
+        let distances = read_label_distances(&dir.join("simpoint.labels"))?;
+        let stand_ins = regions::stand_ins(&chosen, &labels, &distances);
+        let tried: Vec<u64> = chosen
+            .iter()
+            .map(|c| c.interval)
+            .chain(stand_ins.iter().flatten().copied())
+            .collect();
         let mut cuts = BTreeSet::new();
-        for c in &chosen {
-            let from = c.interval.saturating_sub(2 * n_warm);
-            cuts.extend(from..=c.interval + 1);
+        for &i in &tried {
+            let from = i.saturating_sub(2 * n_warm + regions::REACH);
+            cuts.extend(from..=i + 1 + regions::REACH);
         }
-        let keep = chosen.iter().map(|c| c.interval).collect();
+        let keep = tried.into_iter().collect();
         profile = Profile::read(&need("bb.out")?, blocks.len(), &cuts, &keep)?;
         if profile.lengths.len() as u64 != summary.intervals {
             return Err(PipelineError::Invalid(format!(
@@ -123,9 +130,9 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
             &placer,
             &profile,
             &chosen,
+            &stand_ins,
             &labels,
-            summary.warmup,
-            summary.interval,
+            [summary.interval, summary.warmup],
             entry.as_ref(),
         )?;
         summary.k = labels.iter().max().map_or(0, |&m| m + 1);

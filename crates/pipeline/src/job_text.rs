@@ -203,5 +203,11 @@ fn points(
             }
             None => r.push('\n'),
         }
+        if let Some(rep) = p.stand_in_for {
+            let _ = writeln!(
+                r,
+                "          (stands in for interval {rep}, SimPoint's representative: no marker delimits it)"
+            );
+        }
     }
 }

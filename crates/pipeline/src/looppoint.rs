@@ -397,6 +397,7 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
                     f.truncate(10);
                     f
                 },
+                stand_in_for: None,
             })
         })
         .collect()

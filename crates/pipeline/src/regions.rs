@@ -37,87 +37,161 @@ pub(crate) fn marker(placer: &Placer, p: &Placed) -> Result<Marker, PipelineErro
     })
 }
 
-/// Builds every point's markers. `labels` = the cluster of each interval.
+/// Members of each chosen point's cluster that may stand in for its representative, nearest
+/// the centre first (at most [`STAND_INS`]): `distances` are `simpoint.labels`' second column.
+pub fn stand_ins(chosen: &[Chosen], labels: &[usize], distances: &[f64]) -> Vec<Vec<u64>> {
+    chosen
+        .iter()
+        .map(|c| {
+            let mut members: Vec<(f64, u64)> = labels
+                .iter()
+                .zip(distances)
+                .enumerate()
+                .filter(|&(i, (&l, _))| l == c.cluster && i as u64 != c.interval)
+                .map(|(i, (_, &d))| (d, i as u64))
+                .collect();
+            members.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            members.truncate(STAND_INS);
+            members.into_iter().map(|(_, i)| i).collect()
+        })
+        .collect()
+}
+
+/// How many cuts before its start or past its end a region may reach for a marker.
+pub const REACH: u64 = 4;
+
+/// How many of a cluster's members are tried when its representative has no marker.
+pub const STAND_INS: usize = 4;
+
+/// Builds every point's markers. `labels` = the cluster of each interval; `stand_ins` = per
+/// chosen point, the intervals tried in its place, in order, when no marker delimits it (the
+/// first that one does is taken, and says whom it stands in for).
 pub fn build(
     placer: &Placer,
     profile: &Profile,
     chosen: &[Chosen],
+    stand_ins: &[Vec<u64>],
     labels: &[usize],
-    warmup: u64,
-    interval: u64,
+    lengths: [u64; 2],
     entry: Option<&Entry>,
 ) -> Result<Vec<Point>, PipelineError> {
-    let n_warm = warmup_intervals(warmup, interval);
     let mut points = Vec::new();
-    for c in chosen {
-        let i = c.interval;
-        let missing = |j: u64, what: &str| PipelineError::NoMarker {
-            interval: i,
-            what: what.to_string(),
-            cut: j,
-        };
-        let s = placer.place(i).ok_or_else(|| missing(i, "start"))?;
-        let e = placer.place(i + 1).ok_or_else(|| missing(i + 1, "end"))?;
-        let start_position = profile.cut_at(i) + s.delta;
-        let end_position = profile.cut_at(i + 1) + e.delta;
-        let length = end_position.saturating_sub(start_position).max(1);
-        let cluster_instructions: u64 = labels
-            .iter()
-            .zip(&profile.lengths)
-            .filter(|(l, _)| **l == c.cluster)
-            .map(|(_, n)| n)
-            .sum();
-        // The end PC's executions before the start marker: before the cut, plus one if it
-        // already ran between the cut and the start marker (more cannot be told apart).
-        let end_before = placer
-            .executions_before(i, e.block)
-            .ok_or_else(|| missing(i, "end-relative"))?
-            + u64::from(placer.seen_before(i, e.block, s.delta));
-        let (warm, warmup_length) = if n_warm == 0 {
-            (None, 0)
-        } else {
-            // The cut n_warm intervals back, or an earlier one when none of its blocks
-            // qualifies (a little more warming does no harm); the entry point before cut 1.
-            let back = i.checked_sub(n_warm).filter(|&w| w >= 1);
-            let found = back.and_then(|w| {
-                (w.saturating_sub(n_warm).max(1)..=w)
-                    .rev()
-                    .find_map(|w| placer.place(w).map(|p| (w, p)))
-            });
-            match (found, entry) {
-                (Some((w, p)), _) => (
-                    Some(marker(placer, &p)?),
-                    start_position - (profile.cut_at(w) + p.delta),
-                ),
-                (None, Some(entry)) => (
-                    Some(Marker {
-                        image: entry.image.clone(),
-                        offset: format!("{:#x}", entry.offset),
-                        count: 1,
-                    }),
-                    start_position,
-                ),
-                (None, None) => return Err(missing(back.unwrap_or(0), "warmup")),
+    for (n, c) in chosen.iter().enumerate() {
+        let one = |c: &Chosen, reach| build_one(placer, profile, c, labels, lengths, entry, reach);
+        let mut point = one(c, 0);
+        // A member of the same cluster delimited exactly, else the representative with its
+        // neighbours.
+        for &other in stand_ins.get(n).map_or(&[][..], |v| v) {
+            if !matches!(point, Err(PipelineError::NoMarker { .. })) {
+                break;
             }
-        };
-        points.push(Point {
-            cluster: c.cluster,
-            interval: i,
-            weight: c.weight,
-            start_instruction: profile.cut_at(i),
-            start: marker(placer, &s)?,
-            end: marker(placer, &e)?,
-            warmup: warm,
-            length,
-            start_position,
-            warmup_length,
-            multiplier: cluster_instructions as f64 / length as f64,
-            end_relative: e.count.saturating_sub(end_before),
-            thread_instructions: Vec::new(),
-            functions: Vec::new(),
-        });
+            let instead = Chosen {
+                interval: other,
+                ..*c
+            };
+            if let Ok(mut p) = one(&instead, 0) {
+                p.stand_in_for = Some(c.interval);
+                point = Ok(p);
+            }
+        }
+        if let Err(PipelineError::NoMarker { .. }) = point {
+            if let Ok(p) = one(c, REACH) {
+                point = Ok(p);
+            }
+        }
+        points.push(point?);
     }
     Ok(points)
+}
+
+/// One point's markers, at interval `c.interval`; `lengths` = the interval and the warmup;
+/// `reach` = how many cuts before or after the interval's own a marker may be taken from.
+fn build_one(
+    placer: &Placer,
+    profile: &Profile,
+    c: &Chosen,
+    labels: &[usize],
+    [interval, warmup]: [u64; 2],
+    entry: Option<&Entry>,
+    reach: u64,
+) -> Result<Point, PipelineError> {
+    let n_warm = warmup_intervals(warmup, interval);
+    let i = c.interval;
+    let missing = |j: u64, what: &str| PipelineError::NoMarker {
+        interval: i,
+        what: what.to_string(),
+        cut: j,
+    };
+    // No marker at a cut of the interval (the start-up's intervals run in the loader): the
+    // region reaches back or on to the nearest cut that has one; the multiplier follows its
+    // length.
+    let (from, s) = (i.saturating_sub(reach)..=i)
+        .rev()
+        .find_map(|j| placer.place(j).map(|p| (j, p)))
+        .ok_or_else(|| missing(i, "start"))?;
+    let last = (i + 1 + reach).min(profile.lengths.len() as u64);
+    let (to, e) = (i + 1..=last)
+        .find_map(|j| placer.place(j).map(|p| (j, p)))
+        .ok_or_else(|| missing(i + 1, "end"))?;
+    let start_position = profile.cut_at(from) + s.delta;
+    let end_position = profile.cut_at(to) + e.delta;
+    let length = end_position.saturating_sub(start_position).max(1);
+    let cluster_instructions: u64 = labels
+        .iter()
+        .zip(&profile.lengths)
+        .filter(|(l, _)| **l == c.cluster)
+        .map(|(_, n)| n)
+        .sum();
+    // The end PC's executions before the start marker: before the cut, plus one if it
+    // already ran between the cut and the start marker (more cannot be told apart).
+    let end_before = placer
+        .executions_before(from, e.block)
+        .ok_or_else(|| missing(from, "end-relative"))?
+        + u64::from(placer.seen_before(from, e.block, s.delta));
+    let (warm, warmup_length) = if n_warm == 0 {
+        (None, 0)
+    } else {
+        // The cut n_warm intervals back, or an earlier one when none of its blocks
+        // qualifies (a little more warming does no harm); the entry point before cut 1.
+        let back = from.checked_sub(n_warm).filter(|&w| w >= 1);
+        let found = back.and_then(|w| {
+            (w.saturating_sub(n_warm).max(1)..=w)
+                .rev()
+                .find_map(|w| placer.place(w).map(|p| (w, p)))
+        });
+        match (found, entry) {
+            (Some((w, p)), _) => (
+                Some(marker(placer, &p)?),
+                start_position - (profile.cut_at(w) + p.delta),
+            ),
+            (None, Some(entry)) => (
+                Some(Marker {
+                    image: entry.image.clone(),
+                    offset: format!("{:#x}", entry.offset),
+                    count: 1,
+                }),
+                start_position,
+            ),
+            (None, None) => return Err(missing(back.unwrap_or(0), "warmup")),
+        }
+    };
+    Ok(Point {
+        cluster: c.cluster,
+        interval: i,
+        weight: c.weight,
+        start_instruction: profile.cut_at(from),
+        start: marker(placer, &s)?,
+        end: marker(placer, &e)?,
+        warmup: warm,
+        length,
+        start_position,
+        warmup_length,
+        multiplier: cluster_instructions as f64 / length as f64,
+        end_relative: e.count.saturating_sub(end_before),
+        thread_instructions: Vec::new(),
+        functions: Vec::new(),
+        stand_in_for: None,
+    })
 }
 
 /// The run-time (or, for fixed-address executables, link-time) address of a marker: what
@@ -320,4 +394,80 @@ counted per {count_rep}.
    narrow the gap, or use the markers.
 "
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rundir::{BlockRow, Window};
+    use std::collections::{BTreeSet, HashSet};
+    use std::path::PathBuf;
+
+    /// Five intervals of 10 instructions (block 3 twice each); every cut has a marker but
+    /// cut 2, in whose window nothing qualifies.
+    fn placer_parts(dir: &std::path::Path) -> (Vec<BlockRow>, Vec<ImageRow>, Vec<Window>, Profile) {
+        let path = dir.join("bb");
+        std::fs::write(&path, "T:3:10\n".repeat(5)).unwrap();
+        // Rows are indexed by id - 1; blocks 1 and 2 never run.
+        let blocks = (1..=3)
+            .map(|id| BlockRow {
+                id,
+                image: Some("prog".into()),
+                offset: 0x40 * u64::from(id),
+                instructions: 5,
+                function: "f".into(),
+                bytes: 0x14,
+                rep: false,
+                varies: false,
+            })
+            .collect();
+        let images = vec![ImageRow {
+            name: "prog".into(),
+            path: PathBuf::from("/x/prog"),
+            fixed: false,
+            build_id: None,
+            bias: 0,
+        }];
+        let windows = [0, 1, 3, 4]
+            .iter()
+            .map(|&j| Window {
+                index: j,
+                cut_at: 10 * j,
+                events: vec![(3, 0)],
+            })
+            .collect();
+        let cuts: BTreeSet<u64> = (0..=5).collect();
+        let profile = Profile::read(&path, 3, &cuts, &BTreeSet::new()).unwrap();
+        (blocks, images, windows, profile)
+    }
+
+    #[test]
+    fn a_representative_without_a_marker_gives_way_to_the_nearest_member_then_reaches() {
+        let dir = tempfile::tempdir().unwrap();
+        let (blocks, images, windows, profile) = placer_parts(dir.path());
+        let placer = Placer::new(&blocks, &images, &windows, HashSet::new(), &profile, 1000);
+        let chosen = [Chosen {
+            cluster: 1,
+            interval: 2,
+            weight: 0.6,
+        }];
+        // Interval 2 (no start marker) is nearest the centre; 3 comes next, then 1.
+        let labels = [0, 1, 1, 1, 2];
+        let distances = [0.0, 0.3, 0.1, 0.2, 0.0];
+        let alts = stand_ins(&chosen, &labels, &distances);
+        assert_eq!(alts, vec![vec![3, 1]]);
+        let p = build(&placer, &profile, &chosen, &alts, &labels, [10, 0], None).unwrap();
+        assert_eq!((p[0].interval, p[0].stand_in_for), (3, Some(2)));
+        assert_eq!((p[0].start_instruction, p[0].length), (30, 10));
+        assert!((p[0].multiplier - 3.0).abs() < 1e-9);
+        // Alone in its cluster, it reaches back to cut 1: a region of two intervals, whose
+        // multiplier follows.
+        let labels = [0, 2, 1, 2, 2];
+        let alts = stand_ins(&chosen, &labels, &distances);
+        assert_eq!(alts, vec![Vec::<u64>::new()]);
+        let p = build(&placer, &profile, &chosen, &alts, &labels, [10, 0], None).unwrap();
+        assert_eq!((p[0].interval, p[0].stand_in_for), (2, None));
+        assert_eq!((p[0].start_instruction, p[0].length), (10, 20));
+        assert!((p[0].multiplier - 0.5).abs() < 1e-9);
+    }
 }

@@ -221,7 +221,8 @@ pub struct Point {
     pub interval: u64,
     /// SimPoint's weight.
     pub weight: f64,
-    /// Instructions before the interval in the profiling run.
+    /// Instructions before the region's first interval in the profiling run: the chosen one,
+    /// or up to four before it when its own cut has no marker.
     pub start_instruction: u64,
     /// Where simulation starts.
     pub start: Marker,
@@ -247,6 +248,11 @@ pub struct Point {
     /// Looppoint mode: the region's ten hottest functions and their instructions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub functions: Vec<(String, u64)>,
+    /// SimPoint's representative of the cluster when `interval` stands in for it: no marker
+    /// could delimit the representative (its start in the dynamic loader, say), and
+    /// `interval` is the member nearest the cluster's centre that one can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stand_in_for: Option<u64>,
 }
 
 /// Reads `DIR/summary.json`, refusing directories of older bbv versions.
