@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use crate::markers::{Placer, Profile};
 use crate::regions::{self, Entry};
-use crate::rundir::{self, check_chosen, chosen, read_label_distances, ImageRow, Point, Summary};
+use crate::rundir::{
+    self, check_chosen, chosen, read_label_distances, Chosen, ImageRow, Point, Summary,
+};
 use bbv_files::AtomicFiles;
 
 use crate::PipelineError;
@@ -96,17 +98,7 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
         check_chosen(dir, &chosen, summary.intervals, "interval")?;
         let distances = read_label_distances(&dir.join("simpoint.labels"))?;
         let stand_ins = regions::stand_ins(&chosen, &labels, &distances);
-        let tried: Vec<u64> = chosen
-            .iter()
-            .map(|c| c.interval)
-            .chain(stand_ins.iter().flatten().copied())
-            .collect();
-        let mut cuts = BTreeSet::new();
-        for &i in &tried {
-            let from = i.saturating_sub(2 * n_warm + regions::REACH);
-            cuts.extend(from..=i + 1 + regions::REACH);
-        }
-        let keep = tried.into_iter().collect();
+        let (cuts, keep) = needed(&chosen, &stand_ins, n_warm);
         profile = Profile::read(&need("bb.out")?, blocks.len(), &cuts, &keep)?;
         if profile.lengths.len() as u64 != summary.intervals {
             return Err(PipelineError::Invalid(format!(
@@ -145,6 +137,26 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
     let page = bbv_report::run_report_page(dir, &summary)?;
     write_all(dir, &summary, &images, &text, &page)?;
     Ok(Finished { summary, text })
+}
+
+/// The cuts whose counts placing the points may need (each tried interval's, its warmup's and
+/// the reach around them), and the intervals whose vectors are kept.
+fn needed(
+    chosen: &[Chosen],
+    stand_ins: &[Vec<u64>],
+    n_warm: u64,
+) -> (BTreeSet<u64>, BTreeSet<u64>) {
+    let tried: BTreeSet<u64> = chosen
+        .iter()
+        .map(|c| c.interval)
+        .chain(stand_ins.iter().flatten().copied())
+        .collect();
+    let mut cuts = BTreeSet::new();
+    for &i in &tried {
+        let from = i.saturating_sub(2 * n_warm + regions::REACH);
+        cuts.extend(from..=i + 1 + regions::REACH);
+    }
+    (cuts, tried)
 }
 
 /// The program's entry point as a marker; the image is found by its resolved path, since the
