@@ -88,18 +88,19 @@ pub struct Simulated {
 /// `warmup` instructions of warming, then `simulate` simulated.
 pub fn run(bin: &Path, trace: &Path, warmup: u64, simulate: u64) -> Result<Simulated, SimError> {
     let start = Instant::now();
-    let out = Command::new(bin)
-        .arg("--warmup-instructions")
+    let mut cmd = Command::new(bin);
+    cmd.arg("--warmup-instructions")
         .arg(warmup.to_string())
         .arg("--simulation-instructions")
         .arg(simulate.to_string())
         .arg(trace)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| SimError::Start {
-            path: bin.to_path_buf(),
-            source,
-        })?;
+        .stdin(Stdio::null());
+    // Killed bbv leaves no ChampSim running (it inherited bbv's blocked SIGTERM and outlived it).
+    bbv_files::interrupt::dies_with_bbv(&mut cmd);
+    let out = cmd.output().map_err(|source| SimError::Start {
+        path: bin.to_path_buf(),
+        source,
+    })?;
     let seconds = start.elapsed().as_secs_f64();
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {

@@ -146,6 +146,65 @@ fn regions_are_traced_whole_and_simulated() {
     assert!(out.contains("Simulation complete"), "{out}");
     traced_raw(&run, &guest, list);
     simulated_in_full(&run, &guest, &bin, list);
+    killed_leaves_no_champsim(&run);
+}
+
+/// `bbv simulate` killed with SIGTERM while ChampSim runs: ChampSim goes with it (it used to
+/// inherit bbv's blocked SIGTERM and run on), and simulation.json stays as it was.
+fn killed_leaves_no_champsim(run: &Path) {
+    let before = std::fs::read(run.join("simulation.json")).unwrap();
+    let mut child = bbv()
+        .arg("simulate")
+        .arg(run)
+        .args(["--jobs", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Where the traces are (`traced_raw` moved them into run/raw).
+    let traces = run.to_string_lossy();
+    // ChampSim processes reading this run's traces, and whether each is still alive.
+    let champsims = || -> Vec<(u32, bool)> {
+        let mut found = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains("champsim") && cmdline.contains(traces.as_ref()) {
+                let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+                let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+                found.push((pid, !state.starts_with('Z')));
+            }
+        }
+        found
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !champsims().iter().any(|c| c.1) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "bbv simulate ended first"
+        );
+        assert!(std::time::Instant::now() < deadline, "no ChampSim started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: a plain signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status}");
+    // At once: the region alone takes ChampSim seconds, so one that finished by itself is not
+    // mistaken for one killed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while champsims().iter().any(|c| c.1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ChampSim outlived bbv: {:?}",
+            champsims()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::read(run.join("simulation.json")).unwrap(), before);
 }
 
 /// `bbv trace --raw`: the same records uncompressed (ChampSim reads a trace by its name's

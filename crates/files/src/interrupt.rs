@@ -210,10 +210,22 @@ impl Drop for Defer {
 /// Spawns a child (the guest's QEMU, a suite's job) that signals go on to from its first
 /// instruction, and that dies with bbv. Wait for it with [`ended`], then reap it.
 pub fn spawn(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+    dies_with_bbv(cmd);
+    let mut reg = registry();
+    let child = cmd.spawn()?;
+    reg.children.push(child.id() as i32);
+    Ok(child)
+}
+
+/// Makes `cmd`'s process start with the signals unblocked (bbv's threads block them, and the
+/// mask is inherited across exec) and die with bbv, even when bbv is killed with SIGKILL: for
+/// helpers such as ChampSim that bbv waits for but passes no signal to (a terminal's ^C reaches
+/// them directly; otherwise bbv's exit kills them).
+pub fn dies_with_bbv(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     let set = signal_set();
-    // SAFETY: prctl and pthread_sigmask are async-signal-safe. The mask is inherited across
-    // exec and QEMU keeps it; PR_SET_PDEATHSIG asks the kernel to kill QEMU if bbv dies.
+    // SAFETY: prctl and pthread_sigmask are async-signal-safe. PR_SET_PDEATHSIG asks the
+    // kernel to kill the child when the thread that spawned it ends (with bbv, at the latest).
     unsafe {
         cmd.pre_exec(move || {
             libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
@@ -221,10 +233,6 @@ pub fn spawn(cmd: &mut std::process::Command) -> std::io::Result<std::process::C
             Ok(())
         });
     }
-    let mut reg = registry();
-    let child = cmd.spawn()?;
-    reg.children.push(child.id() as i32);
-    Ok(child)
 }
 
 /// Waits until a child from [`spawn`] has ended, without reaping it, then stops passing
