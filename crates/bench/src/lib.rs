@@ -125,8 +125,7 @@ pub enum BenchCommand {
     /// run's (target: within 3% each), speedups, ChampSim's speed. Long: about ten minutes per
     /// 50 million instructions simulated in full.
     Simulate {
-        /// Instructions per interval (sqlite3's start-up leaves no marker at 1 million or
-        /// less).
+        /// Instructions per interval.
         #[arg(long, default_value_t = 2_000_000)]
         interval: u64,
         /// Instructions of warmup before each region.
