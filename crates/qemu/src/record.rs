@@ -341,6 +341,12 @@ impl Recorder {
 /// Thread 1 starts the instruction `insn`.
 pub fn exec(insn: &'static RecInsn) {
     let Some(r) = recorder() else { return };
+    // Between windows under plugin API v1 (see UNINSTRUMENT) nothing is pending: a window's
+    // first record, its start marker's instruction, runs after the window is armed.
+    if r.open.is_empty() && r.armed.is_empty() {
+        r.pending = None;
+        return;
+    }
     // Counting rep instances (`count_rep=instance`): QEMU runs a rep string instruction once per
     // iteration, and its iterations make one record (the first iteration's addresses).
     if insn.rep
