@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use crate::markers::{Placer, Profile};
 use crate::regions::{self, Entry};
 use crate::rundir::{
-    self, check_chosen, chosen, read_label_distances, Chosen, ImageRow, Point, Summary,
+    self, check_chosen, chosen, read_label_distances, BlockRow, Chosen, ImageRow, Point, Summary,
+    Window,
 };
 use bbv_files::AtomicFiles;
 
@@ -94,39 +95,24 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
                 summary.intervals
             )));
         }
-        let n_warm = regions::warmup_intervals(summary.warmup, summary.interval);
         check_chosen(dir, &chosen, summary.intervals, "interval")?;
-        let distances = read_label_distances(&dir.join("simpoint.labels"))?;
-        let stand_ins = regions::stand_ins(&chosen, &labels, &distances);
-        let (cuts, keep) = needed(&chosen, &stand_ins, n_warm);
-        profile = Profile::read(&need("bb.out")?, blocks.len(), &cuts, &keep)?;
-        if profile.lengths.len() as u64 != summary.intervals {
-            return Err(PipelineError::Invalid(format!(
-                "{}: {} intervals, but summary.json says {}",
-                dir.join("bb.out").display(),
-                profile.lengths.len(),
-                summary.intervals
-            )));
-        }
-        let others = other_threads(dir, &summary)?;
-        let placer = Placer::new(
-            &blocks,
-            &images,
-            &windows,
-            others,
-            &profile,
-            summary.interval,
-        );
-        let entry = main_entry(Path::new(&summary.program.path), &images);
-        points = regions::build(
-            &placer,
-            &profile,
-            &chosen,
-            &stand_ins,
-            &labels,
-            [summary.interval, summary.warmup],
-            entry.as_ref(),
-        )?;
+        need("bb.out")?;
+        let rows = Rows {
+            blocks: &blocks,
+            images: &images,
+            windows: &windows,
+        };
+        // Stand-ins and wider regions need counts at many more cuts (a copy of every block's
+        // count each): read only when some representative has no marker.
+        let placed = match place(dir, &summary, &rows, &chosen, &labels, None) {
+            Err(PipelineError::NoMarker { .. }) => {
+                let distances = read_label_distances(&dir.join("simpoint.labels"))?;
+                let stand_ins = regions::stand_ins(&chosen, &labels, &distances);
+                place(dir, &summary, &rows, &chosen, &labels, Some(&stand_ins))
+            }
+            placed => placed,
+        };
+        (profile, points) = placed?;
         summary.k = labels.iter().max().map_or(0, |&m| m + 1);
     }
     summary.points = points;
@@ -139,24 +125,67 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
     Ok(Finished { summary, text })
 }
 
-/// The cuts whose counts placing the points may need (each tried interval's, its warmup's and
-/// the reach around them), and the intervals whose vectors are kept.
-fn needed(
+/// What a run directory says of its blocks, images and cut windows.
+struct Rows<'a> {
+    blocks: &'a [BlockRow],
+    images: &'a [ImageRow],
+    windows: &'a [Window],
+}
+
+/// Reads the vectors at the cuts the points may need and places the points' markers (with
+/// `fallback` stand-ins and wider regions; see [`regions::build`]).
+fn place(
+    dir: &Path,
+    summary: &Summary,
+    rows: &Rows,
     chosen: &[Chosen],
-    stand_ins: &[Vec<u64>],
-    n_warm: u64,
-) -> (BTreeSet<u64>, BTreeSet<u64>) {
+    labels: &[usize],
+    fallback: Option<&[Vec<u64>]>,
+) -> Result<(Profile, Vec<Point>), PipelineError> {
+    let n_warm = regions::warmup_intervals(summary.warmup, summary.interval);
+    let reach = if fallback.is_some() {
+        regions::REACH
+    } else {
+        0
+    };
     let tried: BTreeSet<u64> = chosen
         .iter()
         .map(|c| c.interval)
-        .chain(stand_ins.iter().flatten().copied())
+        .chain(fallback.into_iter().flatten().flatten().copied())
         .collect();
     let mut cuts = BTreeSet::new();
     for &i in &tried {
-        let from = i.saturating_sub(2 * n_warm + regions::REACH);
-        cuts.extend(from..=i + 1 + regions::REACH);
+        cuts.extend(i.saturating_sub(2 * n_warm + reach)..=i + 1 + reach);
     }
-    (cuts, tried)
+    let profile = Profile::read(&dir.join("bb.out"), rows.blocks.len(), &cuts, &tried)?;
+    if profile.lengths.len() as u64 != summary.intervals {
+        return Err(PipelineError::Invalid(format!(
+            "{}: {} intervals, but summary.json says {}",
+            dir.join("bb.out").display(),
+            profile.lengths.len(),
+            summary.intervals
+        )));
+    }
+    let others = other_threads(dir, summary)?;
+    let placer = Placer::new(
+        rows.blocks,
+        rows.images,
+        rows.windows,
+        others,
+        &profile,
+        summary.interval,
+    );
+    let entry = main_entry(Path::new(&summary.program.path), rows.images);
+    let points = regions::build(
+        &placer,
+        &profile,
+        chosen,
+        fallback,
+        labels,
+        [summary.interval, summary.warmup],
+        entry.as_ref(),
+    )?;
+    Ok((profile, points))
 }
 
 /// The program's entry point as a marker; the image is found by its resolved path, since the

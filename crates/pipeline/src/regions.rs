@@ -63,43 +63,44 @@ pub const REACH: u64 = 4;
 /// How many of a cluster's members are tried when its representative has no marker.
 pub const STAND_INS: usize = 4;
 
-/// Builds every point's markers. `labels` = the cluster of each interval; `stand_ins` = per
-/// chosen point, the intervals tried in its place, in order, when no marker delimits it (the
-/// first that one does is taken, and says whom it stands in for).
+/// Builds every point's markers. `labels` = the cluster of each interval. Without `fallback`
+/// every point is its representative, delimited at its own cuts; with it, a representative no
+/// marker delimits gives way to the first of its stand-ins (per chosen point, in order) that
+/// one does, which says whom it stands in for, else reaches up to [`REACH`] cuts around.
 pub fn build(
     placer: &Placer,
     profile: &Profile,
     chosen: &[Chosen],
-    stand_ins: &[Vec<u64>],
+    fallback: Option<&[Vec<u64>]>,
     labels: &[usize],
     lengths: [u64; 2],
     entry: Option<&Entry>,
 ) -> Result<Vec<Point>, PipelineError> {
+    let one = |c: &Chosen, reach| build_one(placer, profile, c, labels, lengths, entry, reach);
     let mut points = Vec::new();
     for (n, c) in chosen.iter().enumerate() {
-        let one = |c: &Chosen, reach| build_one(placer, profile, c, labels, lengths, entry, reach);
-        let mut point = one(c, 0);
-        // A member of the same cluster delimited exactly, else the representative with its
-        // neighbours.
-        for &other in stand_ins.get(n).map_or(&[][..], |v| v) {
-            if !matches!(point, Err(PipelineError::NoMarker { .. })) {
-                break;
+        let point = match (one(c, 0), fallback) {
+            (Err(PipelineError::NoMarker { .. }), Some(stand_ins)) => {
+                let stood = stand_ins[n].iter().find_map(|&other| {
+                    let mut p = one(
+                        &Chosen {
+                            interval: other,
+                            ..*c
+                        },
+                        0,
+                    )
+                    .ok()?;
+                    p.stand_in_for = Some(c.interval);
+                    Some(p)
+                });
+                match stood {
+                    Some(p) => p,
+                    None => one(c, REACH)?,
+                }
             }
-            let instead = Chosen {
-                interval: other,
-                ..*c
-            };
-            if let Ok(mut p) = one(&instead, 0) {
-                p.stand_in_for = Some(c.interval);
-                point = Ok(p);
-            }
-        }
-        if let Err(PipelineError::NoMarker { .. }) = point {
-            if let Ok(p) = one(c, REACH) {
-                point = Ok(p);
-            }
-        }
-        points.push(point?);
+            (point, _) => point?,
+        };
+        points.push(point);
     }
     Ok(points)
 }
@@ -456,7 +457,16 @@ mod tests {
         let distances = [0.0, 0.3, 0.1, 0.2, 0.0];
         let alts = stand_ins(&chosen, &labels, &distances);
         assert_eq!(alts, vec![vec![3, 1]]);
-        let p = build(&placer, &profile, &chosen, &alts, &labels, [10, 0], None).unwrap();
+        let p = build(
+            &placer,
+            &profile,
+            &chosen,
+            Some(&alts),
+            &labels,
+            [10, 0],
+            None,
+        )
+        .unwrap();
         assert_eq!((p[0].interval, p[0].stand_in_for), (3, Some(2)));
         assert_eq!((p[0].start_instruction, p[0].length), (30, 10));
         assert!((p[0].multiplier - 3.0).abs() < 1e-9);
@@ -465,7 +475,16 @@ mod tests {
         let labels = [0, 2, 1, 2, 2];
         let alts = stand_ins(&chosen, &labels, &distances);
         assert_eq!(alts, vec![Vec::<u64>::new()]);
-        let p = build(&placer, &profile, &chosen, &alts, &labels, [10, 0], None).unwrap();
+        let p = build(
+            &placer,
+            &profile,
+            &chosen,
+            Some(&alts),
+            &labels,
+            [10, 0],
+            None,
+        )
+        .unwrap();
         assert_eq!((p[0].interval, p[0].stand_in_for), (2, None));
         assert_eq!((p[0].start_instruction, p[0].length), (10, 20));
         assert!((p[0].multiplier - 0.5).abs() < 1e-9);
