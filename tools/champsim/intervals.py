@@ -14,12 +14,22 @@ least and most, and the CPI ChampSim measured for the region traced alone after 
 * selection error: the estimate with every representative's in-context CPI against the whole
   run's CPI (what perfectly warmed regions would give);
 * warmup error: the region simulated alone against the same interval in context.
+
+    tools/champsim/intervals.py --all-k target/release/bbv DIR
+
+prints instead the selection error of every k from 1 to 30 (the run's vectors clustered again
+by `bbv simpoint`), with each cluster's point picked as SimPoint does (centroid) and as
+`bbv run --pick metrics` does (the run needs metrics.csv: `--validate`): one k's error is
+partly luck, the mean over k says how good a way of picking is.
 """
 
 import bisect
+import csv
 import json
 import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -57,14 +67,8 @@ def heartbeats(log):
     return points
 
 
-def main():
-    if len(sys.argv) != 2:
-        fail("usage: intervals.py RUNDIR")
-    d = Path(sys.argv[1])
-    summary = json.loads((d / "summary.json").read_text())
-    if summary.get("regions_mode") != "intervals":
-        fail("only runs whose regions are intervals (not LoopPoint slices)")
-    sim = json.loads((d / "simulation.json").read_text())
+def interval_cpis(d, summary):
+    """Each interval's CPI in context (None past the last heartbeat)."""
     b = boundaries(d / "bb.out")
     hb = heartbeats(d / "champsim.log")
     period = hb[2][0] - hb[1][0]
@@ -84,6 +88,11 @@ def main():
     for i in range(len(b) - 1):
         c0, c1 = cycles_at(b[i]), cycles_at(b[i + 1])
         cpi.append(None if c1 is None else (c1 - c0) / (b[i + 1] - b[i]))
+    return b, cpi
+
+
+def per_run(d, summary, sim, b, cpi):
+    """The run's own points: per cluster, in context against alone."""
     labels = [int(line.split()[0]) for line in open(d / "simpoint.labels")]
     reps = {}
     for line in open(d / "simpoint.simpoints"):
@@ -113,6 +122,81 @@ def main():
           f"{100 * (oracle - full) / full:+.2f}%")
     print(f"estimate of bbv simulate (regions alone):     {sim['estimate_cpi']:.4f}, "
           f"{sim['error_pct']:+.2f}%")
+
+
+def typical(rows, labels, reps):
+    """bbv run --pick metrics' choice (docs/run.md), from metrics.csv's rows."""
+    names = ["l2_misses", "branch_mispredicts"]
+    insns = [int(r["instructions"]) for r in rows]
+    rate = {m: [int(r[m]) / n for r, n in zip(rows, insns)] for m in names}
+    full = {m: sum(int(r[m]) for r in rows) / sum(insns) for m in names}
+    out = {}
+    for c, p in reps.items():
+        members = [i for i, l in enumerate(labels) if l == c]
+        mean = {m: sum(rate[m][i] for i in members) / len(members) for m in names}
+
+        def score(i):
+            return sum(((rate[m][i] - mean[m]) / full[m]) ** 2 for m in names if full[m] > 0)
+
+        best = p
+        for i in members:
+            if score(i) < score(best) * (1 - 1e-12):
+                best = i
+        out[c] = best
+    return out
+
+
+def all_k(d, bbv, max_k, cpi, full):
+    """The selection error of every k from 1 to max_k, both picks, from the run's vectors."""
+    rows = list(csv.DictReader(open(d / "metrics.csv")))
+    if len(rows) != len(cpi):
+        fail(f"{d}/metrics.csv has {len(rows)} rows for {len(cpi)} intervals")
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([bbv, "simpoint", str(d / "bb.out"), "-k", f"1:{max_k}", "--save-all",
+                        "-o", f"{tmp}/p"], check=True, stdout=subprocess.DEVNULL)
+        runs = []
+        for k in range(1, max_k + 1):
+            def read(ext):
+                (path,) = Path(tmp).glob(f"p.{ext}.run_*_k_{k}")
+                return [line.split() for line in open(path)]
+            labels = [int(x[0]) for x in read("labels")]
+            reps = {int(c): int(i) for i, c in read("simpoints")}
+            runs.append((k, labels, reps))
+
+    def estimate(labels, reps):
+        # Weights as SimPoint's (intervals per cluster); a point past the last heartbeat
+        # (the run's short last interval) reads its neighbour's CPI.
+        total = sum(labels.count(c) * (cpi[i] if cpi[i] is not None else cpi[i - 1])
+                    for c, i in reps.items())
+        return 100 * (total / sum(labels.count(c) for c in reps) - full) / full
+
+    print("k  points  centroid  metrics   (selection error: representatives in context)")
+    sums = [0.0, 0.0]
+    for k, labels, reps in runs:
+        e = [estimate(labels, reps), estimate(labels, typical(rows, labels, reps))]
+        sums = [a + abs(x) for a, x in zip(sums, e)]
+        print(f"{k:2} {len(reps):6}  {e[0]:+7.2f}%  {e[1]:+7.2f}%")
+    print(f"mean |error| over k = 1..{max_k}: centroid {sums[0] / len(runs):.2f}%, "
+          f"metrics {sums[1] / len(runs):.2f}%")
+
+
+def main():
+    args = sys.argv[1:]
+    bbv = None
+    if len(args) == 3 and args[0] == "--all-k":
+        bbv, args = args[1], args[2:]
+    if len(args) != 1:
+        fail("usage: intervals.py [--all-k BBV] RUNDIR")
+    d = Path(args[0])
+    summary = json.loads((d / "summary.json").read_text())
+    if summary.get("regions_mode") != "intervals":
+        fail("only runs whose regions are intervals (not LoopPoint slices)")
+    sim = json.loads((d / "simulation.json").read_text())
+    b, cpi = interval_cpis(d, summary)
+    if bbv:
+        all_k(d, bbv, min(30, len(cpi)), cpi, sim["full_cpi"])
+    else:
+        per_run(d, summary, sim, b, cpi)
 
 
 if __name__ == "__main__":

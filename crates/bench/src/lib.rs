@@ -137,6 +137,10 @@ pub enum BenchCommand {
         /// Choose k by `bbv run --target-error PCT` instead of SimPoint's BIC rule.
         #[arg(long = "target-error", value_name = "PCT")]
         target_error: Option<f64>,
+        /// How `bbv run` picks each cluster's point (`--pick`): metrics (the interval whose L2
+        /// misses and mispredictions are nearest its cluster's mean) or centroid (SimPoint's).
+        #[arg(long, value_name = "metrics|centroid", default_value = "metrics", value_parser = ["metrics", "centroid"])]
+        pick: String,
         /// Multiplies the inputs (1: about 50 million instructions for gzip).
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
@@ -236,6 +240,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             warmup,
             max_k,
             target_error,
+            pick,
             scale,
             only,
             dir,
@@ -245,6 +250,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 warmup,
                 max_k,
                 target_error,
+                pick,
             },
             scale,
             &only,

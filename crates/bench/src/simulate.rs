@@ -17,6 +17,8 @@ pub struct Choice {
     pub max_k: usize,
     /// `--target-error PCT` instead of the BIC rule.
     pub target_error: Option<f64>,
+    /// `--pick`: metrics or centroid.
+    pub pick: String,
 }
 
 impl Choice {
@@ -28,6 +30,8 @@ impl Choice {
             self.warmup.to_string(),
             "--max-k".into(),
             self.max_k.to_string(),
+            "--pick".into(),
+            self.pick.clone(),
             // validation.json: our own model's error bands beside ChampSim's error.
             "--validate".into(),
         ]

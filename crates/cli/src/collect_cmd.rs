@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use bbv_collect::{GuestStatus, Outcome, Request};
+use bbv_pipeline::validate::Pick;
 use bbv_pipeline::{CollectOptions, GuestOptions, RegionsMode, RunOptions};
 use bbv_profile::CacheGeometry;
 
@@ -146,6 +147,11 @@ pub struct RunArgs {
     /// rule; implies --validate.
     #[arg(long = "target-error", value_name = "PCT", value_parser = percent)]
     pub target_error: Option<f64>,
+    /// Each cluster's point: the interval nearest its centre (centroid, SimPoint 3.2's), or
+    /// the one whose L2 misses and branch mispredictions (bbv's model) lie nearest the
+    /// cluster's mean (metrics; implies --validate; closer CPI estimates on ChampSim).
+    #[arg(long, value_name = "centroid|metrics", default_value = "centroid", value_parser = ["centroid", "metrics"])]
+    pub pick: String,
     /// Cluster the main thread's intervals (main) or every thread's together (all).
     #[arg(long, value_name = "main|all", default_value = "main", value_parser = ["main", "all"])]
     pub threads: String,
@@ -198,6 +204,11 @@ impl RunArgs {
             output: self.output.clone(),
             validate: self.validate,
             target_error: self.target_error,
+            pick: if self.pick == "metrics" {
+                Pick::Metrics
+            } else {
+                Pick::Centroid
+            },
             threads_all: self.threads == "all",
             warmup: self.warmup,
             regions: match self.regions.as_str() {

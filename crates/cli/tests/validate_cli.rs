@@ -279,6 +279,40 @@ fn recompute(dir: &Path) -> Vec<(String, [f64; 7])> {
     out
 }
 
+/// Per point of `dir`: its cluster, its distance from the cluster's mean L2-miss and
+/// misprediction rates (each over the run's rate, squared and summed, as docs/run.md defines
+/// `--pick metrics`), and the least such distance of any member.
+fn typical_scores(dir: &Path) -> Vec<(usize, f64, f64)> {
+    let rows = csv_rows(&dir.join("metrics.csv"));
+    let labels: Vec<usize> = pairs(&dir.join("simpoint.labels"))
+        .into_iter()
+        .map(|(l, _)| l as usize)
+        .collect();
+    let names = ["l2_misses", "branch_mispredicts"];
+    let total = |name: &str| rows.iter().map(|r| r[name]).sum::<f64>();
+    let full = names.map(|n| total(n) / total("instructions"));
+    let rate = |i: usize, m: usize| rows[i][names[m]] / rows[i]["instructions"];
+    let mut out = Vec::new();
+    for (p, c) in pairs(&dir.join("simpoint.simpoints")) {
+        let members: Vec<usize> = (0..rows.len()).filter(|&i| labels[i] == c).collect();
+        let mean =
+            [0, 1].map(|m| members.iter().map(|&i| rate(i, m)).sum::<f64>() / members.len() as f64);
+        let score = |i: usize| -> f64 {
+            (0..2)
+                .filter(|&m| full[m] > 0.0)
+                .map(|m| ((rate(i, m) - mean[m]) / full[m]).powi(2))
+                .sum()
+        };
+        let best = members
+            .iter()
+            .map(|&i| score(i))
+            .fold(f64::INFINITY, f64::min);
+        out.push((c, score(p as usize), best));
+    }
+    out.sort_by_key(|x| x.0);
+    out
+}
+
 /// Checks `dir/validation.json` against [`recompute`] and returns it.
 pub(crate) fn assert_validation_recomputes(dir: &Path) -> serde_json::Value {
     let v = json(&dir.join("validation.json"));
@@ -346,6 +380,35 @@ fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
             "{ext}"
         );
     }
+    // --pick metrics: the same clusters and weights, each point the member whose L2 misses
+    // and mispredictions are nearest its cluster's mean (recomputed here), and the estimates
+    // recomputed from the files.
+    let text = run("p", &["--pick", "metrics"]);
+    assert!(text.contains("nearest its cluster's mean"), "{text}");
+    let p = dir.path().join("p");
+    assert_eq!(assert_validation_recomputes(&p)["pick"], "metrics");
+    assert_eq!(v["pick"], "centroid");
+    for ext in ["weights", "labels"] {
+        assert_eq!(
+            std::fs::read(d.join(format!("simpoint.{ext}"))).unwrap(),
+            std::fs::read(p.join(format!("simpoint.{ext}"))).unwrap(),
+            "{ext}"
+        );
+    }
+    assert_ne!(
+        std::fs::read(d.join("simpoint.simpoints")).unwrap(),
+        std::fs::read(p.join("simpoint.simpoints")).unwrap(),
+        "some cluster's typical interval is not its nearest to the centre"
+    );
+    let (picked, nearest) = (typical_scores(&p), typical_scores(&d));
+    for ((c, score, best), (c2, centroid_score, _)) in picked.iter().zip(&nearest) {
+        assert_eq!(c, c2);
+        assert!(
+            *score <= best * (1.0 + 1e-9),
+            "cluster {c}: {score} > {best}"
+        );
+        assert!(score <= centroid_score, "cluster {c}");
+    }
     // Without --validate there is no validation.
     run("plain", &[]);
     assert!(!dir.path().join("plain/validation.json").exists());
@@ -369,8 +432,9 @@ fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
 #[test]
 fn bad_metrics_options_exit_2_before_running() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [&[&str]; 8] = [
+    let cases: [&[&str]; 9] = [
         &["run", "--validate", "--l1d", "48K,12,64"],
+        &["run", "--pick", "median"],
         &["run", "--validate", "--l2", "1M,16,128"],
         &["run", "--l1d", "16K,4,64"],
         &["run", "--target-error", "0"],

@@ -9,7 +9,7 @@ use bbv_simpoint::{
     Clustering, Dataset, KChoice, Observer, Options, PostResult, Prepared, Projection,
 };
 
-use crate::validate::{self, Clusters, KRow, Validation};
+use crate::validate::{self, Clusters, KRow, Pick, Validation};
 use bbv_files::AtomicFiles;
 
 use crate::PipelineError;
@@ -20,6 +20,8 @@ pub struct Validate<'a> {
     pub rows: &'a [MetricsRow],
     /// `--target-error` as a fraction.
     pub target_error: Option<f64>,
+    /// How each cluster's point is picked (for every k tried, before its errors are measured).
+    pub pick: Pick,
 }
 
 /// Clusters a BBV file as `bbv simpoint FILE --max-k K -o PREFIX` does (SimPoint 3.2's
@@ -151,6 +153,11 @@ fn validate_runs(
         .iter()
         .map(|r| PostResult::new(data, &r.centres))
         .collect();
+    if v.pick == Pick::Metrics {
+        for post in &mut posts {
+            pick_typical(post, v.rows)?;
+        }
+    }
     let clusterings: Vec<Clusters> = posts.iter().map(clusters_of).collect();
     let bbv = validate::bbv_errors(input, &clusterings)?;
     let mut by_k = Vec::new();
@@ -187,8 +194,26 @@ fn validate_runs(
         k: chosen.k,
         target_error: target,
         by_k: order,
+        pick: v.pick,
     };
     Ok((posts.swap_remove(best), validation))
+}
+
+/// Replaces each cluster's point by [`validate::typical_points`]' choice.
+fn pick_typical(post: &mut PostResult, rows: &[MetricsRow]) -> Result<(), PipelineError> {
+    let labels: Vec<usize> = post.labels.iter().map(|&l| l as usize).collect();
+    let nearest: Vec<Option<usize>> = post
+        .simpoints
+        .iter()
+        .map(|&p| usize::try_from(p).ok())
+        .collect();
+    let typical = validate::typical_points(rows, &labels, &nearest)?;
+    for (p, t) in post.simpoints.iter_mut().zip(typical) {
+        if let Some(t) = t {
+            *p = t as i64;
+        }
+    }
+    Ok(())
 }
 
 /// Each run's BIC as a fraction of the range over the runs (1 when all are equal).

@@ -11,6 +11,7 @@ use crate::finish::{finish, Finished};
 use crate::rundir::{self, ImageRow, Program, Summary, ThreadTotal, LAYOUT};
 use bbv_files::AtomicFiles;
 
+use crate::validate::Pick;
 use crate::PipelineError;
 
 /// What `bbv run` asks for.
@@ -31,6 +32,8 @@ pub struct RunRequest {
     /// `--target-error` (a fraction): choose the smallest k whose estimates are all this
     /// close (needs metrics, `collect.metrics`).
     pub target_error: Option<f64>,
+    /// How each cluster's point is picked (needs metrics for [`Pick::Metrics`]).
+    pub pick: Pick,
 }
 
 /// How regions are formed (`bbv run --regions`).
@@ -178,12 +181,18 @@ fn cluster_as(
         rundir::write_summary(w, &summary)
     })?;
     files.commit()?;
+    if metrics.is_none() && req.pick == Pick::Metrics {
+        warnings.push(
+            "--pick metrics: no metrics to pick by (see above): each point is the interval nearest its cluster's centre".into(),
+        );
+    }
     if rows > 0 {
         let input = rundir::clustered_input(&req.out, &summary);
         let var_length = mode == "looppoint";
         let validate = metrics.as_deref().map(|rows| crate::cluster::Validate {
             rows,
             target_error: req.target_error,
+            pick: req.pick,
         });
         let v = crate::cluster::cluster_validated(
             &input,

@@ -9,6 +9,7 @@ use bbv_collect::{CacheModel, Collected, Request};
 use bbv_files::{interrupt, AtomicFiles};
 use bbv_profile::CacheGeometry;
 
+use crate::validate::Pick;
 use crate::{PipelineError, RegionsMode, RunRequest};
 
 type Result<T> = std::result::Result<T, PipelineError>;
@@ -258,6 +259,8 @@ pub struct RunOptions {
     pub validate: bool,
     /// Choose k by the estimates' error (a fraction) instead of BIC; implies `validate`.
     pub target_error: Option<f64>,
+    /// How each cluster's point is picked; [`Pick::Metrics`] implies `validate`.
+    pub pick: Pick,
     /// Cluster every thread's intervals together instead of the main thread's.
     pub threads_all: bool,
     /// Warmup before each region, in instructions (None: one interval).
@@ -293,7 +296,7 @@ impl RunOptions {
         check_count("--interval", self.interval)?;
         check_count("--warmup", self.warmup.unwrap_or(0))?;
         check_count("--flow-quantum", self.flow_quantum.unwrap_or(0))?;
-        let validating = self.validate || self.target_error.is_some();
+        let validating = self.validate || self.target_error.is_some() || self.pick == Pick::Metrics;
         self.guest.cache_model(validating, "--validate")
     }
 
@@ -358,6 +361,7 @@ impl RunOptions {
                 self.regions
             },
             target_error: self.target_error,
+            pick: self.pick,
         })
     }
 

@@ -93,6 +93,17 @@ pub struct KRow {
     pub metrics: Vec<MetricError>,
 }
 
+/// How each cluster's point is picked (`bbv run --pick`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Pick {
+    /// SimPoint 3.2's: the interval nearest the cluster's centre in BBV space.
+    #[default]
+    Centroid,
+    /// The interval whose metrics lie nearest the cluster's mean ([`typical_points`]).
+    Metrics,
+}
+
 /// `validation.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Validation {
@@ -110,6 +121,9 @@ pub struct Validation {
     pub target_error: Option<f64>,
     /// Every k tried, ascending.
     pub by_k: Vec<KRow>,
+    /// How each cluster's point was picked (older files: centroid).
+    #[serde(default)]
+    pub pick: Pick,
 }
 
 /// A clustering's points: each interval's cluster, and (interval, cluster, weight) per point,
@@ -200,6 +214,79 @@ pub fn metric_errors(rows: &[MetricsRow], c: &Clusters) -> Result<Vec<MetricErro
         });
     }
     Ok(out)
+}
+
+/// The metrics [`typical_points`] matches (columns of `metrics.csv`): the events that stall
+/// an out-of-order core longest. Same-code intervals differ mostly in these (a dictionary
+/// outgrowing a cache); L1 misses that hit L2 are largely hidden, and adding them, or the
+/// throughput columns, made ChampSim's estimates worse on python3 and no better on xz and
+/// sqlite3 (docs/champsim.md).
+pub const PICK_METRICS: [&str; 2] = ["l2_misses", "branch_mispredicts"];
+
+/// Per cluster, the member interval whose [`PICK_METRICS`] lie nearest the cluster's mean:
+/// the one minimising the sum over those metrics of ((its rate - the cluster's mean rate) /
+/// the whole run's rate)^2, the squared share of the run's value that picking it would miss
+/// (so that a rare event weighs as much as a common one). `nearest[c]` is the current point
+/// of cluster c (None for an empty cluster) and is kept on ties.
+pub fn typical_points(
+    rows: &[MetricsRow],
+    labels: &[usize],
+    nearest: &[Option<usize>],
+) -> Result<Vec<Option<usize>>, RundirError> {
+    if rows.len() != labels.len() {
+        return Err(RundirError::Invalid(format!(
+            "metrics.csv has {} intervals but the clustering has {}",
+            rows.len(),
+            labels.len()
+        )));
+    }
+    let cols: Vec<usize> = PICK_METRICS
+        .iter()
+        .filter_map(|m| METRIC_COLUMNS.iter().position(|c| c == m))
+        .collect();
+    let insns_total: u64 = rows.iter().map(|r| r.instructions()).sum();
+    let full: Vec<f64> = cols
+        .iter()
+        .map(|&col| rate(rows.iter().map(|r| r.0[col]).sum(), insns_total))
+        .collect();
+    let rates = |i: usize| {
+        cols.iter()
+            .map(move |&col| rate(rows[i].0[col], rows[i].instructions()))
+    };
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); nearest.len()];
+    for (i, &l) in labels.iter().enumerate() {
+        if let Some(m) = members.get_mut(l) {
+            m.push(i);
+        }
+    }
+    Ok(nearest
+        .iter()
+        .zip(&members)
+        .map(|(&point, m)| {
+            let point = point?;
+            let mut mean = vec![0.0; cols.len()];
+            for &i in m {
+                mean.iter_mut().zip(rates(i)).for_each(|(a, r)| *a += r);
+            }
+            mean.iter_mut().for_each(|a| *a /= m.len().max(1) as f64);
+            let score = |i: usize| -> f64 {
+                rates(i)
+                    .zip(&mean)
+                    .zip(&full)
+                    .filter(|(_, &f)| f > 0.0)
+                    .map(|((r, a), f)| ((r - a) / f).powi(2))
+                    .sum()
+            };
+            let mut best = (point, score(point));
+            for &i in m {
+                let s = score(i);
+                if s < best.1 * (1.0 - 1e-12) {
+                    best = (i, s);
+                }
+            }
+            Some(best.0)
+        })
+        .collect())
 }
 
 /// The BBV error of each clustering of the vectors in `bb` (two passes over the file: the
@@ -345,6 +432,35 @@ mod tests {
         assert_eq!(e[1].rel_error, Some(0.0));
         assert!(e[1].meets(0.0));
         assert!(!loads.meets(0.01));
+    }
+
+    /// An interval with `misses` L2 misses and `mispredicts` mispredictions per 1000.
+    fn events(loads: u64, misses: u64, mispredicts: u64) -> MetricsRow {
+        MetricsRow([1000, loads, 0, 0, 0, 0, misses, mispredicts])
+    }
+
+    #[test]
+    fn typical_point_is_nearest_the_cluster_mean() {
+        // Cluster 0: misses 1, 3, 4 (mean 2.67) -> interval 1; cluster 1 alone. The loads,
+        // which are not matched, do not matter.
+        let rows = [
+            events(500, 1, 5),
+            events(100, 3, 5),
+            events(100, 4, 5),
+            events(100, 9, 5),
+        ];
+        let labels = [0, 0, 0, 1];
+        let p = typical_points(&rows, &labels, &[Some(0), Some(3), None]).unwrap();
+        assert_eq!(p, vec![Some(1), Some(3), None]);
+        // Two members are equally far from their mean: the nearest to the centre stays.
+        let p = typical_points(&rows[..2], &labels[..2], &[Some(1)]).unwrap();
+        assert_eq!(p, vec![Some(1)]);
+        // Each metric weighs by the run's rate: 1 miss off where the run has 2 outweighs
+        // 5 mispredictions off where it has 50.
+        let rows = [events(0, 3, 50), events(0, 2, 55), events(0, 1, 45)];
+        let p = typical_points(&rows, &[0, 0, 0], &[Some(0)]).unwrap();
+        assert_eq!(p, vec![Some(1)]);
+        assert!(typical_points(&rows, &[0], &[Some(0)]).is_err());
     }
 
     #[test]

@@ -99,11 +99,12 @@ enum Ty {
 
 /// `bbv run`'s options a CPU job may set (the values are checked by `bbv run`'s own parser
 /// before anything runs).
-const CPU_OPTIONS: [(&str, Ty); 18] = [
+const CPU_OPTIONS: [(&str, Ty); 19] = [
     ("interval", Ty::Int),
     ("max-k", Ty::Int),
     ("validate", Ty::Bool),
     ("target-error", Ty::Float),
+    ("pick", Ty::Str),
     ("threads", Ty::Str),
     ("warmup", Ty::Int),
     ("regions", Ty::Str),
