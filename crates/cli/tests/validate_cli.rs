@@ -500,3 +500,57 @@ fn the_bench_probe_calls_the_plugin_but_records_nothing() {
         );
     }
 }
+
+#[test]
+fn identical_runs_write_identical_files() {
+    // The same command twice in the same folder: every file of the run directory, the
+    // replay's included, the same bytes (validation.json's sums once followed a HashMap's
+    // order, which changes from process to process).
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    text_input(&input, 600_000);
+    let guest = ["--", "gzip", "-9", "-c", input.to_str().unwrap()];
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let out = dir.path().join("o");
+        let _ = std::fs::remove_dir_all(&out);
+        for args in [
+            &[
+                "run",
+                "--interval",
+                "2000000",
+                "--max-k",
+                "8",
+                "--validate",
+                "--pick",
+                "metrics",
+                "-o",
+                "o",
+            ][..],
+            &["replay", "o"][..],
+        ] {
+            let o = bbv()
+                .current_dir(dir.path())
+                .args(args)
+                .args(guest)
+                .stdout(Stdio::null())
+                .output()
+                .unwrap();
+            assert_status(&o, 0);
+        }
+        runs.push(crate::common::contents(&out));
+    }
+    let names: Vec<_> = runs[0].keys().collect();
+    assert!(
+        names.iter().any(|p| p.ends_with("validation.json")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|p| p.ends_with("replay.json")),
+        "{names:?}"
+    );
+    assert_eq!(names, runs[1].keys().collect::<Vec<_>>());
+    for (path, bytes) in &runs[0] {
+        assert!(&runs[1][path] == bytes, "{} differs", path.display());
+    }
+}

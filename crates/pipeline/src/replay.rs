@@ -240,16 +240,17 @@ fn l1(a: &HashMap<Key, u64>, b: &HashMap<Key, u64>) -> f64 {
     if sa == 0.0 || sb == 0.0 {
         return 2.0;
     }
-    let mut d = 0.0;
-    for (k, &x) in a {
-        d += (x as f64 / sa - b.get(k).copied().unwrap_or(0) as f64 / sb).abs();
-    }
-    for (k, &y) in b {
-        if !a.contains_key(k) {
-            d += y as f64 / sb;
-        }
-    }
-    d
+    // Summed in key order: a HashMap's order changes from run to run, and with it the last
+    // bits of the sum (replay.json must be the same bytes for the same run).
+    let mut keys: Vec<&Key> = a
+        .keys()
+        .chain(b.keys().filter(|k| !a.contains_key(*k)))
+        .collect();
+    keys.sort_unstable();
+    let get = |m: &HashMap<Key, u64>, k: &Key| m.get(k).copied().unwrap_or(0) as f64;
+    keys.iter()
+        .map(|k| (get(a, k) / sa - get(b, k) / sb).abs())
+        .sum()
 }
 
 /// The profiled vectors of the points' intervals (or slices), to compare the replay's with.

@@ -17,7 +17,7 @@
 //!   of the cluster's intervals and its point's.
 //! * bic_fraction: (BIC_k - min) / (max - min) over the k tried (1 when all are equal).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use bbv_profile::{MetricsRow, METRIC_COLUMNS};
@@ -292,16 +292,17 @@ pub fn typical_points(
 /// The BBV error of each clustering of the vectors in `bb` (two passes over the file: the
 /// points' vectors, then every interval's distance to its point).
 pub fn bbv_errors(bb: &Path, clusterings: &[Clusters]) -> Result<Vec<f64>, RundirError> {
-    let normalised = |v: &[bbv_profile::Token]| -> HashMap<u32, f64> {
+    // BTreeMaps: sums in a fixed order, so that validation.json is the same bytes each run.
+    let normalised = |v: &[bbv_profile::Token]| -> BTreeMap<u32, f64> {
         let sum: f64 = v.iter().map(|t| t.value).sum();
         v.iter()
             .map(|t| (t.id, if sum > 0.0 { t.value / sum } else { 0.0 }))
             .collect()
     };
-    let mut wanted: HashMap<usize, HashMap<u32, f64>> = HashMap::new();
+    let mut wanted: HashMap<usize, BTreeMap<u32, f64>> = HashMap::new();
     for c in clusterings {
         for &(p, _, _) in &c.points {
-            wanted.insert(p, HashMap::new());
+            wanted.insert(p, BTreeMap::new());
         }
     }
     let mut v = Vec::new();
@@ -314,7 +315,7 @@ pub fn bbv_errors(bb: &Path, clusterings: &[Clusters]) -> Result<Vec<f64>, Rundi
         i += 1;
     }
     // Per clustering: cluster -> (point, weight, distance sum, members).
-    let mut sums: Vec<HashMap<usize, (usize, f64, f64, u64)>> = clusterings
+    let mut sums: Vec<BTreeMap<usize, (usize, f64, f64, u64)>> = clusterings
         .iter()
         .map(|c| {
             c.points
