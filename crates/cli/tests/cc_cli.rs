@@ -89,6 +89,48 @@ fn budget_verdict_is_the_same_at_every_level_and_run() {
     );
 }
 
+#[test]
+fn every_level_counts_alike() {
+    // levels.c's constructs, atoi from glibc's headers among them, at -O0..-Os with each
+    // LLVM: one count file and one output per compiler, for two input sizes.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = guest("levels.c");
+    for compiler in ["clang-14", "clang-16"] {
+        for n in ["500", "2000"] {
+            let mut seen: Option<(Vec<u8>, String)> = None;
+            for level in ["-O0", "-O1", "-O2", "-O3", "-Os"] {
+                cc(
+                    d,
+                    "cc",
+                    "total",
+                    compiler,
+                    &[level, "-o", "l", src.to_str().unwrap()],
+                );
+                let out = Command::new(d.join("l"))
+                    .arg(n)
+                    .env("BBV_OUT", d.join("l"))
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{compiler} {level}");
+                let now = (
+                    out.stdout,
+                    std::fs::read_to_string(d.join("l.count")).unwrap(),
+                );
+                match &seen {
+                    None => seen = Some(now),
+                    Some(first) => assert!(
+                        first == &now,
+                        "{compiler} {level} n = {n}: {} against -O0's {}",
+                        now.1,
+                        first.1
+                    ),
+                }
+            }
+        }
+    }
+}
+
 /// budget.c built with `compiler` at every level, run twice each: one verdict; its stdout.
 fn budget_verdict_with(compiler: &str) -> String {
     let dir = tempfile::tempdir().unwrap();

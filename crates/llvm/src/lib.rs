@@ -169,6 +169,29 @@ impl Strings {
     }
 }
 
+/// Whether `f` is a copy of a function defined elsewhere that only -O1 and up would inline
+/// (available_externally and not always_inline: glibc's `extern inline` atoi, C++'s extern
+/// templates). At -O0 such a body is dropped and the call reaches the outside definition, so
+/// counting the body when inlined made -O1..-Os count more than -O0 (6 for an atoi). It is made
+/// noinline instead, so that every level calls the outside definition, and is not counted.
+/// Always-inline copies (glibc's fortify wrappers) are inlined at every level and counted.
+unsafe fn external_copy(ctx: LLVMContextRef, f: LLVMValueRef) -> bool {
+    if LLVMGetLinkage(f) != LLVMLinkage::LLVMAvailableExternallyLinkage {
+        return false;
+    }
+    let kind = |name: &str| LLVMGetEnumAttributeKindForName(name.as_ptr() as *const i8, name.len());
+    if !LLVMGetEnumAttributeAtIndex(f, u32::MAX, kind("alwaysinline")).is_null() {
+        return false;
+    }
+    LLVMRemoveEnumAttributeAtIndex(f, u32::MAX, kind("inlinehint"));
+    LLVMAddAttributeAtIndex(
+        f,
+        u32::MAX,
+        LLVMCreateEnumAttribute(ctx, kind("noinline"), 0),
+    );
+    true
+}
+
 unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool, checks: bool) {
     if !LLVMGetNamedGlobal(m, c("__bbv_tls").as_ptr()).is_null()
         && !LLVMGetNamedFunction(m, c("__bbv_count").as_ptr()).is_null()
@@ -297,7 +320,7 @@ unsafe fn instrument(m: LLVMModuleRef, blocks_mode: bool, checks: bool) {
         let name_ptr = LLVMGetValueName2(f, &mut len);
         let name = String::from_utf8_lossy(std::slice::from_raw_parts(name_ptr as *const u8, len))
             .into_owned();
-        if LLVMCountBasicBlocks(f) == 0 || name.starts_with("__bbv") {
+        if LLVMCountBasicBlocks(f) == 0 || name.starts_with("__bbv") || external_copy(ctx, f) {
             f = next;
             continue;
         }
