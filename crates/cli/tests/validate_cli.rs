@@ -156,11 +156,17 @@ fn a_forked_child_is_not_followed() {
         if !child_works {
             cmd.arg("idle-child");
         }
+        // Its own process group, so that a hang ends QEMU's forked child too (once one kept
+        // a core busy for the rest of the test run).
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         while child.try_wait().unwrap().is_none() {
             if std::time::Instant::now() > deadline {
-                let _ = child.kill();
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .status();
+                let _ = child.wait();
                 panic!("bbv collect on a forking guest hangs");
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
