@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::markers::Profile;
 use crate::rundir::{BlockRow, Marker, Summary};
-use crate::validate::{Pick, Validation};
+use crate::validate::Validation;
 
 fn show(m: &Marker) -> String {
     format!("{}+{} #{}", m.image, m.offset, m.count)
@@ -165,12 +165,7 @@ fn points(
     } else {
         String::new()
     };
-    let picked = match validation {
-        Some(v) if v.pick == Pick::Metrics => {
-            "; each the interval whose metrics are nearest its cluster's mean"
-        }
-        _ => "",
-    };
+    let picked = validation.map_or("", |v| v.pick.note());
     let _ = writeln!(
         r,
         "simpoints: {} (k chosen {rule}, --max-k {}{clamped}{picked})",

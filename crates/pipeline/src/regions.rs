@@ -453,38 +453,30 @@ mod tests {
             weight: 0.6,
         }];
         // Interval 2 (no start marker) is nearest the centre; 3 comes next, then 1.
-        let labels = [0, 1, 1, 1, 2];
         let distances = [0.0, 0.3, 0.1, 0.2, 0.0];
-        let alts = stand_ins(&chosen, &labels, &distances);
+        let place = |labels: &[usize]| {
+            let alts = stand_ins(&chosen, labels, &distances);
+            let p = build(
+                &placer,
+                &profile,
+                &chosen,
+                Some(&alts),
+                labels,
+                [10, 0],
+                None,
+            );
+            (alts, p.unwrap())
+        };
+        // Interval 2 (no start marker) is nearest the centre; 3 comes next, then 1.
+        let (alts, p) = place(&[0, 1, 1, 1, 2]);
         assert_eq!(alts, vec![vec![3, 1]]);
-        let p = build(
-            &placer,
-            &profile,
-            &chosen,
-            Some(&alts),
-            &labels,
-            [10, 0],
-            None,
-        )
-        .unwrap();
         assert_eq!((p[0].interval, p[0].stand_in_for), (3, Some(2)));
         assert_eq!((p[0].start_instruction, p[0].length), (30, 10));
         assert!((p[0].multiplier - 3.0).abs() < 1e-9);
         // Alone in its cluster, it reaches back to cut 1: a region of two intervals, whose
         // multiplier follows.
-        let labels = [0, 2, 1, 2, 2];
-        let alts = stand_ins(&chosen, &labels, &distances);
+        let (alts, p) = place(&[0, 2, 1, 2, 2]);
         assert_eq!(alts, vec![Vec::<u64>::new()]);
-        let p = build(
-            &placer,
-            &profile,
-            &chosen,
-            Some(&alts),
-            &labels,
-            [10, 0],
-            None,
-        )
-        .unwrap();
         assert_eq!((p[0].interval, p[0].stand_in_for), (2, None));
         assert_eq!((p[0].start_instruction, p[0].length), (10, 20));
         assert!((p[0].multiplier - 0.5).abs() < 1e-9);

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use bbv_profile::{MetricsRow, METRIC_COLUMNS};
-use bbv_rundir::validate::{Pick, Validation};
+use bbv_rundir::validate::Validation;
 use bbv_rundir::{self as rundir, Summary};
 
 use crate::{Curve, ErrorRow, KScore, MatrixBuilder, Point, Report, ReportError};
@@ -207,10 +207,7 @@ fn metrics(
     r.curves = curves(&rows, v);
     match v {
         Some(v) => {
-            let pick = match v.pick {
-                Pick::Metrics => "; each point the interval whose L2 misses and mispredictions are nearest its cluster's mean (--pick metrics)",
-                Pick::Centroid => "",
-            };
+            let pick = v.pick.note();
             r.errors_note = format!(
                 "At k = {} ({}{pick}); per 1000 instructions. The band is 1.96 standard errors of stratified sampling, from the variation within clusters.",
                 v.k, v.k_rule

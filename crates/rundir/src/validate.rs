@@ -104,6 +104,16 @@ pub enum Pick {
     Metrics,
 }
 
+impl Pick {
+    /// What the summary and the report add after the rule that chose k ("" for SimPoint's).
+    pub fn note(self) -> &'static str {
+        match self {
+            Pick::Metrics => "; each point the interval whose L2 misses and mispredictions are nearest its cluster's mean (--pick metrics)",
+            Pick::Centroid => "",
+        }
+    }
+}
+
 /// `validation.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Validation {
