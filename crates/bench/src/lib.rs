@@ -94,8 +94,9 @@ pub enum BenchCommand {
         #[arg(long, value_name = "PATH")]
         qemu: Option<PathBuf>,
     },
-    /// Multi-threaded regions: `bbv run --regions looppoint` against `bbv collect` on an
-    /// OpenMP program (2 and 4 threads), xz -T2 and pigz -p 2 (target: at most 1.3x).
+    /// Multi-threaded regions: `bbv run --regions looppoint` against `bbv collect` on OpenMP
+    /// programs (2 and 4 threads), xz -T2 and pigz -p 2 (target: at most 1.3x), and the
+    /// deterministic schedule against the host's (target: at most 1.3x the CPU time).
     Threads {
         /// Rounds over the variants (the median per cell is printed).
         #[arg(long, default_value_t = 3)]
@@ -103,6 +104,10 @@ pub enum BenchCommand {
         /// Where to write the inputs and outputs (a temporary folder is made and removed there).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
+        /// The QEMU of every run (default: qemu-x86_64 from PATH); the deterministic schedule
+        /// needs 9.1 or later, e.g. the QEMU 10.0 scripts/build-qemu builds.
+        #[arg(long)]
+        qemu: Option<PathBuf>,
     },
     /// `bbv suite run`: six equal jobs with --jobs 1 and 2 (target: at most 60%), and a re-run
     /// where every job is done (target: well under 1% of the first run).
@@ -217,7 +222,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             dir,
             qemu,
         } => collect::run(runs, &dir, scale, qemu.as_deref()),
-        BenchCommand::Threads { runs, dir } => threads::run(runs, &dir),
+        BenchCommand::Threads { runs, dir, qemu } => threads::run(runs, &dir, qemu.as_deref()),
         BenchCommand::Suite { runs, dir } => suite::run(runs, &dir),
         BenchCommand::Report(r) => report::run(r.intervals, r.runs, &r.dir),
         BenchCommand::Regions(r) => regions::run(r.intervals, r.runs, &r.dir),

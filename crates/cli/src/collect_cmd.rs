@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use bbv_collect::{GuestStatus, Outcome, Request};
 use bbv_pipeline::validate::Pick;
-use bbv_pipeline::{CollectOptions, GuestOptions, RegionsMode, RunOptions};
+use bbv_pipeline::{CollectOptions, GuestOptions, RegionsMode, RunOptions, Schedule};
 use bbv_profile::CacheGeometry;
 
 fn yes_no(v: &str) -> Result<bool, String> {
@@ -173,6 +173,12 @@ pub struct RunArgs {
     /// the same work each time (0 = threads run unpaced; default: a twentieth of the interval).
     #[arg(long = "flow-quantum", value_name = "N")]
     pub flow_quantum: Option<u64>,
+    /// How the guest's threads are scheduled: as the host runs them (host), or in turns of
+    /// the flow quantum in an order that depends only on the program, so that a replay
+    /// follows the same interleaving (deterministic: one thread runs at a time; QEMU 9.1 or
+    /// later). auto: deterministic for --regions looppoint where the QEMU allows it.
+    #[arg(long, value_name = "HOW", default_value = "auto", value_parser = ["auto", "host", "deterministic"])]
+    pub schedule: String,
     #[command(flatten)]
     pub guest: GuestArgs,
 }
@@ -218,6 +224,11 @@ impl RunArgs {
             },
             exclude_image: self.exclude_image.clone(),
             flow_quantum: self.flow_quantum,
+            schedule: match self.schedule.as_str() {
+                "deterministic" => Schedule::Deterministic,
+                "host" => Schedule::Host,
+                _ => Schedule::Auto,
+            },
             guest: self.guest.options(),
         }
     }

@@ -14,6 +14,7 @@ mod progress_cli;
 mod qemu10_cli;
 mod regions_cli;
 mod report_cli;
+mod schedule_cli;
 mod signals_cli;
 mod simpoint_cli;
 mod suite_cli;

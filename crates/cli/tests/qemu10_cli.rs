@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use crate::common::{assert_status, bbv, files_in, gzip_job, json, text_input};
 
 /// QEMU 10.0's bin folder, built once per machine by the repository's script.
-fn qemu10() -> &'static Path {
+pub(crate) fn qemu10() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/build-qemu");

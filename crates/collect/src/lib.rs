@@ -67,6 +67,21 @@ pub struct Prepared {
     pub qemu: PathBuf,
     /// The plugin library.
     pub plugin: PathBuf,
+    /// Its API level.
+    pub api: PluginApi,
+}
+
+impl Prepared {
+    /// Threads take deterministic turns of `quantum` instructions instead of being paced, if
+    /// this QEMU allows it (9.1 and later); false otherwise, nothing changed.
+    pub fn take_turns(&mut self, quantum: u64) -> bool {
+        if self.api == PluginApi::V1 {
+            return false;
+        }
+        self.request.counting.turns = quantum.max(1);
+        self.request.counting.flow = 0;
+        true
+    }
 }
 
 /// Checks the request without running anything.
@@ -84,7 +99,16 @@ pub fn prepare(request: Request) -> Result<Prepared, CollectError> {
             name: isa.qemu_name().into(),
         })?,
     };
-    let plugin = find_plugin(request.plugin.as_deref(), plugin_api(&qemu)?)?;
+    let api = plugin_api(&qemu)?;
+    if request.counting.turns > 0 && api == PluginApi::V1 {
+        // QEMU before 9.0 starts a thread's vCPU on its parent: the new thread has no moment
+        // outside QEMU's execution loop in which to wait for the flush its parent does when
+        // the first thread appears (see the plugin's turns.rs).
+        return Err(CollectError::Unsupported {
+            what: format!("{}: the deterministic schedule needs QEMU 9.1 or later (scripts/build-qemu builds QEMU 10; --qemu PATH)", qemu.display()),
+        });
+    }
+    let plugin = find_plugin(request.plugin.as_deref(), api)?;
     if let Some(cpu) = &request.cpu {
         qemu::check_cpu(&qemu, cpu)?;
     }
@@ -94,6 +118,7 @@ pub fn prepare(request: Request) -> Result<Prepared, CollectError> {
         isa,
         qemu,
         plugin,
+        api,
     })
 }
 
@@ -161,6 +186,21 @@ impl Collected {
         Ok(bbv_plugin_contract::events::read_events(&path)?)
     }
 
+    /// What a run with deterministic turns could not follow, one event per line (empty: the
+    /// order followed the guest alone). The plugin writes at most about a hundred lines.
+    pub fn schedule_events(&self) -> Result<Vec<String>, CollectError> {
+        let path = self.dir.path().join(files::SCHEDULE);
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let text = bbv_files::input::read_bytes(&path, 1 << 20)
+            .map_err(|e| CollectError::Incomplete(e.to_string()))?;
+        Ok(String::from_utf8_lossy(&text)
+            .lines()
+            .map(String::from)
+            .collect())
+    }
+
     /// The per-interval metrics, one row per vector of thread 1. Rows past thread 1's last
     /// vector (other threads' work after its last cut) are dropped as the vectors drop it.
     pub fn metrics_rows(&self) -> Result<Option<Vec<bbv_profile::MetricsRow>>, CollectError> {
@@ -206,8 +246,8 @@ impl Prepared {
     pub fn command_line(&self, dir: &Path) -> Vec<OsString> {
         let r = &self.request;
         let mut counting = r.counting.clone();
-        // Slices and flow control are what the exclusions apply to.
-        if counting.slices == 0 && counting.flow == 0 {
+        // Slices, flow control and turns are what the exclusions apply to.
+        if counting.slices == 0 && counting.flow == 0 && counting.turns == 0 {
             counting.exclude.clear();
         }
         counting.dir = dir.to_path_buf();

@@ -65,6 +65,10 @@ pub struct PluginConfig {
     /// No running thread more than this many instructions ahead of the slowest (`flow=Q`;
     /// 0 = none).
     pub flow: u64,
+    /// Deterministic turns: one thread runs guest code at a time, for this many instructions
+    /// per turn, in an order that depends only on the guest (`turns=Q`; 0 = the host's
+    /// schedule).
+    pub turns: u64,
     /// Per-interval metrics and their cache model.
     pub metrics: Option<MetricsConfig>,
     /// ChampSim records of every instruction thread 1 runs, written to this file or pipe
@@ -92,6 +96,7 @@ impl Default for PluginConfig {
             slices: 0,
             exclude: Vec::new(),
             flow: 0,
+            turns: 0,
             metrics: None,
             record: None,
             trace: None,
@@ -153,6 +158,9 @@ impl PluginConfig {
         if self.flow > 0 {
             a.push(format!("flow={}", self.flow));
         }
+        if self.turns > 0 {
+            a.push(format!("turns={}", self.turns));
+        }
         if let Some(m) = &self.metrics {
             a.push("metrics=on".into());
             a.push(format!("l1d={}", m.l1d.plugin_arg()));
@@ -205,6 +213,7 @@ impl PluginConfig {
                 "trace" => cfg.trace = Some(PathBuf::from(v)),
                 "slices" => cfg.slices = whole(k, v)?,
                 "flow" => cfg.flow = whole(k, v)?,
+                "turns" => cfg.turns = whole(k, v)?,
                 "exclude" => {
                     cfg.exclude = (v.split(':'))
                         .filter(|x| !x.is_empty())
@@ -258,6 +267,7 @@ mod tests {
             slices: 9,
             exclude: vec!["libgomp".into(), "libiomp5".into()],
             flow: 11,
+            turns: 13,
             metrics: Some(MetricsConfig {
                 l1d: CacheGeometry::parse("16K,4,64").unwrap(),
                 l2: CacheGeometry::parse("2M,8,64").unwrap(),
@@ -288,6 +298,7 @@ mod tests {
             &["dir=a", "count_rep=some"][..],
             &["dir=a", "watch=-1"],
             &["dir=a", "flow=fast"],
+            &["dir=a", "turns=-5"],
             &["interval=5"],
             &["dir=a", "interval=0"],
             &["dir=a", "exact=maybe"],

@@ -14,6 +14,8 @@ pub const SLICES: &str = "slices";
 pub const EVENTS: &str = "events";
 /// Why the plugin failed, when it did.
 pub const ERROR: &str = "error";
+/// With `turns=Q`: what the run's order could not follow, one line per event.
+pub const SCHEDULE: &str = "schedule";
 
 /// Thread N's totals and unfinished interval, a shared mapping (see [`crate::state`]).
 pub fn thread_state(number: u32) -> String {

@@ -34,6 +34,9 @@ pub struct RunRequest {
     pub target_error: Option<f64>,
     /// How each cluster's point is picked (needs metrics for [`Pick::Metrics`]).
     pub pick: Pick,
+    /// Deterministic turns of this many instructions where the QEMU allows them, the pace of
+    /// `collect` otherwise (`--schedule auto` with `--regions looppoint`).
+    pub turns_if_possible: Option<u64>,
 }
 
 /// How regions are formed (`bbv run --regions`).
@@ -66,12 +69,25 @@ pub fn run(
     observer: &dyn Observer,
     watcher: Option<&dyn bbv_collect::Watcher>,
 ) -> Result<RunOutcome, PipelineError> {
-    let r = &req.collect;
-    let prepared = bbv_collect::prepare(r.clone())?;
+    let mut prepared = bbv_collect::prepare(req.collect.clone())?;
     let qemu = bbv_collect::qemu_version(&prepared.qemu).unwrap_or_else(|| "unknown".into());
+    let mut warnings = Vec::new();
+    let mut collect = req.collect.clone();
+    if let Some(q) = req.turns_if_possible {
+        if prepared.take_turns(q) {
+            collect.counting.turns = q;
+            collect.counting.flow = 0;
+        } else {
+            warnings.push(format!("QEMU {qemu} runs the threads as the host schedules them (paced within {} instructions): replayed regions can drift; QEMU 9.1 or later (scripts/build-qemu, --qemu) gives a deterministic order", collect.counting.flow));
+        }
+    }
+    let req = &RunRequest {
+        collect,
+        ..req.clone()
+    };
+    let r = &req.collect;
     let program = prepared.program.clone();
     let outcome = prepared.run_watched(watcher)?;
-    let mut warnings = Vec::new();
     let finished = (|| {
         let c = outcome.collected?;
         // Rows cut at slices are matched against the slices once they are built.
@@ -382,6 +398,14 @@ fn run_facts(
         exclude: r.counting.exclude.clone(),
         filtered_instructions: None,
         flow_quantum: r.counting.flow,
+        schedule: if r.counting.turns > 0 {
+            "deterministic"
+        } else {
+            "host"
+        }
+        .into(),
+        turn_quantum: r.counting.turns,
+        schedule_events: c.schedule_events()?,
         points: Vec::new(),
     })
 }

@@ -101,6 +101,14 @@ fn what_ran(r: &mut String, s: &Summary) {
             let _ = writeln!(r, "  thread {}: {}", t.thread, t.instructions);
         }
     }
+    if let Some(first) = s.schedule_events.first() {
+        let _ = writeln!(
+            r,
+            "schedule: deterministic turns, but not reproducible: {} event{} the order could not follow (summary.json's schedule_events), first: {first}",
+            s.schedule_events.len(),
+            if s.schedule_events.len() == 1 { "" } else { "s" },
+        );
+    }
     if s.regions_mode == "looppoint" {
         let _ = writeln!(
             r,
@@ -118,7 +126,12 @@ fn what_ran(r: &mut String, s: &Summary) {
             "slices: {} complete, of {} filtered instructions per thread that ran; {}",
             s.intervals,
             s.interval,
-            if s.flow_quantum > 0 {
+            if s.turn_quantum > 0 {
+                format!(
+                    "threads in deterministic turns of {} instructions (replay follows the same order)",
+                    s.turn_quantum
+                )
+            } else if s.flow_quantum > 0 {
                 format!(
                     "threads paced within {} instructions (replay paces them alike)",
                     s.flow_quantum

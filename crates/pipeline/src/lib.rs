@@ -34,7 +34,7 @@ pub use cluster::{cluster_file, cluster_validated, Validate};
 pub use finish::{finish, Finished};
 pub use gpu_job::{gpu_run, gpu_sample, GpuRun, GpuRunOutcome};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
-pub use options::{CollectOptions, GuestOptions, RunOptions};
+pub use options::{CollectOptions, GuestOptions, RunOptions, Schedule};
 
 /// Writes `metrics.csv` (see `bbv_profile::MetricsWriter`).
 pub fn write_metrics(

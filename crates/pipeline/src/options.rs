@@ -14,6 +14,18 @@ use crate::{PipelineError, RegionsMode, RunRequest};
 
 type Result<T> = std::result::Result<T, PipelineError>;
 
+/// How the guest's threads are scheduled (`bbv run --schedule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// Deterministic turns for `--regions looppoint` where the QEMU allows them (9.1 and
+    /// later), the host's schedule otherwise.
+    Auto,
+    /// Threads take turns in an order that depends only on the program.
+    Deterministic,
+    /// As the host runs them.
+    Host,
+}
+
 fn invalid<T>(text: String) -> Result<T> {
     Err(PipelineError::Invalid(text))
 }
@@ -271,6 +283,8 @@ pub struct RunOptions {
     pub exclude_image: Vec<String>,
     /// Pace the threads (None: a twentieth of the interval).
     pub flow_quantum: Option<u64>,
+    /// How the guest's threads are scheduled.
+    pub schedule: Schedule,
     /// The guest.
     pub guest: GuestOptions,
 }
@@ -343,6 +357,16 @@ impl RunOptions {
             collect.counting.slices = self.interval;
             collect.counting.flow =
                 (self.flow_quantum).unwrap_or_else(|| crate::flow_quantum(self.interval));
+        }
+        let quantum = (self.flow_quantum).unwrap_or_else(|| crate::flow_quantum(self.interval));
+        let deterministic = self.schedule == Schedule::Deterministic;
+        if deterministic {
+            // One thread at a time: turns replace the pacing.
+            collect.counting.turns = quantum.max(1);
+            collect.counting.flow = 0;
+        }
+        let auto_turns = self.schedule == Schedule::Auto && self.regions == RegionsMode::Looppoint;
+        if (self.regions != RegionsMode::Intervals && !self.threads_all) || deterministic {
             collect.counting.exclude = if self.exclude_image.is_empty() {
                 crate::DEFAULT_EXCLUDE.map(String::from).to_vec()
             } else {
@@ -362,6 +386,7 @@ impl RunOptions {
             },
             target_error: self.target_error,
             pick: self.pick,
+            turns_if_possible: auto_turns.then_some(quantum.max(1)),
         })
     }
 

@@ -72,6 +72,14 @@ pub struct ReplayReport {
     pub replay_instructions: u64,
     /// The profile's first thread.
     pub profile_instructions: u64,
+    /// How the threads were scheduled, as in the run (`summary.json`'s `schedule`).
+    pub schedule: String,
+    /// What the replay's deterministic order could not follow (empty: it followed the run's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub schedule_events: Vec<String>,
+    /// Said of a run whose several threads followed the host's schedule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule_note: Option<String>,
 }
 
 impl ReplayReport {
@@ -104,6 +112,17 @@ impl ReplayReport {
                 r.replay_length.map_or("-".into(), |n| n.to_string()),
                 r.deviation_pct.map_or("-".into(), |d| format!("{d:+.4}%")),
                 r.bbv_l1.map_or("-".into(), |d| format!("{d:.4}")),
+            );
+        }
+        if let Some(note) = &self.schedule_note {
+            let _ = writeln!(s, "schedule: {note}");
+        }
+        if let Some(first) = self.schedule_events.first() {
+            let _ = writeln!(
+                s,
+                "schedule: {} event{} the deterministic order could not follow (replay.json), first: {first}",
+                self.schedule_events.len(),
+                if self.schedule_events.len() == 1 { "" } else { "s" },
             );
         }
         let _ = writeln!(
@@ -307,12 +326,13 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             interval: u64::MAX / 4,
             count_only: true,
             rep_iterations: s.count_rep == "iteration",
-            exclude: if looppoint {
+            exclude: if looppoint || s.turn_quantum > 0 {
                 s.exclude.clone()
             } else {
                 Vec::new()
             },
             flow: if looppoint { s.flow_quantum } else { 0 },
+            turns: s.turn_quantum,
             markers: Some(markers),
             trace: tracing.as_ref().map(|t| t.file.clone()),
             ..Default::default()
@@ -348,6 +368,13 @@ fn replay_report(
     events: &Events,
 ) -> Result<ReplayReport, PipelineError> {
     let looppoint = s.regions_mode == "looppoint";
+    if s.turn_quantum > 0 && c.threads.len() != s.threads.len() {
+        return Err(PipelineError::Invalid(format!(
+            "the run took deterministic turns among {} threads, this replay ran {}: the order cannot be reproduced (another thread count, OMP_NUM_THREADS?)",
+            s.threads.len(),
+            c.threads.len()
+        )));
+    }
     let key_of_replay: Vec<Option<Key>> = c
         .blocks
         .iter()
@@ -367,7 +394,7 @@ fn replay_report(
         .iter()
         .map(|b| b.image.clone().map(|i| (i, b.offset)))
         .collect();
-    let report = check(
+    let mut report = check(
         s,
         req.tolerance_pct,
         events,
@@ -383,6 +410,7 @@ fn replay_report(
             c.threads.first().map_or(0, |t| t.instructions)
         },
     );
+    report.schedule_events = c.schedule_events()?;
     let mut files = AtomicFiles::default();
     files.write(&req.dir.join("replay.json"), |w| {
         serde_json::to_writer_pretty(&mut *w, &report)?;
@@ -463,11 +491,27 @@ fn check(
                 .map(|l| 100.0 * (l as f64 - p.length as f64) / p.length.max(1) as f64);
             let bbv_l1 = match (start, end, profile.kept.get(&p.interval)) {
                 (Some(a), Some(b), Some(v)) => {
-                    let before: HashMap<u32, u64> = a.1.iter().copied().collect();
+                    // A region from the program's start has its start marker at the first
+                    // block of the program's own code, but its profiled vector counts from
+                    // the first instruction (the dynamic loader's work too): so does this one.
+                    let before: HashMap<u32, u64> = if p.start_instruction == 0 {
+                        HashMap::new()
+                    } else {
+                        a.1.iter().copied().collect()
+                    };
+                    // Slices leave the excluded libraries out (a runtime spinning at a
+                    // barrier): the replay's vector does too, like for like.
+                    let kept = |id: u32| {
+                        counted.is_none_or(|c| {
+                            c.get((id as usize).wrapping_sub(1))
+                                .copied()
+                                .unwrap_or(true)
+                        })
+                    };
                     let diff: Vec<(u32, u64)> =
                         b.1.iter()
                             .map(|&(id, c)| (id, c - before.get(&id).copied().unwrap_or(0).min(c)))
-                            .filter(|x| x.1 > 0)
+                            .filter(|x| x.1 > 0 && kept(x.0))
                             .collect();
                     Some(l1(&keyed(&diff, key_of_replay), &keyed(v, key_of_profile)))
                 }
@@ -494,6 +538,11 @@ fn check(
         } else {
             s.threads.first().map_or(0, |t| t.instructions)
         },
+        schedule: s.schedule.clone(),
+        schedule_events: Vec::new(),
+        schedule_note: (s.schedule == "host" && s.threads.len() > 1).then(|| {
+            "the run's threads followed the host's schedule, so replayed lengths can drift (bbv run --schedule deterministic, QEMU 9.1 or later, replays exactly)".to_string()
+        }),
     }
 }
 

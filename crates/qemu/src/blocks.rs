@@ -253,8 +253,9 @@ pub fn analyze<'a>(
         (true, _, true) => crate::decode::aarch64_backward_target(last.bytes, last.vaddr),
         _ => None,
     };
-    // Flow control lets threads in excluded libraries (spinning at a barrier) run unpaced.
-    let name = ((slicing || cfg.host.flow > 0) && key.0 != ANON)
+    // Flow control lets threads in excluded libraries (spinning at a barrier) run unpaced, and
+    // turns end sooner there.
+    let name = ((slicing || cfg.host.flow > 0 || cfg.host.turns > 0) && key.0 != ANON)
         .then(|| maps::file_name(key.0))
         .flatten();
     let (own, excluded) = match name {

@@ -37,6 +37,7 @@ pub fn forked() -> bool {
 
 extern "C" fn in_child() {
     FORKED.store(true, Ordering::SeqCst);
+    crate::turns::forked();
     let Some(dir) = DIR.get() else { return };
     silence_files(dir);
     privatize_mappings(dir);

@@ -18,6 +18,8 @@
 //! * with `record=PATH`, ChampSim records of every instruction thread 1 runs, and with
 //!   `trace=FILE` those of a replay's windows (see [`record`]).
 //! * with `flow=Q`, threads advance in step (see [`flow`]).
+//! * with `turns=Q`, threads take turns in an order that depends only on the guest, and
+//!   `schedule` lists what the order could not follow (see [`turns`]).
 //! * with `metrics=on` (`l1d=S:W:L`, `l2=S:W:L`, `metrics_thread=off`), `metrics`: one row of
 //!   per-interval metrics per cut of thread 1 (see [`metrics`] and [`offload`]).
 //!
@@ -73,6 +75,7 @@ mod replay;
 mod slices;
 mod state;
 mod thread;
+mod turns;
 mod x86;
 
 use std::sync::OnceLock;

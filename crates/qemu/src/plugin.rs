@@ -83,7 +83,22 @@ impl Register for BbvPlugin {
             }
         }
         crate::fork::install(&cfg.host.dir);
-        INLINE.store(!cfg.host.exact, Ordering::Relaxed);
+        if cfg.host.turns > 0 {
+            if cfg!(feature = "api-v1") {
+                let msg = "turns=Q needs QEMU 9.1 or later (a thread starts on its parent here)";
+                let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
+                return Ok(());
+            }
+            let calls = if cfg.x86 {
+                crate::turns::Calls::X86_64
+            } else {
+                crate::turns::Calls::GENERIC
+            };
+            crate::turns::install(cfg.host.dir.join(files::SCHEDULE), calls);
+        }
+        // Under turns thread 1 counts by callbacks from the start, so that its hand-over to
+        // per-thread counting needs no flush of every translation (see turns.rs).
+        INLINE.store(!cfg.host.exact && cfg.host.turns == 0, Ordering::Relaxed);
         thread::METRICS.store(cfg.metrics(), Ordering::Relaxed);
         let _ = CONFIG.set(cfg);
         PLUGIN_ID.store(id, Ordering::Relaxed);
@@ -100,7 +115,10 @@ fn register_all(id: qemu_plugin_id_t) {
         sys::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit));
         sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
         sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
-        if CONFIG.get().is_some_and(|c| c.host.flow > 0) {
+        if CONFIG
+            .get()
+            .is_some_and(|c| c.host.flow > 0 || c.host.turns > 0)
+        {
             sys::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
             sys::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_ret));
         }
@@ -111,21 +129,23 @@ fn register_all(id: qemu_plugin_id_t) {
 extern "C" fn on_syscall(
     _id: qemu_plugin_id_t,
     vcpu: c_uint,
-    _num: i64,
-    _a1: u64,
-    _a2: u64,
-    _a3: u64,
-    _a4: u64,
-    _a5: u64,
-    _a6: u64,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    a4: u64,
+    a5: u64,
+    a6: u64,
     _a7: u64,
     _a8: u64,
 ) {
-    thread::syscall(vcpu, true);
+    thread::syscall(vcpu, num, [a1, a2, a3, a4, a5, a6]);
 }
 
-extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, _num: i64, _ret: i64) {
-    thread::syscall(vcpu, false);
+extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, _num: i64, ret: i64) {
+    if let Some(cfg) = CONFIG.get() {
+        thread::syscall_ret(cfg, vcpu, ret);
+    }
 }
 
 // The callbacks below are where the configuration comes from its global (QEMU's callbacks

@@ -17,6 +17,7 @@ use crate::flow::Pace;
 use crate::metrics::ThreadMetrics;
 use crate::slices::{self, ThreadSlices};
 use crate::state::Shared;
+use crate::turns::{self, Turn};
 use crate::{report_error, Config};
 
 /// vCPU indexes are reused, so this bounds live threads, not threads over the run.
@@ -71,6 +72,8 @@ struct Thread {
     slices: Option<ThreadSlices>,
     /// Flow control (`flow=Q`).
     pace: Option<Pace>,
+    /// Deterministic turns (`turns=Q`).
+    turn: Option<Turn>,
     /// Per-interval metrics (`metrics=on`).
     metrics: Option<ThreadMetrics>,
     /// Thread 1's cuts also cut the metrics of all threads.
@@ -213,7 +216,13 @@ pub fn start(cfg: &Config, vcpu: u32) {
         ));
         return;
     };
-    let number = NEXT_NUMBER.fetch_add(1, Ordering::Relaxed);
+    // Under turns a thread starting on its own host thread takes the number its parent's
+    // clone gave it: host threads start in whatever order the host runs them.
+    let later = !FIRST.load(Ordering::Acquire).is_null();
+    let number = match turns::active() && later {
+        true => turns::number_of_new_thread().unwrap_or_else(next_number),
+        false => next_number(),
+    };
     let shared = match Shared::create(&cfg.host.dir.join(files::thread_state(number)), number) {
         Ok(s) => s,
         Err(e) => return report_error(&format!("creating thread {number}'s counters: {e}")),
@@ -251,6 +260,7 @@ pub fn start(cfg: &Config, vcpu: u32) {
             None
         },
         pace: (cfg.host.flow > 0).then(|| Pace::new(number, cfg.host.flow)),
+        turn: turns::active().then(|| Turn::new(number, cfg.host.turns)),
         metrics: cfg.metrics().then(|| ThreadMetrics::new(cfg, number == 1)),
         main: number == 1,
         vcpu,
@@ -269,7 +279,8 @@ pub fn start(cfg: &Config, vcpu: u32) {
         fast::board::set_vcpu(vcpu);
         fast::set_next_cut(unsafe { next_stop(&*t) });
         FIRST.store(t, Ordering::Release);
-    } else if !MULTI.load(Ordering::Relaxed) {
+    } else if !MULTI.load(Ordering::Relaxed) && !turns::active() {
+        // (Under turns thread 1 hands over at its clone's return: see syscall_ret.)
         if INIT_ON_NEW_THREAD {
             // On the new thread, thread 1 running: see INIT_ON_NEW_THREAD.
             if !SWITCHING.swap(true, Ordering::SeqCst) {
@@ -293,6 +304,11 @@ pub fn start(cfg: &Config, vcpu: u32) {
     }
     // The previous owner of a reused index has exited; its state stays for the host to read.
     slot.store(t, Ordering::Release);
+}
+
+/// The next thread number (creation order).
+pub(crate) fn next_number() -> u32 {
+    NEXT_NUMBER.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A second thread is being created (API v1: on thread 1's host thread, inside its clone
@@ -330,6 +346,7 @@ pub fn after_reset(cfg: &Config) {
         && cfg.host.markers.is_none()
         && cfg.host.slices == 0
         && cfg.host.flow == 0
+        && cfg.host.turns == 0
         && cfg.host.watch == 0
         && !cfg.metrics();
     if INIT_ON_NEW_THREAD {
@@ -558,6 +575,11 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     if let Some(pace) = t.pace.as_mut() {
         pace.on_block(tb.insns, tb.excluded);
     }
+    if let Some(turn) = t.turn.as_mut() {
+        if !turn.on_block(tb.insns, tb.excluded) {
+            return;
+        }
+    }
     let again = tb.rep_first && t.last_rep == tb.pc;
     if again {
         // Another iteration of the rep instance the previous block started.
@@ -692,6 +714,7 @@ pub fn finish_all(cfg: &Config) {
         }
     }
     slices::finish();
+    turns::finish();
     if cfg.metrics() {
         let p = FIRST.load(Ordering::Acquire);
         // SAFETY: at exit no guest thread runs blocks any more; thread 1's state is never freed.
@@ -752,11 +775,34 @@ pub fn metrics_access(vcpu: u32, vaddr: u64, size: u64, store: bool) {
     }
 }
 
-/// The thread running on `vcpu` enters (`entering`) or leaves a system call: flow control
-/// does not wait for it meanwhile.
-pub fn syscall(vcpu: u32, entering: bool) {
-    if let Some(pace) = own_thread(vcpu).and_then(|t| t.pace.as_mut()) {
-        pace.syscall(entering);
+/// The thread running on `vcpu` enters system call `nr`: flow control does not wait for it
+/// meanwhile; turns follow some calls (see turns.rs).
+pub fn syscall(vcpu: u32, nr: i64, args: [u64; 6]) {
+    let Some(t) = own_thread(vcpu) else { return };
+    if let Some(pace) = t.pace.as_mut() {
+        pace.syscall(true);
+    }
+    if let Some(turn) = t.turn.as_mut() {
+        turn.syscall(nr, args);
+    }
+}
+
+/// The thread running on `vcpu` returns `ret` from its system call.
+pub fn syscall_ret(cfg: &Config, vcpu: u32, ret: i64) {
+    let Some(t) = own_thread(vcpu) else { return };
+    if let Some(pace) = t.pace.as_mut() {
+        pace.syscall(false);
+    }
+    if let Some(turn) = t.turn.as_mut() {
+        turn.syscall_ret(ret, || {
+            if !MULTI.load(Ordering::Acquire) {
+                // The second thread: thread 1 hands over on its own host thread, before the new
+                // thread runs (it waits for thread 1's next block, see turns.rs).
+                take_over_first(cfg);
+                MULTI.store(true, Ordering::SeqCst);
+            }
+            next_number()
+        });
     }
 }
 
@@ -775,6 +821,9 @@ pub fn finish_vcpu(vcpu: u32) {
                 (*p).close_files();
                 if let Some(pace) = (*p).pace.as_mut() {
                     pace.exit();
+                }
+                if let Some(turn) = (*p).turn.as_mut() {
+                    turn.exit();
                 }
             }
         }

@@ -153,12 +153,29 @@ pub struct Summary {
     /// instructions ahead of the slowest (0 = none); replay paces them the same way.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub flow_quantum: u64,
+    /// How the guest's threads were scheduled: `deterministic` (they took turns of
+    /// `turn_quantum` instructions in an order that depends only on the guest, and replay
+    /// follows the same order) or `host` (as the host ran them).
+    #[serde(default = "host_schedule")]
+    pub schedule: String,
+    /// Instructions per turn (`schedule` deterministic).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub turn_quantum: u64,
+    /// Where the deterministic order could not follow the guest alone (a timeout, a signal, a
+    /// system call that blocked on the outside world), one line each: empty when the run is
+    /// reproducible.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedule_events: Vec<String>,
     /// The simulation points, heaviest first.
     pub points: Vec<Point>,
 }
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+fn host_schedule() -> String {
+    "host".into()
 }
 
 fn intervals_mode() -> String {

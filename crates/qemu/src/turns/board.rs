@@ -1,0 +1,264 @@
+//! The board every thread's turn is decided on: the threads in creation order, whose turn it
+//! is, and the futex waits in the order the kernel queued them.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::{MAX_REPORTED, REPORT};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum State {
+    /// Runs guest code when it holds the turn.
+    Ready,
+    /// In a system call that keeps the turn when it holds it.
+    Call {
+        since: Instant,
+    },
+    /// Creating a thread: waits for it to reach its first block, holding the turn.
+    Spawning,
+    /// Entering a futex wait, not yet seen asleep.
+    Entering {
+        addr: u64,
+        op: u64,
+        val: u32,
+        bits: u32,
+    },
+    /// Asleep in a futex wait, `queued`-th of all waits; `back` once the kernel returned it
+    /// (before its waker's own return says whom it woke).
+    Asleep {
+        addr: u64,
+        val: u32,
+        bits: u32,
+        queued: u64,
+        back: bool,
+    },
+    /// Woken by the guest: eligible, back in guest code once the host returns it.
+    Woken,
+    /// Lost the turn in a system call that did not return in time.
+    Away,
+    Exited,
+}
+
+pub(super) struct Slot {
+    pub(super) number: u32,
+    pub(super) tid: i32,
+    pub(super) state: State,
+    /// Reached its first block.
+    pub(super) arrived: bool,
+    /// Instructions run as of its last turn boundary or system call (for reports).
+    pub(super) at: u64,
+}
+
+impl Slot {
+    pub(super) fn eligible(&self) -> bool {
+        matches!(self.state, State::Ready | State::Woken)
+    }
+}
+
+pub(super) struct Board {
+    /// In creation order (ascending numbers).
+    pub(super) slots: Vec<Slot>,
+    pub(super) turn: Option<u32>,
+    pub(super) queued: u64,
+    /// A holder is checking futex waiters (it runs no guest code meanwhile).
+    pub(super) settling: bool,
+    /// Threads a `clone` returned but not yet started (QEMU 9+ starts a thread on its own
+    /// host thread, in whatever order the host runs them), with the number their parent gave
+    /// them: they start once their parent has run a block since (`released`).
+    pub(super) pending: Vec<Pending>,
+    pub(super) events: u64,
+}
+
+pub(super) static BOARD: Mutex<Board> = Mutex::new(Board {
+    slots: Vec::new(),
+    turn: None,
+    queued: 0,
+    settling: false,
+    pending: Vec::new(),
+    events: 0,
+});
+
+pub(super) struct Pending {
+    pub(super) tid: i32,
+    pub(super) number: u32,
+    pub(super) parent: u32,
+    pub(super) released: bool,
+}
+pub(super) static WAKE: Condvar = Condvar::new();
+
+pub(super) fn board() -> MutexGuard<'static, Board> {
+    BOARD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Board {
+    pub(super) fn slot(&mut self, number: u32) -> Option<&mut Slot> {
+        self.slots.iter_mut().find(|s| s.number == number)
+    }
+
+    pub(super) fn state(&self, number: u32) -> Option<State> {
+        self.slots
+            .iter()
+            .find(|s| s.number == number)
+            .map(|s| s.state)
+    }
+
+    pub(super) fn set(&mut self, number: u32, state: State) {
+        if let Some(s) = self.slot(number) {
+            s.state = state;
+        }
+    }
+
+    /// The first eligible thread after `number` in creation order, round the ring (`number`
+    /// itself last).
+    pub(super) fn next_after(&self, number: u32) -> Option<u32> {
+        let after = self.slots.iter().filter(|s| s.number > number);
+        let before = self.slots.iter().filter(|s| s.number <= number);
+        after.chain(before).find(|s| s.eligible()).map(|s| s.number)
+    }
+
+    /// `number`'s turn ends.
+    pub(super) fn pass(&mut self, number: u32) {
+        if self.turn == Some(number) {
+            self.turn = self.next_after(number);
+            WAKE.notify_all();
+        }
+    }
+
+    /// Instructions `number` had run at its last boundary.
+    pub(super) fn at(&self, number: u32) -> u64 {
+        self.slots
+            .iter()
+            .find(|s| s.number == number)
+            .map_or(0, |s| s.at)
+    }
+
+    /// Writes one event where the host reads it.
+    pub(super) fn lost(&mut self, number: u32, at: u64, why: &str) {
+        self.events += 1;
+        if self.events > MAX_REPORTED {
+            return;
+        }
+        if let Some(path) = REPORT.get() {
+            let line = format!("thread {number} instruction {at}: {why}\n");
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| f.write_all(line.as_bytes()));
+        }
+    }
+}
+
+/// A `FUTEX_WAKE` of `addr` by `me` woke `n` threads: the first `n` waiting on it whose bits
+/// meet `bits`, in the order they fell asleep.
+pub(super) fn wake(b: &mut Board, me: u32, at: u64, addr: u64, bits: u32, n: u64) {
+    let mut waiting: Vec<(u64, u32)> = b
+        .slots
+        .iter()
+        .filter_map(|s| match s.state {
+            State::Asleep {
+                addr: a,
+                bits: m,
+                queued,
+                ..
+            } if a == addr && m & bits != 0 => Some((queued, s.number)),
+            _ => None,
+        })
+        .collect();
+    waiting.sort_unstable();
+    if (waiting.len() as u64) < n {
+        let mut why = String::new();
+        let _ = write!(
+            why,
+            "a futex wake of {addr:#x} woke {n}, {} seen waiting",
+            waiting.len()
+        );
+        b.lost(me, at, &why);
+    }
+    for &(_, number) in waiting.iter().take(n as usize) {
+        b.set(number, State::Woken);
+    }
+    WAKE.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_passes_to_the_next_eligible_thread_in_creation_order() {
+        let mut b = Board {
+            slots: Vec::new(),
+            turn: Some(1),
+            queued: 0,
+            settling: false,
+            pending: Vec::new(),
+            events: 0,
+        };
+        for (number, state) in [(1, State::Ready), (2, State::Away), (3, State::Woken)] {
+            b.slots.push(Slot {
+                number,
+                tid: 0,
+                state,
+                arrived: true,
+                at: 0,
+            });
+        }
+        b.pass(1);
+        assert_eq!(b.turn, Some(3));
+        b.pass(3);
+        assert_eq!(b.turn, Some(1));
+        b.set(1, State::Exited);
+        b.set(3, State::Exited);
+        b.pass(1);
+        assert_eq!(b.turn, None);
+    }
+
+    #[test]
+    fn wakes_follow_the_order_of_sleep_and_the_bits() {
+        let mut b = Board {
+            slots: Vec::new(),
+            turn: Some(1),
+            queued: 0,
+            settling: false,
+            pending: Vec::new(),
+            events: 0,
+        };
+        let asleep = |addr, bits, queued| State::Asleep {
+            addr,
+            val: 0,
+            bits,
+            queued,
+            back: false,
+        };
+        for (number, state) in [
+            (1, State::Ready),
+            (2, asleep(0x10, 1, 5)),
+            (3, asleep(0x10, 3, 2)),
+            (4, asleep(0x20, 1, 1)),
+            (5, asleep(0x10, 2, 3)),
+        ] {
+            b.slots.push(Slot {
+                number,
+                tid: 0,
+                state,
+                arrived: true,
+                at: 0,
+            });
+        }
+        wake(&mut b, 1, 0, 0x10, 1, 1);
+        assert_eq!(
+            b.state(3),
+            Some(State::Woken),
+            "first asleep with a matching bit"
+        );
+        assert!(matches!(b.state(2), Some(State::Asleep { .. })));
+        wake(&mut b, 1, 0, 0x10, u32::MAX, 2);
+        assert_eq!(b.state(5), Some(State::Woken));
+        assert_eq!(b.state(2), Some(State::Woken));
+        assert!(matches!(b.state(4), Some(State::Asleep { .. })));
+        assert_eq!(b.events, 0);
+    }
+}

@@ -1,0 +1,594 @@
+//! Deterministic turns of a multi-threaded guest (`turns=Q`): one guest thread runs guest
+//! code at a time, for Q instructions, the threads taking turns in creation order, so that the
+//! interleaving of the threads depends only on the guest's own execution and a (PC, count)
+//! marker falls at the same point of every thread's work in every run.
+//!
+//! Three rules keep the order independent of the host:
+//! * A turn ends at a block boundary once the thread has run Q instructions (or Q/16 in a row
+//!   inside an excluded library, where OpenMP runtimes spin), at `sched_yield`, at a futex wait
+//!   and at the thread's exit. Every other system call keeps the turn.
+//! * A futex wait gives the turn away only once the waiter is asleep in the kernel (its
+//!   `/proc/self/task/TID/syscall` names the wait); the next holder checks that before it runs
+//!   guest code, so the kernel queues waiters in turn order. A wait that does not sleep (the
+//!   word changed) takes the turn back. A waiter rejoins the order when a `FUTEX_WAKE` of the
+//!   guest wakes it (the return value says how many, the kernel wakes them first in, first
+//!   out), or when the thread whose id it waits on exits (`pthread_join`): guest events, not
+//!   the moment the host lets it run.
+//! * A new thread joins the order at its parent's `clone` return. QEMU 9+ starts it on its own
+//!   host thread, outside QEMU's execution loop, and there it waits until its parent has run a
+//!   block since: when the first thread appears, QEMU flushes every translation on the parent
+//!   right after the `clone`, stopping every vCPU, which a new thread already waiting for its
+//!   turn inside a block would hold up. (QEMU 7.2 starts a thread on its parent, with no such
+//!   moment: turns need QEMU 9.1 or later.)
+//!
+//! What cannot follow the guest alone is reported, not hidden (`DIR/schedule`, one line per
+//! event with the thread and its instruction count): a system call that keeps the turn for
+//! more than [`GRACE`] (a read from a terminal or a pipe, a sleep; the turn goes on without it
+//! and the thread rejoins when the host returns it), a futex wait that ends without a wake of
+//! the guest (a timeout, a signal), a signal handler returning (`rt_sigreturn`), a fork while
+//! several threads run, and a turn holder that stops in guest code for [`STALL`]. The last is
+//! QEMU's exclusive sections (an atomic step, a translation flush): they wait for every vCPU to
+//! leave its execution loop, and a thread waiting for its turn inside a block callback never
+//! does, so after [`STALL`] the waiters run their current block out of turn.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// A system call holding the turn this long gives it up.
+const GRACE: Duration = Duration::from_millis(250);
+/// A turn holder running guest code without a block for this long is held in an exclusive
+/// section by the threads waiting in block callbacks.
+const STALL: Duration = Duration::from_secs(1);
+/// Longest wait for a new thread's first block, or for a futex waiter to fall asleep.
+pub(super) const SETTLE: Duration = Duration::from_secs(5);
+/// One sleep of a waiting thread (it re-reads the board after each).
+const NAP: Duration = Duration::from_millis(5);
+/// Events written to `DIR/schedule` at most (the count goes on).
+pub(super) const MAX_REPORTED: u64 = 100;
+
+/// Turns are on (cleared at the guest's exit and in a forked child).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The guest called `exit_group`: what other threads run until QEMU stops them depends on the
+/// host, and is not counted.
+static ENDED: AtomicBool = AtomicBool::new(false);
+/// Blocks run by turn holders (a holder that stops moving is seen by the waiters).
+static TICK: AtomicU64 = AtomicU64::new(0);
+/// Where events go.
+pub(super) static REPORT: OnceLock<PathBuf> = OnceLock::new();
+
+/// The guest's system-call numbers this needs (they differ between x86-64 and the generic
+/// table of AArch64 and RISC-V).
+#[derive(Clone, Copy)]
+pub struct Calls {
+    futex: i64,
+    exit: i64,
+    exit_group: i64,
+    clone: i64,
+    sched_yield: i64,
+    rt_sigreturn: i64,
+    /// fork and vfork (x86-64 only).
+    forks: [i64; 2],
+}
+
+impl Calls {
+    /// x86-64's numbers.
+    pub const X86_64: Calls = Calls {
+        futex: 202,
+        exit: 60,
+        exit_group: 231,
+        clone: 56,
+        sched_yield: 24,
+        rt_sigreturn: 15,
+        forks: [57, 58],
+    };
+    /// The generic table (AArch64, RISC-V).
+    pub const GENERIC: Calls = Calls {
+        futex: 98,
+        exit: 93,
+        exit_group: 94,
+        clone: 220,
+        sched_yield: 124,
+        rt_sigreturn: 139,
+        forks: [-1, -1],
+    };
+}
+
+static CALLS: OnceLock<Calls> = OnceLock::new();
+
+const CLONE_VM: u64 = 0x100;
+const FUTEX_WAIT: u64 = 0;
+const FUTEX_WAKE: u64 = 1;
+const FUTEX_WAIT_BITSET: u64 = 9;
+const FUTEX_WAKE_BITSET: u64 = 10;
+/// FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME.
+const FUTEX_FLAGS: u64 = 128 | 256;
+
+mod board;
+mod futex;
+
+use board::{board, wake, Board, Pending, Slot, State, WAKE};
+
+/// Turns on for this run: events go to `report`; `calls` are the guest's numbers.
+pub fn install(report: PathBuf, calls: Calls) {
+    let _ = REPORT.set(report);
+    let _ = CALLS.set(calls);
+    ACTIVE.store(true, Ordering::SeqCst);
+}
+
+/// The guest exits: says how many events went unwritten.
+pub fn finish() {
+    let b = board();
+    if b.events > MAX_REPORTED {
+        if let Some(path) = REPORT.get() {
+            let line = format!("{} more events\n", b.events - MAX_REPORTED);
+            let _ = std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .and_then(|mut f| f.write_all(line.as_bytes()));
+        }
+    }
+}
+
+/// Whether turns are on.
+#[inline]
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// In a forked child (one thread, its parent's board copied mid-use): off.
+pub fn forked() {
+    ACTIVE.store(false, Ordering::SeqCst);
+}
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// The number of the thread starting on this host thread (outside QEMU's execution loop),
+/// given at its parent's `clone` return, once the parent has run a block since (None when
+/// that never came: numbered as it starts, reported).
+pub fn number_of_new_thread() -> Option<u32> {
+    let tid = gettid();
+    let start = Instant::now();
+    let mut b = board();
+    loop {
+        if let Some(i) = b.pending.iter().position(|p| p.tid == tid && p.released) {
+            return Some(b.pending.remove(i).number);
+        }
+        if !active() || start.elapsed() >= SETTLE {
+            b.lost(
+                0,
+                0,
+                &format!("thread of host id {tid} started without its clone"),
+            );
+            return None;
+        }
+        b = WAKE
+            .wait_timeout(b, NAP)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// Why a wait for the turn ended.
+#[derive(PartialEq)]
+enum Got {
+    Turn,
+    /// Turns are off now (the guest exits).
+    Off,
+    /// The holder stalled in guest code: this thread runs its block out of turn.
+    OutOfTurn,
+}
+
+/// One thread's side of the turns.
+pub struct Turn {
+    number: u32,
+    quantum: u64,
+    /// Instructions in this turn so far.
+    used: u64,
+    /// Instructions in a row inside excluded libraries.
+    outside: u64,
+    /// Instructions the thread has run.
+    total: u64,
+    holding: bool,
+    arrived: bool,
+    /// Created a thread that waits for this one's next block.
+    spawned: bool,
+    /// Out of the order for good (exited; QEMU may still run a restarted exit).
+    gone: bool,
+    /// The system call in progress: number and arguments, and whether the thread held the
+    /// turn when it entered it.
+    call: (i64, [u64; 6]),
+    entered_holding: bool,
+}
+
+impl Turn {
+    /// Thread `number` starts (on its parent's host thread under QEMU 7.2, on its own under 9+).
+    pub fn new(number: u32, quantum: u64) -> Turn {
+        let mut b = board();
+        if b.slot(number).is_none() {
+            let at = b.slots.partition_point(|s| s.number < number);
+            b.slots.insert(
+                at,
+                Slot {
+                    number,
+                    tid: 0,
+                    state: State::Ready,
+                    arrived: false,
+                    at: 0,
+                },
+            );
+        }
+        if b.turn.is_none() {
+            b.turn = Some(number);
+        }
+        WAKE.notify_all();
+        Turn {
+            number,
+            quantum: quantum.max(1),
+            used: 0,
+            outside: 0,
+            total: 0,
+            holding: false,
+            arrived: false,
+            spawned: false,
+            gone: false,
+            call: (-1, [0; 6]),
+            entered_holding: false,
+        }
+    }
+
+    /// A block of `insns` instructions starts, in an excluded library or not; false when it
+    /// runs after the guest's exit and must not count.
+    #[inline]
+    pub fn on_block(&mut self, insns: u64, excluded: bool) -> bool {
+        if !active() || self.gone {
+            return !ENDED.load(Ordering::Relaxed);
+        }
+        if excluded {
+            self.outside += insns;
+        } else {
+            self.outside = 0;
+        }
+        if !self.holding
+            || self.used >= self.quantum
+            || self.outside > self.quantum / 16
+            || self.spawned
+        {
+            self.boundary();
+        }
+        self.used += insns;
+        self.total += insns;
+        TICK.fetch_add(1, Ordering::Relaxed);
+        !ENDED.load(Ordering::Relaxed)
+    }
+
+    #[cold]
+    fn boundary(&mut self) {
+        let mut b = board();
+        self.arrive(&mut b);
+        if self.spawned {
+            // QEMU's flush after the clone is done: the new threads may start.
+            self.spawned = false;
+            let me = self.number;
+            b.pending
+                .iter_mut()
+                .filter(|p| p.parent == me)
+                .for_each(|p| p.released = true);
+            WAKE.notify_all();
+            if self.holding && self.used < self.quantum && self.outside <= self.quantum / 16 {
+                return;
+            }
+        }
+        let total = self.total;
+        match b.slot(self.number) {
+            Some(s) if s.state == State::Exited => {
+                // An exit QEMU restarted: the thread runs on outside the order.
+                self.holding = false;
+                self.gone = true;
+                return;
+            }
+            Some(s) => {
+                s.at = total;
+                // A system call whose return never came (QEMU restarted it).
+                if !s.eligible() {
+                    s.state = State::Ready;
+                }
+            }
+            None => {}
+        }
+        if self.holding && b.turn == Some(self.number) {
+            b.pass(self.number);
+        }
+        self.outside = 0;
+        let got = self.wait(b, true);
+        self.holding = got == Got::Turn;
+        self.used = 0;
+    }
+
+    /// The thread is running on its own host thread (its first block or system call).
+    fn arrive(&mut self, b: &mut Board) {
+        if !self.arrived {
+            self.arrived = true;
+            let tid = gettid();
+            if let Some(s) = b.slot(self.number) {
+                s.arrived = true;
+                s.tid = tid;
+            }
+            WAKE.notify_all();
+        }
+    }
+
+    /// Waits until the thread holds the turn (in a block callback: `in_block`).
+    fn wait(&self, mut b: MutexGuard<'static, Board>, in_block: bool) -> Got {
+        let me = self.number;
+        let mut tick = TICK.load(Ordering::Relaxed);
+        let mut moved = Instant::now();
+        loop {
+            if !active() {
+                return Got::Off;
+            }
+            if b.turn.is_none() && b.slots.iter().any(|s| s.number == me && s.eligible()) {
+                b.turn = Some(me);
+            }
+            if b.turn == Some(me) {
+                match futex::settle(b) {
+                    Some(back) => b = back,
+                    None => return Got::Turn,
+                }
+                continue;
+            }
+            b = WAKE
+                .wait_timeout(b, NAP)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            let Some(holder) = b.turn else { continue };
+            match b.state(holder) {
+                Some(State::Call { since }) if since.elapsed() >= GRACE => {
+                    b.set(holder, State::Away);
+                    b.pass(holder);
+                    let at = b.at(holder);
+                    b.lost(
+                        holder,
+                        at,
+                        "a system call kept the turn too long; the turn went on",
+                    );
+                }
+                Some(State::Ready)
+                    if in_block
+                        && !b.settling
+                        && b.slots.iter().any(|s| s.number == holder && s.arrived) =>
+                {
+                    let now = TICK.load(Ordering::Relaxed);
+                    if now != tick {
+                        tick = now;
+                        moved = Instant::now();
+                    } else if moved.elapsed() >= STALL {
+                        b.lost(
+                            me,
+                            self.total,
+                            "ran a block out of turn (QEMU waited for every thread)",
+                        );
+                        return Got::OutOfTurn;
+                    }
+                }
+                _ => moved = Instant::now(),
+            }
+        }
+    }
+
+    /// The thread enters system call `nr` with arguments `args`.
+    pub fn syscall(&mut self, nr: i64, args: [u64; 6]) {
+        if !active() {
+            return;
+        }
+        let Some(calls) = CALLS.get() else { return };
+        if self.gone {
+            return;
+        }
+        self.call = (nr, args);
+        self.entered_holding = self.holding;
+        let me = self.number;
+        let mut b = board();
+        self.arrive(&mut b);
+        let total = self.total;
+        if let Some(s) = b.slot(me) {
+            s.at = total;
+        }
+        if nr == calls.exit_group {
+            ENDED.store(true, Ordering::SeqCst);
+            ACTIVE.store(false, Ordering::SeqCst);
+            WAKE.notify_all();
+        } else if nr == calls.exit {
+            self.leave(&mut b);
+        } else if nr == calls.futex
+            && matches!(args[1] & !FUTEX_FLAGS, FUTEX_WAIT | FUTEX_WAIT_BITSET)
+        {
+            let bits = if args[1] & !FUTEX_FLAGS == FUTEX_WAIT_BITSET {
+                args[5] as u32
+            } else {
+                u32::MAX
+            };
+            let (addr, op, val) = (args[0], args[1], args[2] as u32);
+            b.set(
+                me,
+                State::Entering {
+                    addr,
+                    op,
+                    val,
+                    bits,
+                },
+            );
+            b.pass(me);
+            self.holding = false;
+        } else if nr == calls.rt_sigreturn {
+            b.lost(me, self.total, "a signal handler returned");
+            b.set(
+                me,
+                State::Call {
+                    since: Instant::now(),
+                },
+            );
+        } else if calls.forks.contains(&nr) || (nr == calls.clone && args[0] & CLONE_VM == 0) {
+            let live = b.slots.iter().filter(|s| s.state != State::Exited).count();
+            if live > 1 {
+                b.lost(
+                    me,
+                    self.total,
+                    "forked while several threads ran (QEMU stops them all)",
+                );
+                ACTIVE.store(false, Ordering::SeqCst);
+                WAKE.notify_all();
+            }
+            b.set(
+                me,
+                State::Call {
+                    since: Instant::now(),
+                },
+            );
+        } else if nr == calls.clone {
+            b.set(me, State::Spawning);
+        } else {
+            b.set(
+                me,
+                State::Call {
+                    since: Instant::now(),
+                },
+            );
+        }
+    }
+
+    /// The thread's system call returns `ret`. `created` numbers a thread its `clone` created.
+    pub fn syscall_ret(&mut self, ret: i64, created: impl FnOnce() -> u32) {
+        if !active() || self.gone {
+            return;
+        }
+        let Some(calls) = CALLS.get() else { return };
+        let (nr, args) = self.call;
+        self.call = (-1, [0; 6]);
+        let me = self.number;
+        let mut b = board();
+        match b.state(me) {
+            Some(State::Entering { .. }) => {
+                // The wait did not sleep: nobody ran meanwhile, the turn comes back.
+                b.set(me, State::Ready);
+                if self.entered_holding {
+                    b.turn = Some(me);
+                    self.holding = true;
+                }
+                WAKE.notify_all();
+            }
+            Some(State::Asleep {
+                addr,
+                val,
+                bits,
+                queued,
+                ..
+            }) => {
+                // Woken: the waker's return says so, and may come after this one.
+                let back = State::Asleep {
+                    addr,
+                    val,
+                    bits,
+                    queued,
+                    back: true,
+                };
+                b.set(me, back);
+                let start = Instant::now();
+                while ret == 0 && b.state(me) == Some(back) && active() && start.elapsed() < SETTLE
+                {
+                    b = WAKE
+                        .wait_timeout(b, NAP)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                if b.state(me) == Some(back) {
+                    let why = format!(
+                        "a futex wait on {addr:#x} ended without a wake of the guest's ({ret})"
+                    );
+                    b.lost(me, self.total, &why);
+                }
+                b.set(me, State::Ready);
+            }
+            Some(State::Spawning) if ret > 0 => {
+                // In the order from now on, whenever its host thread starts.
+                let number = created();
+                let at = b.slots.partition_point(|s| s.number < number);
+                b.slots.insert(
+                    at,
+                    Slot {
+                        number,
+                        tid: ret as i32,
+                        state: State::Ready,
+                        arrived: false,
+                        at: 0,
+                    },
+                );
+                b.pending.push(Pending {
+                    tid: ret as i32,
+                    number,
+                    parent: me,
+                    released: false,
+                });
+                self.spawned = true;
+                b.set(me, State::Ready);
+            }
+            Some(State::Call { .. }) if nr == calls.futex && ret > 0 => {
+                let op = args[1] & !FUTEX_FLAGS;
+                if op == FUTEX_WAKE || op == FUTEX_WAKE_BITSET {
+                    let bits = if op == FUTEX_WAKE_BITSET {
+                        args[5] as u32
+                    } else {
+                        u32::MAX
+                    };
+                    wake(&mut b, me, self.total, args[0], bits, ret as u64);
+                }
+                b.set(me, State::Ready);
+            }
+            Some(State::Exited) | None => return,
+            _ => b.set(me, State::Ready),
+        }
+        if nr == calls.sched_yield && b.turn == Some(me) {
+            b.pass(me);
+        }
+        if b.turn != Some(me) || !self.holding {
+            let got = self.wait(b, false);
+            self.holding = got == Got::Turn;
+            self.used = 0;
+        }
+    }
+
+    /// The thread exits: out of the order for good. Threads joining it (waiting on its id, as
+    /// `pthread_join` does; QEMU wakes them) rejoin.
+    fn leave(&mut self, b: &mut Board) {
+        let me = self.number;
+        if b.state(me) == Some(State::Exited) {
+            return;
+        }
+        let tid = b.slots.iter().find(|s| s.number == me).map_or(0, |s| s.tid);
+        for s in b.slots.iter_mut() {
+            if let State::Asleep { val, .. } = s.state {
+                if tid != 0 && val == tid as u32 {
+                    s.state = State::Woken;
+                }
+            }
+        }
+        b.set(me, State::Exited);
+        b.pass(me);
+        self.holding = false;
+        self.gone = true;
+        WAKE.notify_all();
+    }
+
+    /// The thread's vCPU goes away.
+    pub fn exit(&mut self) {
+        if active() && !self.gone {
+            let mut b = board();
+            self.leave(&mut b);
+        }
+    }
+}
