@@ -35,7 +35,9 @@ fn build_omp(root: &Path, name: &str, src_text: &str) -> Result<String> {
     Ok(out.to_string_lossy().into_owned())
 }
 
-fn bench(runs: usize, root: &Path, qemu: Option<&Path>) -> Result<()> {
+/// The programs measured: OpenMP with phases and with a dynamic schedule (2 and 4 threads),
+/// xz -T2 and pigz -p 2 on 12 MB.
+fn workloads(root: &Path) -> Result<Vec<Workload>> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let phases = build_omp(
         root,
@@ -56,39 +58,90 @@ fn bench(runs: usize, root: &Path, qemu: Option<&Path>) -> Result<()> {
         argv: vec![prog.clone(), rounds.into()],
         env: vec![("OMP_NUM_THREADS", threads)],
     };
-    let workloads = [
+    let tool_on_input = |name, tool_name: &str, args: &[&str]| -> Result<Workload> {
+        let mut argv = vec![s(&tool(tool_name)?)];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv.push(s(&input));
+        Ok(Workload {
+            name,
+            argv,
+            env: vec![],
+        })
+    };
+    Ok(vec![
         omp("omp 2 threads", &phases, "100", "2"),
         omp("omp 4 threads", &phases, "100", "4"),
         omp("omp dynamic 2", &dynamic, "20", "2"),
         omp("omp dynamic 4", &dynamic, "20", "4"),
-        Workload {
-            name: "xz -T2",
-            argv: vec![
-                s(&tool("xz")?),
-                "-T2".into(),
-                "--block-size=2MiB".into(),
-                "-6".into(),
-                "-c".into(),
-                s(&input),
-            ],
-            env: vec![],
-        },
-        Workload {
-            name: "pigz -p 2",
-            argv: vec![
-                s(&tool("pigz")?),
-                "-p".into(),
-                "2".into(),
-                "-9".into(),
-                "-c".into(),
-                s(&input),
-            ],
-            env: vec![],
-        },
-    ];
-    let bbv = s(&std::env::current_exe().context("cannot find the bbv binary")?);
+        tool_on_input("xz -T2", "xz", &["-T2", "--block-size=2MiB", "-6", "-c"])?,
+        tool_on_input("pigz -p 2", "pigz", &["-p", "2", "-9", "-c"])?,
+    ])
+}
+
+/// One program's medians: collect's wall time, the host schedule's wall and CPU time, and the
+/// deterministic schedule's (None when the QEMU cannot).
+type Row = (f64, f64, f64, Option<(f64, f64)>);
+
+fn measure(w: &Workload, runs: usize, root: &Path, qemu_args: &[String]) -> Result<Row> {
+    let bbv = std::env::current_exe().context("cannot find the bbv binary")?;
+    let bbv = bbv.to_string_lossy();
+    let out = root.join("run").to_string_lossy().into_owned();
+    let with = |head: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = head.iter().map(|x| x.to_string()).collect();
+        v.extend(qemu_args.iter().cloned());
+        v.push("--".into());
+        v.extend(w.argv.iter().cloned());
+        v
+    };
+    let collect = with(&[
+        &bbv,
+        "collect",
+        "--bb-out-file",
+        "bb.%p",
+        "--pc-out-file",
+        "pc.%p",
+    ]);
+    let looppoint = |schedule| {
+        with(&[
+            &bbv,
+            "run",
+            "--regions",
+            "looppoint",
+            "--schedule",
+            schedule,
+            "-o",
+            &out,
+        ])
+    };
+    let (host, det) = (looppoint("host"), looppoint("deterministic"));
+    let (mut a, mut b, mut bc, mut c, mut cc) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut det_ok = true;
+    for _ in 0..runs {
+        a.push(time(&collect, &w.env, root)?);
+        let (wall, cpu) = time_and_cpu(&host, &w.env, root)?;
+        b.push(wall);
+        bc.push(cpu);
+        let _ = std::fs::remove_dir_all(root.join("run"));
+        if det_ok {
+            match time_and_cpu(&det, &w.env, root) {
+                Ok((wall, cpu)) => {
+                    c.push(wall);
+                    cc.push(cpu);
+                }
+                // A QEMU before 9.1 cannot (bbv says so).
+                Err(_) => det_ok = false,
+            }
+            let _ = std::fs::remove_dir_all(root.join("run"));
+        }
+    }
+    let det = det_ok.then(|| (median(c), median(cc)));
+    Ok((median(a), median(b), median(bc), det))
+}
+
+fn bench(runs: usize, root: &Path, qemu: Option<&Path>) -> Result<()> {
+    let workloads = workloads(root)?;
     let qemu_args: Vec<String> = match qemu {
-        Some(q) => vec!["--qemu".into(), s(q)],
+        Some(q) => vec!["--qemu".into(), q.to_string_lossy().into_owned()],
         None => Vec::new(),
     };
     println!(
@@ -96,7 +149,7 @@ fn bench(runs: usize, root: &Path, qemu: Option<&Path>) -> Result<()> {
     );
     println!("(targets: bbv run --regions looppoint at most 1.3x bbv collect in wall time; --schedule deterministic at most 1.3x --schedule host in CPU time)\n");
     println!(
-        "{:<14} {:>10} {:>12} {:>7} {:>14} {:>9} {:>9} {:>9} {:>9}",
+        "{:<14} {:>10} {:>12} {:>7} {:>15} {:>9} {:>9} {:>9} {:>9}",
         "program",
         "collect s",
         "looppoint s",
@@ -109,75 +162,26 @@ fn bench(runs: usize, root: &Path, qemu: Option<&Path>) -> Result<()> {
     );
     let (mut worst, mut worst_cpu) = (0f64, 0f64);
     for w in &workloads {
-        let with = |head: &[&str]| -> Vec<String> {
-            let mut v: Vec<String> = head.iter().map(|x| x.to_string()).collect();
-            v.extend(qemu_args.iter().cloned());
-            v.push("--".into());
-            v.extend(w.argv.iter().cloned());
-            v
-        };
-        let out = s(&root.join("run"));
-        let collect = with(&[
-            &bbv,
-            "collect",
-            "--bb-out-file",
-            "bb.%p",
-            "--pc-out-file",
-            "pc.%p",
-        ]);
-        let looppoint = |schedule| {
-            with(&[
-                &bbv,
-                "run",
-                "--regions",
-                "looppoint",
-                "--schedule",
-                schedule,
-                "-o",
-                &out,
-            ])
-        };
-        let (host, det) = (looppoint("host"), looppoint("deterministic"));
-        let (mut a, mut b, mut c, mut bc, mut cc) = (vec![], vec![], vec![], vec![], vec![]);
-        let mut det_ok = true;
-        for _ in 0..runs {
-            a.push(time(&collect, &w.env, root)?);
-            let (wall, cpu) = time_and_cpu(&host, &w.env, root)?;
-            b.push(wall);
-            bc.push(cpu);
-            let _ = std::fs::remove_dir_all(root.join("run"));
-            if det_ok {
-                match time_and_cpu(&det, &w.env, root) {
-                    Ok((wall, cpu)) => {
-                        c.push(wall);
-                        cc.push(cpu);
-                    }
-                    // A QEMU before 9.1 cannot (bbv says so).
-                    Err(_) => det_ok = false,
-                }
-                let _ = std::fs::remove_dir_all(root.join("run"));
-            }
-        }
-        let (a, b, bc) = (median(a), median(b), median(bc));
+        let (a, b, bc, det) = measure(w, runs, root, &qemu_args)?;
         worst = worst.max(b / a);
-        if det_ok {
-            let (c, cc) = (median(c), median(cc));
-            worst_cpu = worst_cpu.max(cc / bc);
-            println!(
-                "{:<14} {:>10.2} {:>12.2} {:>6.2}x {:>14.2} {:>8.2}x {:>9.2} {:>9.2} {:>8.2}x",
-                w.name,
-                a,
-                b,
-                b / a,
-                c,
-                c / b,
-                bc,
-                cc,
-                cc / bc
-            );
-        } else {
-            println!(
-                "{:<14} {:>10.2} {:>12.2} {:>6.2}x {:>14} {:>9} {:>9.2} {:>9} {:>9}",
+        match det {
+            Some((c, cc)) => {
+                worst_cpu = worst_cpu.max(cc / bc);
+                println!(
+                    "{:<14} {:>10.2} {:>12.2} {:>6.2}x {:>15.2} {:>8.2}x {:>9.2} {:>9.2} {:>8.2}x",
+                    w.name,
+                    a,
+                    b,
+                    b / a,
+                    c,
+                    c / b,
+                    bc,
+                    cc,
+                    cc / bc
+                );
+            }
+            None => println!(
+                "{:<14} {:>10.2} {:>12.2} {:>6.2}x {:>15} {:>9} {:>9.2} {:>9} {:>9}",
                 w.name,
                 a,
                 b,
@@ -187,7 +191,7 @@ fn bench(runs: usize, root: &Path, qemu: Option<&Path>) -> Result<()> {
                 bc,
                 "-",
                 "-"
-            );
+            ),
         }
     }
     println!("\nworst: looppoint {worst:.2}x collect (target <= 1.3x)");
