@@ -99,7 +99,7 @@ enum Ty {
 
 /// `bbv run`'s options a CPU job may set (the values are checked by `bbv run`'s own parser
 /// before anything runs).
-const CPU_OPTIONS: [(&str, Ty); 19] = [
+const CPU_OPTIONS: [(&str, Ty); 20] = [
     ("interval", Ty::Int),
     ("max-k", Ty::Int),
     ("validate", Ty::Bool),
@@ -110,6 +110,7 @@ const CPU_OPTIONS: [(&str, Ty); 19] = [
     ("regions", Ty::Str),
     ("exclude-image", Ty::List),
     ("flow-quantum", Ty::Int),
+    ("schedule", Ty::Str),
     ("exact", Ty::Bool),
     ("tail", Ty::Bool),
     ("count-rep", Ty::Str),

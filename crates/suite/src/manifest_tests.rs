@@ -18,7 +18,7 @@ fn defaults_apply_and_jobs_override_them() {
         dir.path(),
         "[defaults]\ninterval = 1000000\nmax-k = 5\nenv = { A = \"1\", B = \"2\" }\ntimeout = \"2m\"\n\n\
          [[job]]\nname = \"one\"\ncommand = [\"sh\", \"-c\", \"true\"]\nmax-k = 3\nenv = { B = \"3\" }\n\
-         exclude-image = [\"libgomp\", \"libfoo\"]\nvalidate = true\npick = \"metrics\"\n\n\
+         exclude-image = [\"libgomp\", \"libfoo\"]\nvalidate = true\npick = \"metrics\"\nschedule = \"deterministic\"\n\n\
          [[job]]\nname = \"two.b_c-d\"\ncommand = [\"true\"]\ntimeout = 30\n",
     )
     .unwrap();
@@ -36,7 +36,7 @@ fn defaults_apply_and_jobs_override_them() {
         .collect();
     assert_eq!(
         args.join(" "),
-        "run --exclude-image libgomp --exclude-image libfoo --interval 1000000 --max-k 3 --pick metrics --validate -o /o/one -- sh -c true"
+        "run --exclude-image libgomp --exclude-image libfoo --interval 1000000 --max-k 3 --pick metrics --schedule deterministic --validate -o /o/one -- sh -c true"
     );
     assert_eq!(m.jobs[1].timeout, Some(Duration::from_secs(30)));
     let env = m.jobs[1].environment("/root");
