@@ -171,10 +171,11 @@ pub struct RunArgs {
     /// Pace the threads of a multi-threaded program: none runs more than N instructions ahead
     /// of the slowest running one, in the run and in its replay, so that global markers mean
     /// the same work each time (0 = threads run unpaced; default: a twentieth of the interval).
+    /// Under the deterministic schedule: the length of a turn (default 100000).
     #[arg(long = "flow-quantum", value_name = "N")]
     pub flow_quantum: Option<u64>,
-    /// How the guest's threads are scheduled: as the host runs them (host), or in turns of
-    /// the flow quantum in an order that depends only on the program, so that a replay
+    /// How the guest's threads are scheduled: as the host runs them (host), or in turns in an
+    /// order that depends only on the program, so that a replay
     /// follows the same interleaving (deterministic: one thread runs at a time; QEMU 9.1 or
     /// later). auto: deterministic for --regions looppoint where the QEMU allows it.
     #[arg(long, value_name = "HOW", default_value = "auto", value_parser = ["auto", "host", "deterministic"])]

@@ -358,7 +358,7 @@ impl RunOptions {
             collect.counting.flow =
                 (self.flow_quantum).unwrap_or_else(|| crate::flow_quantum(self.interval));
         }
-        let quantum = (self.flow_quantum).unwrap_or_else(|| crate::flow_quantum(self.interval));
+        let quantum = (self.flow_quantum).unwrap_or(crate::TURN_QUANTUM);
         let deterministic = self.schedule == Schedule::Deterministic;
         if deterministic {
             // One thread at a time: turns replace the pacing.

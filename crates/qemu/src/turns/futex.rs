@@ -24,6 +24,7 @@ pub(super) fn settle(b: MutexGuard<'static, Board>) -> Option<MutexGuard<'static
     b.settling = true;
     drop(b);
     let start = Instant::now();
+    let mut pause = Duration::from_micros(10);
     let mut asleep = Vec::new();
     loop {
         for &(number, tid, state) in &pending {
@@ -76,7 +77,9 @@ pub(super) fn settle(b: MutexGuard<'static, Board>) -> Option<MutexGuard<'static
             return Some(b);
         }
         drop(b);
-        std::thread::sleep(Duration::from_micros(20));
+        // The waiter needs a core to get into the kernel: back off rather than poll it out.
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
     }
 }
 

@@ -4,9 +4,11 @@
 //! marker falls at the same point of every thread's work in every run.
 //!
 //! Three rules keep the order independent of the host:
-//! * A turn ends at a block boundary once the thread has run Q instructions (or Q/16 in a row
-//!   inside an excluded library, where OpenMP runtimes spin), at `sched_yield`, at a futex wait
-//!   and at the thread's exit. Every other system call keeps the turn.
+//! * A turn ends at a block boundary once the thread has run Q instructions (or [`SPIN`] in a
+//!   row inside an excluded library, where OpenMP runtimes spin: their `pause` leaves QEMU's
+//!   execution loop each time, so spinning costs several times an ordinary instruction), at
+//!   `sched_yield`, at a futex wait and at the thread's exit. Every other system call keeps
+//!   the turn.
 //! * A futex wait gives the turn away only once the waiter is asleep in the kernel (its
 //!   `/proc/self/task/TID/syscall` names the wait); the next holder checks that before it runs
 //!   guest code, so the kernel queues waiters in turn order. A wait that does not sleep (the
@@ -46,6 +48,9 @@ const STALL: Duration = Duration::from_secs(1);
 pub(super) const SETTLE: Duration = Duration::from_secs(5);
 /// One sleep of a waiting thread (it re-reads the board after each).
 const NAP: Duration = Duration::from_millis(5);
+/// Most instructions in a row a thread runs inside an excluded library before its turn ends
+/// (at most a sixteenth of the quantum).
+const SPIN: u64 = 8192;
 /// Events written to `DIR/schedule` at most (the count goes on).
 pub(super) const MAX_REPORTED: u64 = 100;
 
@@ -192,6 +197,8 @@ pub struct Turn {
     used: u64,
     /// Instructions in a row inside excluded libraries.
     outside: u64,
+    /// Their limit per turn.
+    spin: u64,
     /// Instructions the thread has run.
     total: u64,
     holding: bool,
@@ -230,6 +237,7 @@ impl Turn {
         Turn {
             number,
             quantum: quantum.max(1),
+            spin: (quantum / 16).clamp(1, SPIN),
             used: 0,
             outside: 0,
             total: 0,
@@ -254,11 +262,7 @@ impl Turn {
         } else {
             self.outside = 0;
         }
-        if !self.holding
-            || self.used >= self.quantum
-            || self.outside > self.quantum / 16
-            || self.spawned
-        {
+        if !self.holding || self.used >= self.quantum || self.outside > self.spin || self.spawned {
             self.boundary();
         }
         self.used += insns;
@@ -280,7 +284,7 @@ impl Turn {
                 .filter(|p| p.parent == me)
                 .for_each(|p| p.released = true);
             WAKE.notify_all();
-            if self.holding && self.used < self.quantum && self.outside <= self.quantum / 16 {
+            if self.holding && self.used < self.quantum && self.outside <= self.spin {
                 return;
             }
         }
