@@ -87,6 +87,20 @@ pub(super) struct Pending {
     pub(super) released: bool,
 }
 pub(super) static WAKE: Condvar = Condvar::new();
+/// Where thread N waits for its turn (`SEATS[N % 64]`): a turn change wakes the new holder
+/// alone, not every waiting thread.
+pub(super) static SEATS: [Condvar; 64] = [const { Condvar::new() }; 64];
+
+/// The condition variable thread `number` waits for its turn on.
+pub(super) fn seat(number: u32) -> &'static Condvar {
+    &SEATS[number as usize % SEATS.len()]
+}
+
+/// Wakes every thread, waiting for its turn or for anything else (turns end, a fork).
+pub(super) fn wake_everyone() {
+    WAKE.notify_all();
+    SEATS.iter().for_each(Condvar::notify_all);
+}
 
 pub(super) fn board() -> MutexGuard<'static, Board> {
     BOARD.lock().unwrap_or_else(|e| e.into_inner())
@@ -122,7 +136,9 @@ impl Board {
     pub(super) fn pass(&mut self, number: u32) {
         if self.turn == Some(number) {
             self.turn = self.next_after(number);
-            WAKE.notify_all();
+            if let Some(next) = self.turn {
+                seat(next).notify_all();
+            }
         }
     }
 

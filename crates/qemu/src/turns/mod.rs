@@ -114,7 +114,7 @@ const FUTEX_FLAGS: u64 = 128 | 256;
 mod board;
 mod futex;
 
-use board::{board, wake, Board, Pending, Slot, State, WAKE};
+use board::{board, seat, wake, wake_everyone, Board, Pending, Slot, State, WAKE};
 
 /// Turns on for this run: events go to `report`; `calls` are the guest's numbers.
 pub fn install(report: PathBuf, calls: Calls) {
@@ -346,7 +346,7 @@ impl Turn {
                 }
                 continue;
             }
-            b = WAKE
+            b = seat(me)
                 .wait_timeout(b, NAP)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
@@ -406,7 +406,7 @@ impl Turn {
         if nr == calls.exit_group {
             ENDED.store(true, Ordering::SeqCst);
             ACTIVE.store(false, Ordering::SeqCst);
-            WAKE.notify_all();
+            wake_everyone();
         } else if nr == calls.exit {
             self.leave(&mut b);
         } else if nr == calls.futex
@@ -446,7 +446,7 @@ impl Turn {
                     "forked while several threads ran (QEMU stops them all)",
                 );
                 ACTIVE.store(false, Ordering::SeqCst);
-                WAKE.notify_all();
+                wake_everyone();
             }
             b.set(
                 me,
