@@ -179,10 +179,12 @@ fn replay_meets_the_bar(dir: &Path, threads: &str, guest: &[&str]) {
 }
 
 #[test]
-fn openmp_two_threads_auto() {
-    // The main thread runs the most instructions, but its code also runs on the other
-    // thread: auto ends in looppoint and says why.
-    profile_and_replay("2", "100", &[]);
+fn openmp_two_threads() {
+    // Explicitly: with 2 threads the main one runs the most instructions, and whether auto then
+    // finds markers for its intervals (its code also runs on the other thread) follows the
+    // host's interleaving: under load it found them in most runs (and under the deterministic
+    // schedule in every run), so auto's choice is no test of the regions.
+    profile_and_replay("2", "100", &["--regions", "looppoint"]);
 }
 
 #[test]
