@@ -76,19 +76,18 @@ fn run(dir: &Path, threads: &str, guest: &[&str]) -> Output {
     finish_within(cmd, Duration::from_secs(300))
 }
 
+/// The OpenMP program with a dynamic-schedule loop, built in `dir`.
+fn omp_dynamic(dir: &Path) -> PathBuf {
+    build(dir, "gcc", "omp_dynamic.c", "omp_dyn", &["-O2", "-fopenmp"])
+}
+
 #[test]
 fn two_runs_and_their_replays_follow_one_order() {
     // A dynamic-schedule loop hands chunks to whichever thread asks first: under the host's
     // schedule the split (and the floating-point sum the program prints) changes from run to
     // run, and replayed regions moved by up to 16% (L1 0.29).
     let dir = tempfile::tempdir().unwrap();
-    let prog = build(
-        dir.path(),
-        "gcc",
-        "omp_dynamic.c",
-        "omp_dyn",
-        &["-O2", "-fopenmp"],
-    );
+    let prog = omp_dynamic(dir.path());
     let prog = prog.to_str().unwrap();
     let mut printed = Vec::new();
     let mut files = Vec::new();
@@ -226,13 +225,7 @@ fn qemu_7_2_is_refused_before_anything_is_written() {
 #[test]
 fn looppoint_regions_take_turns_where_qemu_allows_and_replay_needs_the_same_threads() {
     let dir = tempfile::tempdir().unwrap();
-    let prog = build(
-        dir.path(),
-        "gcc",
-        "omp_dynamic.c",
-        "omp_dyn",
-        &["-O2", "-fopenmp"],
-    );
+    let prog = omp_dynamic(dir.path());
     let prog = prog.to_str().unwrap();
     let looppoint = |name: &str, qemu: &Path| {
         let mut cmd = bbv();

@@ -203,25 +203,28 @@ pub(super) fn wake(b: &mut Board, me: u32, at: u64, addr: u64, bits: u32, n: u64
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_ring_passes_to_the_next_eligible_thread_in_creation_order() {
-        let mut b = Board {
-            slots: Vec::new(),
+    /// A board of threads 1, 2, ... in `states`, thread 1 holding the turn.
+    fn board_of(states: &[State]) -> Board {
+        let slots = (1..).zip(states).map(|(number, &state)| Slot {
+            number,
+            tid: 0,
+            state,
+            arrived: true,
+            at: 0,
+        });
+        Board {
+            slots: slots.collect(),
             turn: Some(1),
             queued: 0,
             settling: false,
             pending: Vec::new(),
             events: 0,
-        };
-        for (number, state) in [(1, State::Ready), (2, State::Away), (3, State::Woken)] {
-            b.slots.push(Slot {
-                number,
-                tid: 0,
-                state,
-                arrived: true,
-                at: 0,
-            });
         }
+    }
+
+    #[test]
+    fn the_ring_passes_to_the_next_eligible_thread_in_creation_order() {
+        let mut b = board_of(&[State::Ready, State::Away, State::Woken]);
         b.pass(1);
         assert_eq!(b.turn, Some(3));
         b.pass(3);
@@ -234,14 +237,6 @@ mod tests {
 
     #[test]
     fn wakes_follow_the_order_of_sleep_and_the_bits() {
-        let mut b = Board {
-            slots: Vec::new(),
-            turn: Some(1),
-            queued: 0,
-            settling: false,
-            pending: Vec::new(),
-            events: 0,
-        };
         let asleep = |addr, bits, queued| State::Asleep {
             addr,
             val: 0,
@@ -249,21 +244,13 @@ mod tests {
             queued,
             back: false,
         };
-        for (number, state) in [
-            (1, State::Ready),
-            (2, asleep(0x10, 1, 5)),
-            (3, asleep(0x10, 3, 2)),
-            (4, asleep(0x20, 1, 1)),
-            (5, asleep(0x10, 2, 3)),
-        ] {
-            b.slots.push(Slot {
-                number,
-                tid: 0,
-                state,
-                arrived: true,
-                at: 0,
-            });
-        }
+        let mut b = board_of(&[
+            State::Ready,
+            asleep(0x10, 1, 5),
+            asleep(0x10, 3, 2),
+            asleep(0x20, 1, 1),
+            asleep(0x10, 2, 3),
+        ]);
         wake(&mut b, 1, 0, 0x10, 1, 1);
         assert_eq!(
             b.state(3),
