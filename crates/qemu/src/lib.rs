@@ -76,6 +76,7 @@ mod slices;
 mod state;
 mod thread;
 mod turns;
+mod watch;
 mod x86;
 
 use std::sync::OnceLock;
