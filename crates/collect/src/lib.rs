@@ -72,6 +72,11 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// The request as it will run.
+    pub fn request(&self) -> &Request {
+        &self.request
+    }
+
     /// Threads take deterministic turns of `quantum` instructions instead of being paced, if
     /// this QEMU allows it (9.1 and later); false otherwise, nothing changed.
     pub fn take_turns(&mut self, quantum: u64) -> bool {

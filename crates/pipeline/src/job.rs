@@ -72,17 +72,14 @@ pub fn run(
     let mut prepared = bbv_collect::prepare(req.collect.clone())?;
     let qemu = bbv_collect::qemu_version(&prepared.qemu).unwrap_or_else(|| "unknown".into());
     let mut warnings = Vec::new();
-    let mut collect = req.collect.clone();
     if let Some(q) = req.turns_if_possible {
-        if prepared.take_turns(q) {
-            collect.counting.turns = q;
-            collect.counting.flow = 0;
-        } else {
-            warnings.push(format!("QEMU {qemu} runs the threads as the host schedules them (paced within {} instructions): replayed regions can drift; QEMU 9.1 or later (scripts/build-qemu, --qemu) gives a deterministic order", collect.counting.flow));
+        if !prepared.take_turns(q) {
+            warnings.push(format!("QEMU {qemu} runs the threads as the host schedules them (paced within {} instructions): replayed regions can drift; QEMU 9.1 or later (scripts/build-qemu, --qemu) gives a deterministic order", req.collect.counting.flow));
         }
     }
+    // The summary records what ran.
     let req = &RunRequest {
-        collect,
+        collect: prepared.request().clone(),
         ..req.clone()
     };
     let r = &req.collect;

@@ -452,14 +452,18 @@ fn filtered_between(
 ) -> u64 {
     let before: HashMap<u32, u64> = a.1.iter().copied().collect();
     b.1.iter()
-        .filter(|(id, _)| {
-            counted
-                .get((*id as usize).wrapping_sub(1))
-                .copied()
-                .unwrap_or(true)
-        })
+        .filter(|(id, _)| is_counted(counted, *id))
         .map(|&(id, c)| c.saturating_sub(before.get(&id).copied().unwrap_or(0)))
         .sum()
+}
+
+/// Whether block `id` (1-based) counts toward looppoint lengths: it lies outside the excluded
+/// images (a block the replay's table does not know counts).
+fn is_counted(counted: &[bool], id: u32) -> bool {
+    counted
+        .get((id as usize).wrapping_sub(1))
+        .copied()
+        .unwrap_or(true)
 }
 
 fn check(
@@ -501,13 +505,7 @@ fn check(
                     };
                     // Slices leave the excluded libraries out (a runtime spinning at a
                     // barrier): the replay's vector does too, like for like.
-                    let kept = |id: u32| {
-                        counted.is_none_or(|c| {
-                            c.get((id as usize).wrapping_sub(1))
-                                .copied()
-                                .unwrap_or(true)
-                        })
-                    };
+                    let kept = |id: u32| counted.is_none_or(|c| is_counted(c, id));
                     let diff: Vec<(u32, u64)> =
                         b.1.iter()
                             .map(|&(id, c)| (id, c - before.get(&id).copied().unwrap_or(0).min(c)))

@@ -132,6 +132,22 @@ impl Board {
         after.chain(before).find(|s| s.eligible()).map(|s| s.number)
     }
 
+    /// Puts thread `number` (host thread `tid`, 0 when not yet known) in the order, Ready, if
+    /// it is not there yet.
+    pub(super) fn insert(&mut self, number: u32, tid: i32) {
+        if self.slot(number).is_none() {
+            let at = self.slots.partition_point(|s| s.number < number);
+            let slot = Slot {
+                number,
+                tid,
+                state: State::Ready,
+                arrived: false,
+                at: 0,
+            };
+            self.slots.insert(at, slot);
+        }
+    }
+
     /// `number`'s turn ends.
     pub(super) fn pass(&mut self, number: u32) {
         if self.turn == Some(number) {

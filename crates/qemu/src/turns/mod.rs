@@ -59,7 +59,8 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// The guest called `exit_group`: what other threads run until QEMU stops them depends on the
 /// host, and is not counted.
 static ENDED: AtomicBool = AtomicBool::new(false);
-/// Blocks run by turn holders (a holder that stops moving is seen by the waiters).
+/// The latest instruction count a block started at (a holder that stops moving is seen by
+/// the waiters).
 static TICK: AtomicU64 = AtomicU64::new(0);
 /// Where events go.
 pub(super) static REPORT: OnceLock<PathBuf> = OnceLock::new();
@@ -114,7 +115,15 @@ const FUTEX_FLAGS: u64 = 128 | 256;
 mod board;
 mod futex;
 
-use board::{board, seat, wake, wake_everyone, Board, Pending, Slot, State, WAKE};
+use board::{board, seat, wake, wake_everyone, Board, Pending, State, WAKE};
+
+/// The bits a futex operation waits or wakes with (its sixth argument for the bitset forms).
+fn futex_bits(args: &[u64; 6]) -> u32 {
+    match args[1] & !FUTEX_FLAGS {
+        FUTEX_WAIT_BITSET | FUTEX_WAKE_BITSET => args[5] as u32,
+        _ => u32::MAX,
+    }
+}
 
 /// Turns on for this run: events go to `report`; `calls` are the guest's numbers.
 pub fn install(report: PathBuf, calls: Calls) {
@@ -202,7 +211,6 @@ pub struct Turn {
     /// Instructions the thread has run.
     total: u64,
     holding: bool,
-    arrived: bool,
     /// Created a thread that waits for this one's next block.
     spawned: bool,
     /// Out of the order for good (exited; QEMU may still run a restarted exit).
@@ -214,22 +222,10 @@ pub struct Turn {
 }
 
 impl Turn {
-    /// Thread `number` starts (on its parent's host thread under QEMU 7.2, on its own under 9+).
+    /// Thread `number` starts, on its own host thread.
     pub fn new(number: u32, quantum: u64) -> Turn {
         let mut b = board();
-        if b.slot(number).is_none() {
-            let at = b.slots.partition_point(|s| s.number < number);
-            b.slots.insert(
-                at,
-                Slot {
-                    number,
-                    tid: 0,
-                    state: State::Ready,
-                    arrived: false,
-                    at: 0,
-                },
-            );
-        }
+        b.insert(number, 0);
         if b.turn.is_none() {
             b.turn = Some(number);
         }
@@ -242,7 +238,6 @@ impl Turn {
             outside: 0,
             total: 0,
             holding: false,
-            arrived: false,
             spawned: false,
             gone: false,
             call: (-1, [0; 6]),
@@ -267,7 +262,8 @@ impl Turn {
         }
         self.used += insns;
         self.total += insns;
-        TICK.fetch_add(1, Ordering::Relaxed);
+        // A plain store (no locked add on every block): waiters only look for a change.
+        TICK.store(self.total, Ordering::Relaxed);
         !ENDED.load(Ordering::Relaxed)
     }
 
@@ -315,14 +311,10 @@ impl Turn {
     }
 
     /// The thread is running on its own host thread (its first block or system call).
-    fn arrive(&mut self, b: &mut Board) {
-        if !self.arrived {
-            self.arrived = true;
-            let tid = gettid();
-            if let Some(s) = b.slot(self.number) {
-                s.arrived = true;
-                s.tid = tid;
-            }
+    fn arrive(&self, b: &mut Board) {
+        if let Some(s) = b.slot(self.number).filter(|s| !s.arrived) {
+            s.arrived = true;
+            s.tid = gettid();
             WAKE.notify_all();
         }
     }
@@ -412,11 +404,7 @@ impl Turn {
         } else if nr == calls.futex
             && matches!(args[1] & !FUTEX_FLAGS, FUTEX_WAIT | FUTEX_WAIT_BITSET)
         {
-            let bits = if args[1] & !FUTEX_FLAGS == FUTEX_WAIT_BITSET {
-                args[5] as u32
-            } else {
-                u32::MAX
-            };
+            let bits = futex_bits(&args);
             let (addr, op, val) = (args[0], args[1], args[2] as u32);
             b.set(
                 me,
@@ -521,17 +509,7 @@ impl Turn {
             Some(State::Spawning) if ret > 0 => {
                 // In the order from now on, whenever its host thread starts.
                 let number = created();
-                let at = b.slots.partition_point(|s| s.number < number);
-                b.slots.insert(
-                    at,
-                    Slot {
-                        number,
-                        tid: ret as i32,
-                        state: State::Ready,
-                        arrived: false,
-                        at: 0,
-                    },
-                );
+                b.insert(number, ret as i32);
                 b.pending.push(Pending {
                     tid: ret as i32,
                     number,
@@ -544,12 +522,14 @@ impl Turn {
             Some(State::Call { .. }) if nr == calls.futex && ret > 0 => {
                 let op = args[1] & !FUTEX_FLAGS;
                 if op == FUTEX_WAKE || op == FUTEX_WAKE_BITSET {
-                    let bits = if op == FUTEX_WAKE_BITSET {
-                        args[5] as u32
-                    } else {
-                        u32::MAX
-                    };
-                    wake(&mut b, me, self.total, args[0], bits, ret as u64);
+                    wake(
+                        &mut b,
+                        me,
+                        self.total,
+                        args[0],
+                        futex_bits(&args),
+                        ret as u64,
+                    );
                 }
                 b.set(me, State::Ready);
             }
