@@ -129,24 +129,48 @@ fn dir_of(dirs: &[(String, PathBuf)], name: &str) -> Result<PathBuf> {
         .with_context(|| format!("the {name} crate's sources were not found (cargo fetch)"))
 }
 
-struct Program {
-    name: &'static str,
+/// One C program of the benchmark: its sources, flags and the argument lists it runs with.
+pub(crate) struct Program {
+    pub(crate) name: &'static str,
     sources: Vec<PathBuf>,
     includes: Vec<PathBuf>,
     defines: Vec<&'static str>,
-    runs: Vec<Vec<String>>,
+    pub(crate) runs: Vec<Vec<String>>,
 }
 
-fn check(st: std::process::ExitStatus, what: &str) -> Result<()> {
+impl Program {
+    /// The workload's label in tables: `lua SCRIPT` for Lua's runs, else the program's name.
+    pub(crate) fn label(&self, args: &[String]) -> String {
+        match args.first() {
+            Some(a) if self.name == "lua" => format!(
+                "lua {}",
+                Path::new(a)
+                    .file_stem()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+            ),
+            _ => self.name.to_string(),
+        }
+    }
+}
+
+pub(crate) fn check(st: std::process::ExitStatus, what: &str) -> Result<()> {
     if !st.success() {
         bail!("{what} failed ({st})");
     }
     Ok(())
 }
 
-/// Builds `p` in `variant` with `compiler` into `dir/name-variant`.
-fn build(p: &Program, variant: &str, compiler: &str, dir: &Path) -> Result<PathBuf> {
-    let exe = dir.join(format!("{}-{variant}", p.name));
+/// Builds `p` in `variant` with `compiler` at optimisation `level` (`-O2`) into
+/// `dir/name-variant-level`.
+pub(crate) fn build(
+    p: &Program,
+    variant: &str,
+    compiler: &str,
+    level: &str,
+    dir: &Path,
+) -> Result<PathBuf> {
+    let exe = dir.join(format!("{}-{variant}{level}", p.name));
     let bbv = std::env::current_exe()?;
     let mut cmd = match variant {
         "total" | "blocks" | "count" => {
@@ -156,7 +180,7 @@ fn build(p: &Program, variant: &str, compiler: &str, dir: &Path) -> Result<PathB
         }
         _ => Command::new(compiler),
     };
-    cmd.arg("-O2").arg("-w");
+    cmd.arg(level).arg("-w");
     if variant == "profgen" {
         cmd.arg("-fprofile-generate");
     }
@@ -203,7 +227,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// The three programs with their sources and inputs, written into `d`.
-fn programs(d: &Path) -> Result<Vec<Program>> {
+pub(crate) fn programs(d: &Path) -> Result<Vec<Program>> {
     let dirs = crate_dirs()?;
     let lua = dir_of(&dirs, "lua-src")?.join("lua-5.4.9");
     let mut lua_sources: Vec<PathBuf> = std::fs::read_dir(&lua)?
@@ -252,7 +276,17 @@ fn programs(d: &Path) -> Result<Vec<Program>> {
             name: "lua",
             sources: lua_sources,
             includes: vec![lua.clone()],
-            defines: vec!["-DLUA_USE_LINUX"],
+            // Lua seeds its string hash from the time and ASLR'd addresses, picks sort pivots
+            // from the clock and indexes its API string cache by the C string's address (which
+            // moves with every change of code layout, -O level included): fixed seeds and a
+            // one-slot cache make its work, and so its counts, the same on every run and build.
+            defines: vec![
+                "-DLUA_USE_LINUX",
+                "-Dluai_makeseed(L)=0",
+                "-Dl_randomizePivot()=0",
+                "-DSTRCACHE_N=1",
+                "-DSTRCACHE_M=2",
+            ],
             runs: LUA_SCRIPTS
                 .iter()
                 .map(|(n, _)| vec![s(&d.join(format!("{n}.lua")))])
@@ -297,7 +331,7 @@ pub fn run(runs: usize, dir: &Path, compiler: &str) -> Result<()> {
         eprintln!("building {} ({} variants)...", p.name, variants.len());
         let exes: Vec<PathBuf> = variants
             .iter()
-            .map(|v| build(p, v, compiler, d))
+            .map(|v| build(p, v, compiler, "-O2", d))
             .collect::<Result<_>>()?;
         for args in &p.runs {
             // Round-robin over the variants, so that the machine's speed drifting during the
@@ -309,16 +343,7 @@ pub fn run(runs: usize, dir: &Path, compiler: &str) -> Result<()> {
                 }
             }
             let med: Vec<f64> = times.into_iter().map(median).collect();
-            let label = match args.first() {
-                Some(a) if p.name == "lua" => format!(
-                    "lua {}",
-                    Path::new(a)
-                        .file_stem()
-                        .unwrap_or_default()
-                        .to_string_lossy()
-                ),
-                _ => p.name.to_string(),
-            };
+            let label = p.label(args);
             prof.push(med[1] / med[0]);
             tot.push(med[2] / med[0]);
             blk.push(med[3] / med[0]);

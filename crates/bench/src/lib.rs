@@ -8,6 +8,7 @@ mod cc;
 mod collect;
 mod gpu;
 mod gpu_live;
+mod levels;
 mod measure;
 mod regions;
 mod report;
@@ -72,6 +73,21 @@ pub enum BenchCommand {
         /// The clang to build with (clang-14, clang-15, clang-16).
         #[arg(long, default_value = "clang-14")]
         compiler: String,
+        /// Where to build (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+    },
+    /// `bbv cc`'s counts at -O0, -O1, -O2, -O3 and -Os on the Lua, SQLite and bzip2 builds of
+    /// `bbv bench cc`, with each clang given: every count file and stdout must be alike.
+    #[command(name = "cc-levels")]
+    CcLevels {
+        /// The clangs to build with, comma-separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "clang-14,clang-15,clang-16"
+        )]
+        compilers: Vec<String>,
         /// Where to build (a temporary folder is made and removed there).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
@@ -216,6 +232,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             dir,
             compiler,
         } => cc::run(runs, &dir, &compiler),
+        BenchCommand::CcLevels { compilers, dir } => levels::run(&dir, &compilers),
         BenchCommand::Collect {
             runs,
             scale,

@@ -8,6 +8,17 @@ use bbv_gpu::{count_list, CountMode, KernelCount};
 use clap::{Subcommand, ValueEnum};
 
 /// Output formats of `bbv gpu count`.
+/// `bbv gpu cfg --format`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum CfgFormat {
+    /// One JSON document.
+    Json,
+    /// A Graphviz digraph.
+    Dot,
+    /// A line per block.
+    Tsv,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
     /// NVBit instr_count_bb's lines.
@@ -75,11 +86,28 @@ pub enum GpuCommand {
         #[arg(last = true, required = true, value_name = "PROGRAM")]
         command: Vec<String>,
     },
-    /// The basic blocks of every kernel in a cubin (from nvdisasm): kernel, start, size,
-    /// successors.
+    /// Static control-flow graphs of every kernel and device function: NVIDIA cubins, fat
+    /// binaries and executables or libraries with CUDA device code (nvdisasm, cuobjdump), AMDGPU
+    /// code objects and object files (llvm-objdump). Blocks as `nvdisasm -bbcfg` draws them.
     Cfg {
-        /// A cubin (ELF) file.
-        cubin: PathBuf,
+        /// The files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write here instead of stdout (whole, or not at all).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// json (docs/gpu-cfg.md), dot (Graphviz) or tsv (a line per block).
+        #[arg(long, value_enum, default_value = "json")]
+        format: CfgFormat,
+        /// NVIDIA's disassembler (default: on the PATH, else scripts/gpu-tools' copy).
+        #[arg(long)]
+        nvdisasm: Option<PathBuf>,
+        /// NVIDIA's fat-binary tool (default: on the PATH, else scripts/gpu-tools' copy).
+        #[arg(long)]
+        cuobjdump: Option<PathBuf>,
+        /// LLVM's disassembler for AMDGPU code (default: the newest llvm-objdump-N on the PATH).
+        #[arg(long = "llvm-objdump")]
+        llvm_objdump: Option<PathBuf>,
     },
     /// Kernel sampling: representative launches with weights, and every metric estimated from
     /// them with its error against the full trace.
@@ -213,12 +241,45 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
             };
             live_run(output, kernels, launches, mode, command)
         }
-        GpuCommand::Cfg { cubin } => {
-            let nvdisasm = bbv_cuda::tools::nvdisasm()?;
-            let functions = bbv_cuda::sass::disassemble(&nvdisasm, &cubin)?;
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::new(stdout.lock());
-            bbv_cuda::sass::write_blocks(&mut out, &functions)?;
+        GpuCommand::Cfg {
+            files,
+            output,
+            format,
+            nvdisasm,
+            cuobjdump,
+            llvm_objdump,
+        } => {
+            let mut tools = bbv_gpucfg::Tools {
+                nvdisasm,
+                cuobjdump,
+                llvm_objdump,
+                used: Vec::new(),
+            };
+            let format = match format {
+                CfgFormat::Json => bbv_gpucfg::write::Format::Json,
+                CfgFormat::Dot => bbv_gpucfg::write::Format::Dot,
+                CfgFormat::Tsv => bbv_gpucfg::write::Format::Tsv,
+            };
+            let cfgs = files
+                .iter()
+                .map(|f| bbv_gpucfg::analyse(f, &mut tools))
+                .collect::<Result<Vec<_>, _>>()?;
+            for line in &tools.used {
+                eprintln!("bbv gpu cfg: {line}");
+            }
+            match output {
+                Some(path) => {
+                    let mut bytes = Vec::new();
+                    bbv_gpucfg::write::write(&mut bytes, &cfgs, format)?;
+                    bbv_files::write_atomic(&path, &bytes)?;
+                }
+                None => {
+                    let stdout = std::io::stdout();
+                    let mut out = std::io::BufWriter::new(stdout.lock());
+                    bbv_gpucfg::write::write(&mut out, &cfgs, format)?;
+                    std::io::Write::flush(&mut out)?;
+                }
+            }
             Ok(0)
         }
         GpuCommand::Sample {

@@ -170,21 +170,26 @@ fn a_kernel_that_cannot_be_disassembled_keeps_its_counts() {
 
 #[test]
 fn cfg_lists_the_blocks_of_every_kernel() {
+    let cubin = h200().join("raw/cubins/4e5b5de8.cubin");
     let out = bbv()
-        .args(["gpu", "cfg"])
-        .arg(h200().join("raw/cubins/4e5b5de8.cubin"))
+        .args(["gpu", "cfg", "--format", "tsv"])
+        .arg(&cubin)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(
-        s.starts_with("kernel\tstart\tsize\texit\tsuccessors\n"),
+        s.starts_with(
+            "file\tarch\tfunction\tkind\tdegenerate\tblock\tstart\tinstructions\tsuccessors\n"
+        ),
         "{s}"
     );
-    assert!(
-        s.contains("_Z9trip_loopPKiPii\t0x0140\t5\tfalls\t0x0140,0x0190\n"),
-        "{s}"
+    // The loop at 0x140: five instructions, back to itself or on to the next block.
+    let row = format!(
+        "{}\tsm_90\t_Z9trip_loopPKiPii\tkernel\tfalse\t3\t320\t5\t3:taken,4:fall-through\n",
+        cubin.display()
     );
+    assert!(s.contains(&row), "{s}");
     let out = bbv()
         .args(["gpu", "cfg", "/nonexistent.cubin"])
         .output()

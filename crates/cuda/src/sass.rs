@@ -24,6 +24,8 @@ pub struct Instruction {
     pub operands: String,
     /// A label a branch or call refers to (the text between the backquoted parentheses).
     pub target: Option<String>,
+    /// An indirect branch's possible targets (`BRX`'s `BRANCH_TARGETS` list), in order.
+    pub branch_targets: Vec<String>,
 }
 
 impl Instruction {
@@ -43,6 +45,8 @@ pub struct Function {
     pub instructions: Vec<Instruction>,
     /// Labels by name: offset of the instruction that follows them (subroutines included).
     pub labels: BTreeMap<String, u64>,
+    /// The SM architecture nvdisasm printed (`.target sm_80`), when it did.
+    pub arch: Option<String>,
 }
 
 /// How a block ends.
@@ -96,8 +100,13 @@ pub const INSTRUCTION_BYTES: u64 = 16;
 pub fn parse(text: &str, what: &Path) -> Result<Vec<Function>, CudaError> {
     let mut functions: Vec<Function> = Vec::new();
     let mut pending_labels: Vec<String> = Vec::new();
+    let mut arch: Option<String> = None;
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
+        if let Some(t) = line.strip_prefix(".target") {
+            arch = t.split_whitespace().next().map(str::to_string);
+            continue;
+        }
         let err = |message: String| CudaError::Parse {
             path: what.to_path_buf(),
             line: i as u64 + 1,
@@ -108,6 +117,7 @@ pub fn parse(text: &str, what: &Path) -> Result<Vec<Function>, CudaError> {
             if let Some(kernel) = name.strip_prefix(".text.") {
                 functions.push(Function {
                     name: kernel.to_string(),
+                    arch: arch.clone(),
                     ..Function::default()
                 });
                 pending_labels.clear();
@@ -161,12 +171,24 @@ fn instruction(line: &str) -> Option<Instruction> {
         .split_once("`(")
         .and_then(|(_, t)| t.split_once(')'))
         .map(|(t, _)| t.to_string());
+    // `(*"BRANCH_TARGETS .L_x_3,.L_x_4"*)` follows the semicolon.
+    let branch_targets = rest
+        .split_once("BRANCH_TARGETS")
+        .and_then(|(_, t)| t.split('"').next())
+        .map(|list| {
+            list.split(',')
+                .map(|l| l.trim().to_string())
+                .filter(|l| !l.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
     Some(Instruction {
         offset,
         guard,
         opcode: opcode.to_string(),
         operands: operands.to_string(),
         target,
+        branch_targets,
     })
 }
 

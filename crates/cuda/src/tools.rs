@@ -7,8 +7,9 @@ use std::process::{Command, ExitStatus};
 use crate::CudaError;
 
 /// Where `scripts/cupti` installs NVIDIA's wheels (nvdisasm, CUPTI's headers and library):
-/// `$BBV_CUDA_CACHE`, else `$XDG_CACHE_HOME/bbvkit/cuda`, else `~/.cache/bbvkit/cuda`.
-fn cache() -> Option<PathBuf> {
+/// `$BBV_CUDA_CACHE`, else `$XDG_CACHE_HOME/bbvkit/cuda`, else `~/.cache/bbvkit/cuda`; the
+/// wheels' `nvidia/cu13` folder in it.
+pub fn cache() -> Option<PathBuf> {
     let env = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())

@@ -1,0 +1,189 @@
+//! Static control-flow graphs of GPU code, before anything runs: every kernel and device
+//! function of an NVIDIA cubin, fat binary or executable (SASS from `nvdisasm`, cubins out of fat
+//! binaries through `cuobjdump`) and of an AMDGPU code object or relocatable object (from
+//! `llvm-objdump`), as basic blocks with their opcodes and typed edges.
+//!
+//! The block rules follow the tools users compare with: on NVIDIA the blocks `nvdisasm -bbcfg`
+//! draws (and NVBit's `nvbit_get_CFG` returns), on AMD the leaders of a classic CFG (see
+//! [`amdgpu`] and [`nvidia`]).
+
+pub mod amdgpu;
+mod detect;
+pub mod nvidia;
+pub mod tools;
+pub mod write;
+
+use std::path::{Path, PathBuf};
+
+pub use detect::Kind;
+pub use tools::Tools;
+
+/// Errors of static GPU code analysis.
+#[derive(Debug, thiserror::Error)]
+pub enum CfgError {
+    /// A file is unreadable or too large.
+    #[error(transparent)]
+    Files(#[from] bbv_files::FilesError),
+    /// A file is not GPU code bbv can read.
+    #[error("{}: {message}", path.display())]
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A disassembler's output does not parse.
+    #[error("{}:{line}: {message}", path.display())]
+    Parse {
+        /// The file disassembled.
+        path: PathBuf,
+        /// 1-based line of the disassembler's output.
+        line: u64,
+        /// What is wrong.
+        message: String,
+    },
+    /// A tool is missing or failed.
+    #[error("{0}")]
+    Tool(String),
+    /// A temporary folder could not be made.
+    #[error("cannot make a temporary folder: {0}")]
+    Temp(std::io::Error),
+}
+
+/// How control leaves a block along one edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EdgeKind {
+    /// Into the next block in address order.
+    FallThrough,
+    /// A branch's target (direct, or one of an indirect branch's listed targets).
+    Taken,
+    /// Into a called function (the call's return point is a fall-through edge).
+    Call,
+    /// Back to the caller.
+    Return,
+    /// The thread ends.
+    Exit,
+    /// An indirect branch whose targets are not known.
+    Indirect,
+}
+
+impl EdgeKind {
+    /// The name used in every output format.
+    pub fn name(self) -> &'static str {
+        match self {
+            EdgeKind::FallThrough => "fall-through",
+            EdgeKind::Taken => "taken",
+            EdgeKind::Call => "call",
+            EdgeKind::Return => "return",
+            EdgeKind::Exit => "exit",
+            EdgeKind::Indirect => "indirect",
+        }
+    }
+}
+
+/// One edge out of a block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Edge {
+    /// The target block's index in its function (for a call, in the callee); `None` for
+    /// returns, exits, unknown targets and callees outside the file.
+    pub block: Option<usize>,
+    /// What kind of transfer.
+    pub kind: EdgeKind,
+    /// For a call, the callee's mangled name when known.
+    pub callee: Option<String>,
+}
+
+/// A basic block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Byte offset of its first instruction from the function's first instruction.
+    pub start: u64,
+    /// Each instruction's opcode (with modifiers on NVIDIA, the mnemonic on AMD).
+    pub opcodes: Vec<String>,
+    /// Where control may go next.
+    pub successors: Vec<Edge>,
+}
+
+/// A kernel or device function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Function {
+    /// Demangled name (the mangled one when it does not demangle).
+    pub name: String,
+    /// The symbol's name.
+    pub mangled: String,
+    /// `sm_80`, `gfx90a`, ...
+    pub arch: String,
+    /// A kernel (an entry point) rather than a device function.
+    pub kernel: bool,
+    /// On NVIDIA, the kernel whose code section holds this device function (each kernel gets
+    /// its own copy); `None` for kernels and on AMD.
+    pub parent: Option<String>,
+    /// Byte offset of its first instruction in its code section (a kernel's section on
+    /// NVIDIA, `.text` on AMD): trace PCs are relative to that section.
+    pub offset: u64,
+    /// Has an indirect branch (NVBit's `is_degenerate`).
+    pub degenerate: bool,
+    /// Its blocks in address order.
+    pub blocks: Vec<Block>,
+}
+
+impl Function {
+    /// Instructions in all its blocks.
+    pub fn instructions(&self) -> usize {
+        self.blocks.iter().map(|b| b.opcodes.len()).sum()
+    }
+}
+
+/// Every function of one input file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileCfg {
+    /// The file as named.
+    pub path: PathBuf,
+    /// What the file is.
+    pub kind: Kind,
+    /// Kernels and device functions, per architecture in the file's order.
+    pub functions: Vec<Function>,
+}
+
+/// A name demangled when it is an Itanium C++ name.
+pub(crate) fn demangle(name: &str) -> String {
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|s| s.demangle(&cpp_demangle::DemangleOptions::default()).ok())
+        .unwrap_or_else(|| name.to_string())
+}
+
+/// Reads every kernel's and device function's CFG from `path`.
+pub fn analyse(path: &Path, tools: &mut Tools) -> Result<FileCfg, CfgError> {
+    let kind = detect::kind(path)?;
+    let functions = match kind {
+        Kind::Cubin => nvidia::cubin(path, path, tools)?,
+        Kind::FatBinary | Kind::HostElf => nvidia::embedded(path, kind, tools)?,
+        Kind::AmdGpu => amdgpu::object(path, tools)?,
+    };
+    Ok(FileCfg {
+        path: path.to_path_buf(),
+        kind,
+        functions,
+    })
+}
+
+/// A function's blocks as (start, instructions, successors as (block, kind)): what the unit
+/// tests compare.
+#[cfg(test)]
+pub(crate) type Shape = Vec<(u64, usize, Vec<(Option<usize>, &'static str)>)>;
+
+#[cfg(test)]
+pub(crate) fn shape(blocks: &[Block]) -> Shape {
+    blocks
+        .iter()
+        .map(|b| {
+            let s = b
+                .successors
+                .iter()
+                .map(|e| (e.block, e.kind.name()))
+                .collect();
+            (b.start, b.opcodes.len(), s)
+        })
+        .collect()
+}
