@@ -8,17 +8,6 @@ use bbv_gpu::{count_list, CountMode, KernelCount};
 use clap::{Subcommand, ValueEnum};
 
 /// Output formats of `bbv gpu count`.
-/// `bbv gpu cfg --format`.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum CfgFormat {
-    /// One JSON document.
-    Json,
-    /// A Graphviz digraph.
-    Dot,
-    /// A line per block.
-    Tsv,
-}
-
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
     /// NVBit instr_count_bb's lines.
@@ -74,8 +63,8 @@ pub enum GpuCommand {
         #[arg(long)]
         kernels: Option<String>,
         /// Count only launches A (inclusive) to B (exclusive), 0-based; B may be left out.
-        #[arg(long, value_name = "A:B")]
-        launches: Option<String>,
+        #[arg(long, value_name = "A:B", value_parser = bbv_cuda::tools::launch_range)]
+        launches: Option<(u64, Option<u64>)>,
         /// counts.txt per thread (active lanes) instead of per warp (NVBit COUNT_WARP_LEVEL=0).
         #[arg(long = "thread-level")]
         thread_level: bool,
@@ -97,8 +86,8 @@ pub enum GpuCommand {
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// json (docs/gpu-cfg.md), dot (Graphviz) or tsv (a line per block).
-        #[arg(long, value_enum, default_value = "json")]
-        format: CfgFormat,
+        #[arg(long, default_value = "json")]
+        format: bbv_gpucfg::write::Format,
         /// NVIDIA's disassembler (default: on the PATH, else scripts/gpu-tools' copy).
         #[arg(long)]
         nvdisasm: Option<PathBuf>,
@@ -174,29 +163,11 @@ impl GpuCommand {
     }
 }
 
-/// `--launches A:B`.
-fn launch_range(s: &str) -> Result<(u64, Option<u64>)> {
-    let bad = || {
-        anyhow::anyhow!("--launches {s:?}: expected A:B (0-based, B exclusive, may be left out)")
-    };
-    let (a, b) = s.split_once(':').ok_or_else(bad)?;
-    let a: u64 = a.parse().map_err(|_| bad())?;
-    let b: Option<u64> = if b.is_empty() {
-        None
-    } else {
-        Some(b.parse().map_err(|_| bad())?)
-    };
-    if b.is_some_and(|b| b <= a) {
-        bail!("--launches {s}: B must be greater than A");
-    }
-    Ok((a, b))
-}
-
 /// `bbv gpu run`: the program's exit status, 1 when CUPTI refused.
 fn live_run(
     output: PathBuf,
     kernels: Option<String>,
-    launches: Option<String>,
+    launches: Option<(u64, Option<u64>)>,
     mode: CountMode,
     command: Vec<String>,
 ) -> Result<u8> {
@@ -206,10 +177,7 @@ fn live_run(
         output,
         command,
         mode,
-        selection: bbv_cuda::tools::Selection {
-            kernels,
-            launches: launches.as_deref().map(launch_range).transpose()?,
-        },
+        selection: bbv_cuda::tools::Selection { kernels, launches },
         exe_dir,
     };
     let o = bbv_pipeline::gpu_run(&run)?;
@@ -255,30 +223,8 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
                 llvm_objdump,
                 used: Vec::new(),
             };
-            let format = match format {
-                CfgFormat::Json => bbv_gpucfg::write::Format::Json,
-                CfgFormat::Dot => bbv_gpucfg::write::Format::Dot,
-                CfgFormat::Tsv => bbv_gpucfg::write::Format::Tsv,
-            };
-            let cfgs = files
-                .iter()
-                .map(|f| bbv_gpucfg::analyse(f, &mut tools))
-                .collect::<Result<Vec<_>, _>>()?;
-            for line in &tools.used {
+            for line in bbv_gpucfg::run(&files, output.as_deref(), format, &mut tools)? {
                 eprintln!("bbv gpu cfg: {line}");
-            }
-            match output {
-                Some(path) => {
-                    let mut bytes = Vec::new();
-                    bbv_gpucfg::write::write(&mut bytes, &cfgs, format)?;
-                    bbv_files::write_atomic(&path, &bytes)?;
-                }
-                None => {
-                    let stdout = std::io::stdout();
-                    let mut out = std::io::BufWriter::new(stdout.lock());
-                    bbv_gpucfg::write::write(&mut out, &cfgs, format)?;
-                    std::io::Write::flush(&mut out)?;
-                }
             }
             Ok(0)
         }

@@ -6,6 +6,7 @@ mod collect_cli;
 mod common;
 mod fuzz_cli;
 mod golden;
+mod gpu_cfg_cli;
 mod gpu_cli;
 mod gpu_live_cli;
 mod hostile_cli;

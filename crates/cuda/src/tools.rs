@@ -142,6 +142,21 @@ pub struct Selection {
     pub launches: Option<(u64, Option<u64>)>,
 }
 
+/// Parses `--launches A:B` (0-based, B exclusive, may be left out).
+pub fn launch_range(s: &str) -> Result<(u64, Option<u64>), String> {
+    let bad = || format!("{s:?}: expected A:B (0-based, B exclusive, may be left out)");
+    let (a, b) = s.split_once(':').ok_or_else(bad)?;
+    let a: u64 = a.parse().map_err(|_| bad())?;
+    let b: Option<u64> = match b {
+        "" => None,
+        b => Some(b.parse().map_err(|_| bad())?),
+    };
+    if b.is_some_and(|b| b <= a) {
+        return Err(format!("{s}: B must be greater than A"));
+    }
+    Ok((a, b))
+}
+
 /// Runs `program args` with the injection library writing into `raw`; returns its status.
 pub fn run_program(
     inj: &Injection,

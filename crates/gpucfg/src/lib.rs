@@ -168,6 +168,39 @@ pub fn analyse(path: &Path, tools: &mut Tools) -> Result<FileCfg, CfgError> {
     })
 }
 
+/// `bbv gpu cfg`: every file's CFGs written in `format` to `output` (whole, or not at all) or
+/// to stdout; returns the lines naming the tools used.
+pub fn run(
+    files: &[PathBuf],
+    output: Option<&Path>,
+    format: write::Format,
+    tools: &mut Tools,
+) -> Result<Vec<String>, CfgError> {
+    let cfgs = files
+        .iter()
+        .map(|f| analyse(f, tools))
+        .collect::<Result<Vec<_>, _>>()?;
+    let written = |path: &Path, e: std::io::Error| CfgError::Input {
+        path: path.to_path_buf(),
+        message: format!("cannot write: {e}"),
+    };
+    match output {
+        Some(path) => {
+            let mut bytes = Vec::new();
+            write::write(&mut bytes, &cfgs, format).map_err(|e| written(path, e))?;
+            bbv_files::write_atomic(path, &bytes)?;
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            write::write(&mut out, &cfgs, format)
+                .and_then(|()| std::io::Write::flush(&mut out))
+                .map_err(|e| written(Path::new("stdout"), e))?;
+        }
+    }
+    Ok(std::mem::take(&mut tools.used))
+}
+
 /// A function's blocks as (start, instructions, successors as (block, kind)): what the unit
 /// tests compare.
 #[cfg(test)]

@@ -17,6 +17,19 @@ pub enum Format {
     Tsv,
 }
 
+impl std::str::FromStr for Format {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "json" => Ok(Format::Json),
+            "dot" => Ok(Format::Dot),
+            "tsv" => Ok(Format::Tsv),
+            _ => Err(format!("{s}: not json, dot or tsv")),
+        }
+    }
+}
+
 /// Writes `files` in `format`.
 pub fn write(out: &mut impl Write, files: &[FileCfg], format: Format) -> io::Result<()> {
     match format {
