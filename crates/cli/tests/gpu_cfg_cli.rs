@@ -88,7 +88,14 @@ fn from_json(file: &serde_json::Value, arch: &str) -> Graph {
     g
 }
 
-/// One function's instructions as (offset, size, text) and the labels at each offset.
+/// A cubin section as the plain listing shows it: kernel name, (offset, text) per
+/// instruction, label offsets.
+type Section = (String, Vec<(u64, String)>, BTreeMap<String, u64>);
+
+/// An AMDGPU function as the plain listing shows it: name, address, (offset, size, text).
+type AmdFunction = (String, u64, Vec<(u64, u64, String)>);
+
+/// One function's instructions as (offset, size, text).
 struct Listing {
     insns: Vec<(u64, u64, String)>,
 }
@@ -133,7 +140,7 @@ fn reference_blocks(
 /// unreached branch to itself are padding.
 fn sass_reference(text: &str) -> Graph {
     let mut g = Graph::new();
-    let mut sections: Vec<(String, Vec<(u64, String)>, BTreeMap<String, u64>)> = Vec::new();
+    let mut sections: Vec<Section> = Vec::new();
     let mut pending: Vec<String> = Vec::new();
     for line in text.lines().map(str::trim) {
         if let Some(r) = line.strip_prefix(".section\t.text.") {
@@ -340,7 +347,7 @@ fn nvidia_blocks_follow_the_disassembly_and_nvdisasm_bbcfg() {
 /// and s_swappc_b64.
 fn amd_reference(text: &str, kernels: &BTreeSet<String>) -> Graph {
     let mut g = Graph::new();
-    let mut funcs: Vec<(String, u64, Vec<(u64, u64, String)>)> = Vec::new();
+    let mut funcs: Vec<AmdFunction> = Vec::new();
     for line in text.lines() {
         if let Some(h) = line.strip_suffix(">:") {
             let (addr, name) = h.split_once(" <").unwrap();
