@@ -14,6 +14,7 @@ use std::path::Path;
 use std::process::Command;
 
 use bbv_cuda::sass::{self, Instruction, INSTRUCTION_BYTES};
+use rayon::prelude::*;
 
 use crate::tools::{output, Tools};
 use crate::{demangle, Block, CfgError, Edge, EdgeKind, Function, Kind};
@@ -42,7 +43,11 @@ fn flow(insn: &Instruction) -> Flow {
 
 /// The CFGs of one cubin (`shown` names it in messages and outputs).
 pub fn cubin(path: &Path, shown: &Path, tools: &mut Tools) -> Result<Vec<Function>, CfgError> {
-    let mut cmd = Command::new(tools.nvdisasm()?);
+    disassemble(&tools.nvdisasm()?, path, shown)
+}
+
+fn disassemble(nvdisasm: &Path, path: &Path, shown: &Path) -> Result<Vec<Function>, CfgError> {
+    let mut cmd = Command::new(nvdisasm);
     cmd.arg("-c").arg(path);
     let text = output(cmd, shown)?;
     let text = String::from_utf8_lossy(&text);
@@ -88,11 +93,15 @@ pub fn embedded(path: &Path, kind: Kind, tools: &mut Tools) -> Result<Vec<Functi
             ),
         });
     }
+    // A library holds hundreds of cubins and nvdisasm takes most of the time: one per core.
+    let nvdisasm = tools.nvdisasm()?;
+    let per_cubin: Vec<Result<Vec<Function>, CfgError>> = names
+        .par_iter()
+        .map(|name| disassemble(&nvdisasm, &dir.path().join(name), &path.join(name)))
+        .collect();
     let mut all = Vec::new();
-    for name in names {
-        let cubin_path = dir.path().join(&name);
-        let shown = path.join(&name);
-        all.extend(cubin(&cubin_path, &shown, tools)?);
+    for r in per_cubin {
+        all.extend(r?);
     }
     Ok(all)
 }
