@@ -7,6 +7,7 @@
 mod cc;
 mod collect;
 mod gpu;
+mod gpu_cfg;
 mod gpu_live;
 mod levels;
 mod measure;
@@ -91,6 +92,16 @@ pub enum BenchCommand {
         /// Where to build (a temporary folder is made and removed there).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
+    },
+    /// `bbv gpu cfg`'s parsing of SASS (MB/s) on the largest cubin of FILE (a cubin, fat binary
+    /// or library), beside nvdisasm's own time and peak memory on it.
+    #[command(name = "gpu-cfg")]
+    GpuCfg {
+        /// A cubin, fat binary, executable or library with CUDA device code.
+        file: PathBuf,
+        /// Timed parses (the fastest is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
     },
     /// CPU collection: native, bare QEMU, bbv collect (default, --exact, with metrics, and the
     /// metrics' callbacks alone), valgrind's exp-bbv and bbv replay on xz -9, bzip2 -9, gzip -9
@@ -233,6 +244,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             compiler,
         } => cc::run(runs, &dir, &compiler),
         BenchCommand::CcLevels { compilers, dir } => levels::run(&dir, &compilers),
+        BenchCommand::GpuCfg { file, runs } => gpu_cfg::run(&file, runs),
         BenchCommand::Collect {
             runs,
             scale,

@@ -49,7 +49,7 @@ fn bad(path: &Path, message: impl Into<String>) -> CfgError {
 }
 
 /// The kind of `path`, or a clear refusal.
-pub(crate) fn kind(path: &Path) -> Result<Kind, CfgError> {
+pub fn kind(path: &Path) -> Result<Kind, CfgError> {
     let mut file = bbv_files::input::open(path)?;
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     if len > MAX_BYTES {

@@ -15,7 +15,7 @@ pub mod write;
 
 use std::path::{Path, PathBuf};
 
-pub use detect::Kind;
+pub use detect::{kind as file_kind, Kind};
 pub use tools::Tools;
 
 /// Errors of static GPU code analysis.

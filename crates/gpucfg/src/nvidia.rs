@@ -50,8 +50,12 @@ fn disassemble(nvdisasm: &Path, path: &Path, shown: &Path) -> Result<Vec<Functio
     let mut cmd = Command::new(nvdisasm);
     cmd.arg("-c").arg(path);
     let text = output(cmd, shown)?;
-    let text = String::from_utf8_lossy(&text);
-    let sections = sass::parse(&text, shown).map_err(|e| match e {
+    from_sass(&String::from_utf8_lossy(&text), shown)
+}
+
+/// The CFGs in `nvdisasm -c`'s output (`shown` names the cubin in errors).
+pub fn from_sass(text: &str, shown: &Path) -> Result<Vec<Function>, CfgError> {
+    let sections = sass::parse(text, shown).map_err(|e| match e {
         bbv_cuda::CudaError::Parse {
             path,
             line,
@@ -68,6 +72,27 @@ fn disassemble(nvdisasm: &Path, path: &Path, shown: &Path) -> Result<Vec<Functio
 
 /// The CFGs of every cubin in a fat binary or a host ELF, extracted by `cuobjdump`.
 pub fn embedded(path: &Path, kind: Kind, tools: &mut Tools) -> Result<Vec<Function>, CfgError> {
+    let (dir, names) = extract(path, kind, tools)?;
+    // A library holds hundreds of cubins and nvdisasm takes most of the time: one per core.
+    let nvdisasm = tools.nvdisasm()?;
+    let per_cubin: Vec<Result<Vec<Function>, CfgError>> = names
+        .par_iter()
+        .map(|name| disassemble(&nvdisasm, &dir.path().join(name), &path.join(name)))
+        .collect();
+    let mut all = Vec::new();
+    for r in per_cubin {
+        all.extend(r?);
+    }
+    Ok(all)
+}
+
+/// Every cubin of a fat binary or host ELF, extracted by `cuobjdump` into a temporary folder
+/// (removed when dropped), with their file names in the file's order.
+pub fn extract(
+    path: &Path,
+    kind: Kind,
+    tools: &mut Tools,
+) -> Result<(tempfile::TempDir, Vec<String>), CfgError> {
     let abs = std::path::absolute(path).map_err(|e| CfgError::Input {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -93,17 +118,7 @@ pub fn embedded(path: &Path, kind: Kind, tools: &mut Tools) -> Result<Vec<Functi
             ),
         });
     }
-    // A library holds hundreds of cubins and nvdisasm takes most of the time: one per core.
-    let nvdisasm = tools.nvdisasm()?;
-    let per_cubin: Vec<Result<Vec<Function>, CfgError>> = names
-        .par_iter()
-        .map(|name| disassemble(&nvdisasm, &dir.path().join(name), &path.join(name)))
-        .collect();
-    let mut all = Vec::new();
-    for r in per_cubin {
-        all.extend(r?);
-    }
-    Ok(all)
+    Ok((dir, names))
 }
 
 /// A section's kernel and device functions, padding dropped.
