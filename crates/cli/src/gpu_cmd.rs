@@ -129,6 +129,10 @@ pub enum GpuCommand {
         /// `# launch L thread block x,y,z` comment.
         #[arg(long = "per-block")]
         per_block: bool,
+        /// Key the vectors by the static blocks of these binaries (`bbv gpu cfg`'s inputs),
+        /// kernel by kernel where the trace agrees with them.
+        #[arg(long)]
+        cfg: Vec<PathBuf>,
     },
 }
 
@@ -247,9 +251,18 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
             list,
             output,
             per_block,
+            cfg,
         } => {
-            let kl = accelsim_trace::KernelList::open(&list)?;
-            let bv = bbv_gpu::list_block_vectors(&kl, per_block)?;
+            let bv = if cfg.is_empty() {
+                let kl = accelsim_trace::KernelList::open(&list)?;
+                bbv_gpu::list_block_vectors(&kl, per_block)?
+            } else {
+                let mut tools = bbv_gpucfg::Tools::default();
+                let (bv, lines) =
+                    bbv_gpucfg::trace_block_vectors(&list, per_block, &cfg, &mut tools)?;
+                lines.iter().for_each(|l| eprintln!("bbv gpu bbv: {l}"));
+                bv
+            };
             for p in bbv_gpu::output::write_bbv_files(&bv, &list, &output, per_block)? {
                 eprintln!("wrote {}", p.display());
             }

@@ -622,3 +622,137 @@ fn bad_inputs_are_refused_and_nothing_is_written() {
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier\n");
     }
 }
+
+/// A kernel's static blocks from bbv's JSON: (section offset, opcodes), in address order.
+fn kernel_blocks(v: &serde_json::Value, kernel: &str) -> Vec<(u64, Vec<String>)> {
+    let mut out: Vec<(u64, Vec<String>)> = Vec::new();
+    for f in v["files"][0]["kernels"].as_array().unwrap() {
+        if f["mangled"] != kernel && f["parent"] != kernel {
+            continue;
+        }
+        for b in f["blocks"].as_array().unwrap() {
+            let ops = b["opcodes"].as_array().unwrap();
+            let ops = ops
+                .iter()
+                .map(|o| o.as_str().unwrap().to_string())
+                .collect();
+            out.push((
+                f["offset"].as_u64().unwrap() + b["start"].as_u64().unwrap(),
+                ops,
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// One launch of `kernel` (sm_90) in Accel-Sim's format: one warp running `pcs` in order.
+fn trace(kernel: &str, pcs: &[(u64, String)]) -> String {
+    let mut t = format!(
+        "-kernel name = {kernel}\n-kernel id = 1\n-grid dim = (1,1,1)\n-block dim = (32,1,1)\n\
+         -shmem = 0\n-nregs = 8\n-binary version = 90\n-cuda stream id = 0\n\
+         -nvbit version = 1.7\n-accelsim tracer version = 4\n-enable lineinfo = 0\n\n\
+         #BEGIN_TB\n\nthread block = 0,0,0\n\nwarp = 0\ninsts = {}\n",
+        pcs.len()
+    );
+    for (pc, op) in pcs {
+        t.push_str(&format!("{pc:04x} ffffffff 0 {op} 0 0 \n"));
+    }
+    t.push_str("\n#END_TB\n");
+    t
+}
+
+#[test]
+fn traces_map_onto_static_blocks_and_disagreements_are_reported() {
+    let bin = nvidia_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cubin = d.join("k.cubin");
+    run(Command::new(bin.join("nvcc"))
+        .args(["-cubin", "-arch", "sm_90", "-o"])
+        .arg(&cubin)
+        .arg(guest("cfg_kernels.cu")));
+    let v = cfg_json(&[&cubin], &[]);
+    let walk = |blocks: &[(u64, Vec<String>)]| -> Vec<(u64, String)> {
+        blocks
+            .iter()
+            .flat_map(|(s, ops)| {
+                ops.iter()
+                    .enumerate()
+                    .map(move |(i, o)| (s + 16 * i as u64, o.clone()))
+            })
+            .collect()
+    };
+    // loops: every static block once, in address order.
+    let loops = kernel_blocks(&v, "loops");
+    assert!(loops.len() > 10);
+    std::fs::write(d.join("kernel-1.traceg"), trace("loops", &walk(&loops))).unwrap();
+    // branches: every block, then a PC inside no block and a jump into a block's middle.
+    let branches = kernel_blocks(&v, "branches");
+    let mut pcs = walk(&branches);
+    let end = pcs.last().unwrap().0 + 16;
+    pcs.push((end + 0x100, "NOP".into()));
+    let long = branches.iter().find(|b| b.1.len() >= 2).unwrap();
+    pcs.push((long.0 + 16, long.1[1].clone()));
+    std::fs::write(d.join("kernel-2.traceg"), trace("branches", &pcs)).unwrap();
+    let list = d.join("kernelslist.g");
+    std::fs::write(&list, "kernel-1.traceg\nkernel-2.traceg\n").unwrap();
+    let prefix = d.join("out");
+    let o = bbv()
+        .args(["gpu", "bbv"])
+        .arg(&list)
+        .arg("-o")
+        .arg(&prefix)
+        .arg("--cfg")
+        .arg(&cubin)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "loops (sm_90): {} static blocks from the binary",
+            loops.len()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("branches (sm_90): the trace disagrees with the binary (1 PCs inside no static block, 1 blocks entered in their middle)"),
+        "{err}"
+    );
+    // loops' blocks are the binary's, each run once with all its instructions.
+    let table = std::fs::read_to_string(prefix.with_extension("blocks")).unwrap();
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split(' ').collect())
+        .filter(|r: &Vec<&str>| r[1] == "loops")
+        .collect();
+    let expected: Vec<(String, String, String)> = loops
+        .iter()
+        .map(|(s, ops)| (format!("0x{s:04x}"), ops.len().to_string(), "1".to_string()))
+        .collect();
+    let got: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| (r[2].to_string(), r[3].to_string(), r[4].to_string()))
+        .collect();
+    assert_eq!(got, expected);
+    let bb = std::fs::read_to_string(prefix.with_extension("bb")).unwrap();
+    let first = bb.lines().find(|l| l.starts_with('T')).unwrap();
+    let counts: Vec<(u32, u64)> = first
+        .trim_start_matches('T')
+        .split_whitespace()
+        .map(|c| {
+            let mut p = c.trim_start_matches(':').split(':');
+            (
+                p.next().unwrap().parse().unwrap(),
+                p.next().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    let ids: Vec<(u32, u64)> = rows
+        .iter()
+        .map(|r| (r[0].parse().unwrap(), r[3].parse().unwrap()))
+        .collect();
+    assert_eq!(counts, ids, "launch 1's vector: each block's instructions");
+}

@@ -77,6 +77,9 @@ pub struct LaunchPcs {
     pub counts: BTreeMap<u64, u64>,
     /// Leaders seen in this launch.
     pub leaders: BTreeSet<u64>,
+    /// PCs reached other than sequentially (a warp's first PC included): where a trace says
+    /// blocks start, whatever the instruction before them.
+    pub landings: BTreeSet<u64>,
     /// Per thread block (when asked for): its coordinates and warp-level executions per PC.
     pub per_block: Vec<([u32; 3], BTreeMap<u64, u64>)>,
 }
@@ -153,6 +156,7 @@ impl PcTracker {
         match self.prev {
             None => {
                 self.out.leaders.insert(i.pc);
+                self.out.landings.insert(i.pc);
             }
             Some((p, control)) => {
                 let seq = next_pc(p, self.out.sm);
@@ -161,6 +165,7 @@ impl PcTracker {
                 }
                 if i.pc != seq {
                     self.out.leaders.insert(i.pc);
+                    self.out.landings.insert(i.pc);
                 }
             }
         }
@@ -203,39 +208,130 @@ pub struct BlockVectors {
     pub block_vectors: Vec<(usize, [u32; 3], Vector)>,
 }
 
+/// Static basic blocks per (kernel's mangled name, SM version): each block's first PC (an
+/// offset in the kernel's code, as traces give PCs) and instruction count, in address order.
+pub type StaticBlocks = BTreeMap<(String, u32), Vec<(u64, u32)>>;
+
+/// How a kernel's blocks were found, when static blocks were given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BlockSource {
+    /// From the binary: every static block, run or not.
+    Static,
+    /// No static CFG of this kernel for its SM version: rebuilt from the trace.
+    Missing,
+    /// The trace disagrees with the binary (PCs inside no block, blocks entered in their
+    /// middle): rebuilt from the trace.
+    Disagrees {
+        /// Distinct executed PCs inside no static block.
+        stray_pcs: usize,
+        /// Distinct PCs reached non-sequentially that start no static block.
+        mid_entries: usize,
+    },
+}
+
 /// Cuts blocks from the leaders of every launch of each kernel and builds per-launch vectors.
 pub fn block_vectors(launches: &[LaunchPcs]) -> BlockVectors {
-    // Per kernel: every executed PC, leaders, SM.
-    let mut kernels: BTreeMap<&str, (BTreeSet<u64>, BTreeSet<u64>, u32)> = BTreeMap::new();
+    block_vectors_with(launches, None).0
+}
+
+/// A kernel's blocks rebuilt from the PCs its launches ran and their leaders.
+fn rebuilt(pcs: &BTreeSet<u64>, leaders: &BTreeSet<u64>, sm: u32) -> Vec<(u64, u32)> {
+    let mut out: Vec<(u64, u32)> = Vec::new();
+    let mut prev: Option<u64> = None;
+    for &pc in pcs {
+        let continues = prev.is_some_and(|p| next_pc(p, sm) == pc) && !leaders.contains(&pc);
+        match out.last_mut() {
+            Some(last) if continues => last.1 += 1,
+            _ => out.push((pc, 1)),
+        }
+        prev = Some(pc);
+    }
+    out
+}
+
+/// Whether a trace agrees with a kernel's static blocks: the counts of executed PCs in no
+/// block and of non-sequential entries that start no block (both 0 when it does).
+fn disagreement(
+    blocks: &[(u64, u32)],
+    pcs: &BTreeSet<u64>,
+    landings: &BTreeSet<u64>,
+    sm: u32,
+) -> (usize, usize) {
+    let mut covered = BTreeSet::new();
+    for &(start, size) in blocks {
+        let mut pc = start;
+        for _ in 0..size {
+            covered.insert(pc);
+            pc = next_pc(pc, sm);
+        }
+    }
+    let starts: BTreeSet<u64> = blocks.iter().map(|b| b.0).collect();
+    let stray = pcs.difference(&covered).count();
+    let mid = landings
+        .iter()
+        .filter(|pc| covered.contains(pc) && !starts.contains(pc))
+        .count();
+    (stray, mid)
+}
+
+/// Per kernel (mangled name, SM version): where its blocks came from.
+pub type Sources = Vec<(String, u32, BlockSource)>;
+
+/// [`block_vectors`] on static blocks where given: per kernel (in name order) where its blocks
+/// came from.
+pub fn block_vectors_with(
+    launches: &[LaunchPcs],
+    statics: Option<&StaticBlocks>,
+) -> (BlockVectors, Sources) {
+    // Per kernel: every executed PC, leaders, non-sequential entries, SM.
+    type Seen = (BTreeSet<u64>, BTreeSet<u64>, BTreeSet<u64>, u32);
+    let mut kernels: BTreeMap<&str, Seen> = BTreeMap::new();
     for l in launches {
         let e = kernels
             .entry(l.kernel.as_str())
-            .or_insert_with(|| (BTreeSet::new(), BTreeSet::new(), l.sm));
+            .or_insert_with(|| (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), l.sm));
         e.0.extend(l.counts.keys());
         e.1.extend(l.leaders.iter());
+        e.2.extend(l.landings.iter());
     }
     let mut blocks = Vec::new();
+    let mut sources = Vec::new();
     // (kernel, pc) -> block index
     let mut block_of: HashMap<(&str, u64), usize> = HashMap::new();
-    for (kernel, (pcs, leaders, sm)) in &kernels {
-        let mut current: Option<usize> = None;
-        let mut prev: Option<u64> = None;
-        for &pc in pcs {
-            let continues = prev.is_some_and(|p| next_pc(p, *sm) == pc) && !leaders.contains(&pc);
-            if !continues || current.is_none() {
-                blocks.push(Block {
-                    id: blocks.len() as u32 + 1,
-                    kernel: kernel.to_string(),
-                    start: pc,
-                    size: 0,
-                    executions: 0,
-                });
-                current = Some(blocks.len() - 1);
+    for (kernel, (pcs, leaders, landings, sm)) in &kernels {
+        let chosen = statics.map(|st| match st.get(&(kernel.to_string(), *sm)) {
+            None => (None, BlockSource::Missing),
+            Some(b) => match disagreement(b, pcs, landings, *sm) {
+                (0, 0) => (Some(b.clone()), BlockSource::Static),
+                (stray_pcs, mid_entries) => (
+                    None,
+                    BlockSource::Disagrees {
+                        stray_pcs,
+                        mid_entries,
+                    },
+                ),
+            },
+        });
+        let cut = match &chosen {
+            Some((Some(b), _)) => b.clone(),
+            _ => rebuilt(pcs, leaders, *sm),
+        };
+        if let Some((_, source)) = chosen {
+            sources.push((kernel.to_string(), *sm, source));
+        }
+        for (start, size) in cut {
+            let mut pc = start;
+            for _ in 0..size {
+                block_of.insert((kernel, pc), blocks.len());
+                pc = next_pc(pc, *sm);
             }
-            let b = current.expect("block");
-            blocks[b].size += 1;
-            block_of.insert((kernel, pc), b);
-            prev = Some(pc);
+            blocks.push(Block {
+                id: blocks.len() as u32 + 1,
+                kernel: kernel.to_string(),
+                start,
+                size,
+                executions: 0,
+            });
         }
     }
     let mut vectors = Vec::with_capacity(launches.len());
@@ -261,11 +357,12 @@ pub fn block_vectors(launches: &[LaunchPcs]) -> BlockVectors {
             tb_vectors.push((launch, *coords, v.into_iter().collect()));
         }
     }
-    BlockVectors {
+    let bv = BlockVectors {
         blocks,
         vectors,
         block_vectors: tb_vectors,
-    }
+    };
+    (bv, sources)
 }
 
 #[cfg(test)]

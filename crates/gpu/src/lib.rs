@@ -395,11 +395,20 @@ pub fn list_block_vectors(
     list: &KernelList,
     per_block: bool,
 ) -> Result<blocks::BlockVectors, GpuError> {
+    list_block_vectors_with(list, per_block, None).map(|r| r.0)
+}
+
+/// [`list_block_vectors`] on static blocks where given (see [`blocks::block_vectors_with`]).
+pub fn list_block_vectors_with(
+    list: &KernelList,
+    per_block: bool,
+    statics: Option<&blocks::StaticBlocks>,
+) -> Result<(blocks::BlockVectors, blocks::Sources), GpuError> {
     let launches: Vec<blocks::LaunchPcs> = kernel_files(list)?
         .par_iter()
         .map(|k| blocks::launch_pcs(k, per_block))
         .collect::<Result<_, _>>()?;
-    Ok(blocks::block_vectors(&launches))
+    Ok(blocks::block_vectors_with(&launches, statics))
 }
 
 #[cfg(test)]

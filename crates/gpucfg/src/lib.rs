@@ -45,6 +45,12 @@ pub enum CfgError {
     /// A tool is missing or failed.
     #[error("{0}")]
     Tool(String),
+    /// A trace could not be read.
+    #[error(transparent)]
+    Gpu(#[from] bbv_gpu::GpuError),
+    /// A kernel list could not be read.
+    #[error(transparent)]
+    Trace(#[from] accelsim_trace::TraceError),
     /// A temporary folder could not be made.
     #[error("cannot make a temporary folder: {0}")]
     Temp(std::io::Error),
@@ -199,6 +205,65 @@ pub fn run(
         }
     }
     Ok(std::mem::take(&mut tools.used))
+}
+
+/// The static blocks of every NVIDIA kernel in `files`, keyed as traces name kernels (mangled
+/// name, SM version), at offsets in the kernel's code section (its device functions included).
+pub fn static_blocks(files: &[FileCfg]) -> bbv_gpu::blocks::StaticBlocks {
+    let mut out = bbv_gpu::blocks::StaticBlocks::new();
+    for f in files.iter().flat_map(|f| &f.functions) {
+        let Some(sm) = f.arch.strip_prefix("sm_").and_then(|v| v.parse().ok()) else {
+            continue;
+        };
+        let kernel = f.parent.clone().unwrap_or_else(|| f.mangled.clone());
+        let blocks = out.entry((kernel, sm)).or_default();
+        blocks.extend(
+            f.blocks
+                .iter()
+                .map(|b| (f.offset + b.start, b.opcodes.len() as u32)),
+        );
+        blocks.sort_unstable();
+        blocks.dedup();
+    }
+    out
+}
+
+/// `bbv gpu bbv --cfg FILES`: a trace's per-launch vectors over the static blocks of the
+/// binaries where the trace agrees with them (else over blocks rebuilt from the trace, kernel
+/// by kernel), and one line per kernel saying which.
+pub fn trace_block_vectors(
+    list: &Path,
+    per_block: bool,
+    cfg: &[PathBuf],
+    tools: &mut Tools,
+) -> Result<(bbv_gpu::blocks::BlockVectors, Vec<String>), CfgError> {
+    let files = cfg
+        .iter()
+        .map(|f| analyse(f, tools))
+        .collect::<Result<Vec<_>, _>>()?;
+    let statics = static_blocks(&files);
+    let kl = accelsim_trace::KernelList::open(list)?;
+    let (bv, sources) = bbv_gpu::list_block_vectors_with(&kl, per_block, Some(&statics))?;
+    let mut lines = std::mem::take(&mut tools.used);
+    for (kernel, sm, source) in sources {
+        let n = bv.blocks.iter().filter(|b| b.kernel == kernel).count();
+        use bbv_gpu::blocks::BlockSource;
+        lines.push(match source {
+            BlockSource::Static => {
+                format!("{kernel} (sm_{sm}): {n} static blocks from the binary")
+            }
+            BlockSource::Missing => format!(
+                "{kernel} (sm_{sm}): not in the binaries given; {n} blocks rebuilt from the trace"
+            ),
+            BlockSource::Disagrees {
+                stray_pcs,
+                mid_entries,
+            } => format!(
+                "{kernel} (sm_{sm}): the trace disagrees with the binary ({stray_pcs} PCs inside no static block, {mid_entries} blocks entered in their middle); {n} blocks rebuilt from the trace"
+            ),
+        });
+    }
+    Ok((bv, lines))
 }
 
 /// A function's blocks as (start, instructions, successors as (block, kind)): what the unit
