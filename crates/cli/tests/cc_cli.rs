@@ -23,6 +23,7 @@ fn llvm_built() {
         .to_path_buf();
     for f in [
         "libbbv_llvm.so",
+        "libbbv_llvm_15.so",
         "libbbv_llvm_16.so",
         "libbbv_llvm_runtime.a",
     ] {
@@ -534,12 +535,22 @@ fn bad_compilers_and_environments_are_refused() {
         &[],
         "built for LLVM 14, 15 and 16",
     );
-    // A clang whose pass is not built (15 here; its opt is found next to it).
+    // A clang whose pass is not built (15 here: a pass folder holding LLVM 14's alone; its opt
+    // is found next to it).
     let clang15 = fake("clang-15", "Debian clang version 15.0.6");
     fake("opt", "");
+    let only14 = d.join("only14");
+    std::fs::create_dir(&only14).unwrap();
+    let release = std::path::Path::new(env!("CARGO_BIN_EXE_bbv"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    for f in ["libbbv_llvm.so", "libbbv_llvm_runtime.a"] {
+        std::fs::copy(release.join(f), only14.join(f)).unwrap();
+    }
     fails(
         &["cc", "--", clang15.to_str().unwrap(), "-o", "x", s],
-        &[],
+        &[("BBV_LLVM_DIR", only14.to_str().unwrap())],
         "apt-get install llvm-15-dev",
     );
     fails(

@@ -496,6 +496,28 @@ fn amdgpu_blocks_follow_the_disassembly() {
             .unwrap()
             .iter()
             .all(|k| k["arch"] == arch));
+        if arch == "gfx942" {
+            // Linked into a code object: the same graphs, the callee found from the address
+            // the call sequence computes.
+            let hsaco = d.join("k.hsaco");
+            run(Command::new(clang)
+                .args(["-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa"])
+                .args(["-mcpu=gfx942", "-nogpulib", "-O2", "-o"])
+                .arg(&hsaco)
+                .arg(guest("cfg_kernels.cl")));
+            let linked = cfg_json(&[&hsaco], &["--llvm-objdump", objdump]);
+            let strip = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+                let mut ks: Vec<serde_json::Value> = v["files"][0]["kernels"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|k| serde_json::json!([k["mangled"], k["kind"], k["blocks"]]))
+                    .collect();
+                ks.sort_by_key(|k| k[0].to_string());
+                ks
+            };
+            assert_eq!(strip(&linked), strip(&v));
+        }
     }
 }
 

@@ -186,7 +186,7 @@ fn cfg_lists_the_blocks_of_every_kernel() {
     );
     // The loop at 0x140: five instructions, back to itself or on to the next block.
     let row = format!(
-        "{}\tsm_90\t_Z9trip_loopPKiPii\tkernel\tfalse\t3\t320\t5\t3:taken,4:fall-through\n",
+        "{}\tsm_90\t_Z9trip_loopPKiPii\tkernel\tfalse\t4\t320\t5\t4:taken,5:fall-through\n",
         cubin.display()
     );
     assert!(s.contains(&row), "{s}");

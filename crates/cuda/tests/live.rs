@@ -90,43 +90,57 @@ fn the_kernels_blocks_are_those_the_derivation_assumes() {
             .map(|b| (b.start, b.size))
             .collect()
     };
+    // nvdisasm 13.5 labels every EXIT, so each starts a block of its own (13.2 did not).
     assert_eq!(
         sizes("_Z9trip_loopPKiPii"),
         [
-            (0x0, 8),
+            (0x0, 7),
+            (0x70, 1),
             (0x80, 9),
             (0x110, 3),
             (0x140, 5),
             (0x190, 1),
             (0x1a0, 2),
             (0x1c0, 1),
-            (0x1d0, 5)
+            (0x1d0, 4),
+            (0x210, 1)
         ]
     );
     assert_eq!(
         sizes("_Z12uniform_loopPKiPii"),
         [
-            (0x0, 8),
+            (0x0, 7),
+            (0x70, 1),
             (0x80, 9),
             (0x110, 3),
             (0x140, 5),
             (0x190, 1),
             (0x1a0, 2),
             (0x1c0, 1),
-            (0x1d0, 4)
+            (0x1d0, 3),
+            (0x200, 1)
         ]
     );
     assert_eq!(
         sizes("_Z7divergePKiPii"),
-        [(0x0, 8), (0x80, 12), (0x140, 4)]
+        [
+            (0x0, 7),
+            (0x70, 1),
+            (0x80, 11),
+            (0x130, 1),
+            (0x140, 3),
+            (0x170, 1)
+        ]
     );
     assert_eq!(
         sizes("_Z6callerPKiPii"),
         [
-            (0x0, 8),
+            (0x0, 7),
+            (0x70, 1),
             (0x80, 7),
             (0xf0, 1),
-            (0x100, 4),
+            (0x100, 3),
+            (0x130, 1),
             (0x140, 2),
             (0x160, 1),
             (0x170, 5),

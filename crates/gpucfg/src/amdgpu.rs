@@ -7,7 +7,8 @@
 //! (`s_swappc_b64`). `s_setpc_b64 s[30:31]` in a device function is its return (the calling
 //! convention's return address); any other `s_setpc_b64` jumps through registers to an
 //! unknown target and makes the function degenerate. A call's callee is the symbol the
-//! relocations before it name (in relocatable objects). Bytes past a function symbol's size
+//! relocations before it name (in relocatable objects), else the function at the address its
+//! `s_getpc_b64`/`s_add_u32`/`s_addc_u32` sequence computes (linked code objects). Bytes past a function symbol's size
 //! (`s_nop`/`s_code_end` padding) belong to no block.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -271,6 +272,7 @@ fn blocks(
     let end = body.last().map(|i| i.offset + i.bytes);
     let mut degenerate = false;
     let mut callee: Option<String> = None;
+    let mut pc_relative = PcRelative::default();
     let mut out = Vec::with_capacity(starts.len());
     for (b, &k0) in starts.iter().enumerate() {
         let k1 = starts.get(b + 1).copied().unwrap_or(body.len());
@@ -279,6 +281,7 @@ fn blocks(
             if let Some(r) = &insn.relocation {
                 callee = Some(r.clone());
             }
+            pc_relative.step(insn);
         }
         let last = part[part.len() - 1];
         let next = last.offset + last.bytes;
@@ -299,7 +302,12 @@ fn blocks(
                 }
             }
             Flow::Call => {
-                let name = callee.take();
+                // Relocated (an object file), else computed (a linked code object).
+                let name = callee.take().or_else(|| {
+                    let target = pc_relative.target()?;
+                    let (name, _) = addresses.iter().find(|(_, &a)| a == target)?;
+                    Some(name.to_string())
+                });
                 succ.push(Edge {
                     block: name
                         .as_ref()
@@ -326,6 +334,56 @@ fn blocks(
         });
     }
     (out, degenerate)
+}
+
+/// The address a call sequence computes: `s_getpc_b64 s[a:b]` (the next instruction's
+/// address), then `s_add_u32 sa, sa, LO` and `s_addc_u32 sb, sb, HI` (a 64-bit offset).
+#[derive(Default)]
+struct PcRelative {
+    base: Option<(String, String, u64)>,
+    lo: Option<u32>,
+    hi: Option<u32>,
+}
+
+/// A 32-bit literal as llvm-objdump prints it: hex, or decimal (negative for small negatives).
+fn literal(s: &str) -> Option<u32> {
+    match s.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16).ok(),
+        None => s.parse::<i64>().ok().map(|v| v as u32),
+    }
+}
+
+impl PcRelative {
+    fn step(&mut self, insn: &Insn) {
+        let ops: Vec<&str> = insn.operands.split(',').map(str::trim).collect();
+        match (insn.mnemonic.as_str(), ops.as_slice()) {
+            ("s_getpc_b64", [pair]) => {
+                let regs = pair.strip_prefix("s[").and_then(|r| r.strip_suffix(']'));
+                *self = PcRelative::default();
+                if let Some((a, b)) = regs.and_then(|r| r.split_once(':')) {
+                    let next = insn.offset + insn.bytes;
+                    self.base = Some((format!("s{a}"), format!("s{b}"), next));
+                }
+            }
+            ("s_add_u32", [d, x, lit])
+                if self.base.as_ref().is_some_and(|b| &b.0 == d && d == x) =>
+            {
+                self.lo = literal(lit);
+            }
+            ("s_addc_u32", [d, x, lit])
+                if self.base.as_ref().is_some_and(|b| &b.1 == d && d == x) =>
+            {
+                self.hi = literal(lit);
+            }
+            _ => {}
+        }
+    }
+
+    fn target(&self) -> Option<u64> {
+        let (_, _, base) = self.base.as_ref()?;
+        let offset = (u64::from(self.hi?) << 32) | u64::from(self.lo?);
+        Some(base.wrapping_add(offset))
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ __attribute__((noinline)) int weigh(int x) {
 }
 
 __kernel void loops(__global int *a, int n) {
-  int t = get_global_id(0);
+  int t = __builtin_amdgcn_workitem_id_x();
   if (t >= n) return;
   int s = 0;
   for (int i = 0; i < n; i++) {
@@ -18,7 +18,7 @@ __kernel void loops(__global int *a, int n) {
 }
 
 __kernel void dense_switch(__global int *a, int k) {
-  int t = get_global_id(0);
+  int t = __builtin_amdgcn_workitem_id_x();
   int v;
   switch ((a[t] + k) & 7) {
     case 0: v = a[1] * 3; break;
