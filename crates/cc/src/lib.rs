@@ -111,10 +111,9 @@ pub fn build(req: &Request) -> Result<(), CcError> {
     // Only preprocessing: nothing to instrument.
     if args.iter().any(|x| x == "-E" || x == "-M" || x == "-MM") {
         let tools = tools::find_tools(compiler)?;
-        let st = Command::new(&tools.compiler)
-            .args(&args)
-            .status()
-            .map_err(CcError::Preprocess)?;
+        let mut cmd = Command::new(&tools.compiler);
+        bbv_files::interrupt::dies_with_bbv(&mut cmd);
+        let st = cmd.args(&args).status().map_err(CcError::Preprocess)?;
         if !st.success() {
             bail!("the compiler failed ({st})");
         }
@@ -130,13 +129,16 @@ pub fn build(req: &Request) -> Result<(), CcError> {
     if partial && sources.len() > 1 && plan.output.is_some() {
         bail!("-o with -c or -S and several sources");
     }
-    let tmp = tempfile::Builder::new()
-        .prefix("bbv-cc-")
-        .tempdir()
-        .map_err(|source| CcError::Io {
-            what: "cannot create a temporary directory".into(),
-            source,
-        })?;
+    // Registered so that a killed bbv removes it (and its compilers die with it, see `run`).
+    let (tmp, _cleanup) = bbv_files::interrupt::Cleanup::create(|| {
+        let dir = tempfile::Builder::new().prefix("bbv-cc-").tempdir()?;
+        let path = dir.path().to_path_buf();
+        Ok((dir, path))
+    })
+    .map_err(|source| CcError::Io {
+        what: "cannot create a temporary directory".into(),
+        source,
+    })?;
     std::fs::write(tmp.path().join("bbv.h"), HEADER).map_err(|source| CcError::Io {
         what: "cannot write bbv.h".into(),
         source,
@@ -255,6 +257,7 @@ fn run(cmd: &mut Command, verbose: bool, what: &str) -> Result<(), CcError> {
             .collect();
         eprintln!("bbv cc: {}", parts.join(" "));
     }
+    bbv_files::interrupt::dies_with_bbv(cmd);
     let st = cmd.status().map_err(|source| CcError::Spawn {
         program: cmd.get_program().to_string_lossy().into_owned(),
         source,

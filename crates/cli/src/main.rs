@@ -153,10 +153,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    if !matches!(
-        cli.command,
-        Command::Bench { .. } | Command::Cc(_) | Command::Cxx(_)
-    ) {
+    if !matches!(cli.command, Command::Bench { .. }) {
         // Before any other thread starts, so that all of them leave the signals to it.
         if let Err(e) = bbv_files::interrupt::install() {
             eprintln!("bbv: cannot handle signals: {e}");

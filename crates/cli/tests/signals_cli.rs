@@ -223,3 +223,44 @@ fn a_sigkilled_bbv_takes_its_qemu_with_it() {
     crate::common::assert_status(&o, 0);
     assert_eq!(work(tmp.path()), Vec::<String>::new());
 }
+
+#[test]
+fn a_killed_bbv_cc_leaves_no_compiler_or_temporary_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A source clang takes seconds over, even at -O0: thousands of functions.
+    let tag = format!("bbvccsig{}", std::process::id());
+    let src = d.join(format!("{tag}.c"));
+    let mut text = String::new();
+    for i in 0..6000 {
+        text.push_str(&format!(
+            "int f{i}(int x) {{ int s = 0; for (int j = 0; j < x; j++) s += j * {i} ^ (s >> 3); return s; }}\n"
+        ));
+    }
+    std::fs::write(&src, text).unwrap();
+    let tmp = d.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let child = bbv()
+        .current_dir(d)
+        .env("TMPDIR", &tmp)
+        .args(["cc", "--", "clang-14", "-O2", "-c", "-o", "out.o"])
+        .arg(&src)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // bbv's own command line names clang too: the compiler's is one without " cc -- ".
+    let compilers = || {
+        processes_with(&tag)
+            .into_iter()
+            .filter(|p| !p.contains(" cc -- ") && (p.contains("clang") || p.contains("opt")))
+            .count()
+    };
+    wait_for("clang on the source", || compilers() > 0);
+    signal(&child, libc::SIGTERM);
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
+    wait_for("the compilers to die with bbv", || compilers() == 0);
+    assert_eq!(walk(&tmp), Vec::<String>::new(), "temporary folder left");
+    assert!(!d.join("out.o").exists());
+}
