@@ -244,31 +244,6 @@ pub fn cfg(f: &Function) -> Cfg {
     Cfg { blocks }
 }
 
-/// Writes every function's blocks as tab-separated lines: kernel, start, size, how the block
-/// ends, successors.
-pub fn write_blocks(out: &mut impl std::io::Write, functions: &[Function]) -> std::io::Result<()> {
-    writeln!(out, "kernel\tstart\tsize\texit\tsuccessors")?;
-    for f in functions {
-        for b in &cfg(f).blocks {
-            let succ: Vec<String> = b.successors.iter().map(|s| format!("0x{s:04x}")).collect();
-            let exit = match b.exit {
-                Exit::Falls => "falls",
-                Exit::Jumps => "jumps",
-                Exit::Indirect => "indirect",
-            };
-            writeln!(
-                out,
-                "{}\t0x{:04x}\t{}\t{exit}\t{}",
-                f.name,
-                b.start,
-                b.size,
-                succ.join(",")
-            )?;
-        }
-    }
-    Ok(())
-}
-
 /// Runs `nvdisasm -c` on a cubin and parses it.
 pub fn disassemble(nvdisasm: &Path, cubin: &Path) -> Result<Vec<Function>, CudaError> {
     disassemble_functions(nvdisasm, cubin, &[])

@@ -299,24 +299,22 @@ pub fn block_vectors_with(
     // (kernel, pc) -> block index
     let mut block_of: HashMap<(&str, u64), usize> = HashMap::new();
     for (kernel, (pcs, leaders, landings, sm)) in &kernels {
-        let chosen = statics.map(|st| match st.get(&(kernel.to_string(), *sm)) {
-            None => (None, BlockSource::Missing),
-            Some(b) => match disagreement(b, pcs, landings, *sm) {
-                (0, 0) => (Some(b.clone()), BlockSource::Static),
+        let static_blocks = statics.map(|st| st.get(&(kernel.to_string(), *sm)));
+        let (cut, source) = match static_blocks {
+            None => (rebuilt(pcs, leaders, *sm), None),
+            Some(None) => (rebuilt(pcs, leaders, *sm), Some(BlockSource::Missing)),
+            Some(Some(b)) => match disagreement(b, pcs, landings, *sm) {
+                (0, 0) => (b.clone(), Some(BlockSource::Static)),
                 (stray_pcs, mid_entries) => (
-                    None,
-                    BlockSource::Disagrees {
+                    rebuilt(pcs, leaders, *sm),
+                    Some(BlockSource::Disagrees {
                         stray_pcs,
                         mid_entries,
-                    },
+                    }),
                 ),
             },
-        });
-        let cut = match &chosen {
-            Some((Some(b), _)) => b.clone(),
-            _ => rebuilt(pcs, leaders, *sm),
         };
-        if let Some((_, source)) = chosen {
+        if let Some(source) = source {
             sources.push((kernel.to_string(), *sm, source));
         }
         for (start, size) in cut {

@@ -285,11 +285,7 @@ fn blocks(
         }
         let last = part[part.len() - 1];
         let next = last.offset + last.bytes;
-        let edge = |block, kind| Edge {
-            block,
-            kind,
-            callee: None,
-        };
+        let edge = Edge::to;
         let mut succ = Vec::new();
         let f = flow(last, kernel);
         match f {

@@ -99,6 +99,17 @@ pub struct Edge {
     pub callee: Option<String>,
 }
 
+impl Edge {
+    /// An edge with no callee.
+    pub fn to(block: Option<usize>, kind: EdgeKind) -> Edge {
+        Edge {
+            block,
+            kind,
+            callee: None,
+        }
+    }
+}
+
 /// A basic block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Block {

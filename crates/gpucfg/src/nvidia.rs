@@ -225,16 +225,7 @@ fn blocks(
         let body = &insns[k0..k1];
         let last = body[body.len() - 1];
         let next = last.offset + INSTRUCTION_BYTES;
-        let fall = || Edge {
-            block: to(next),
-            kind: EdgeKind::FallThrough,
-            callee: None,
-        };
-        let edge = |block, kind| Edge {
-            block,
-            kind,
-            callee: None,
-        };
+        let edge = Edge::to;
         let target = last.target.as_ref().and_then(|t| labels.get(t)).copied();
         let mut succ = Vec::new();
         match flow(last) {
@@ -275,7 +266,7 @@ fn blocks(
             _ => last.guard.is_some(),
         };
         if falls && Some(next) != end {
-            succ.push(fall());
+            succ.push(edge(to(next), EdgeKind::FallThrough));
         }
         out.push(Block {
             start: body[0].offset - base,
