@@ -20,18 +20,8 @@ fn disassemble(nvdisasm: &Path, cubin: &Path) -> Result<(String, f64, u64)> {
         .with_context(|| format!("cannot run {}", nvdisasm.display()))?;
     let mut text = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().context("no stdout")?, &mut text)?;
-    let mut status = 0;
-    // SAFETY: rusage is plain old data; wait4 reaps exactly our child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        bail!("nvdisasm failed on {}", cubin.display());
-    }
-    Ok((
-        text,
-        t.elapsed().as_secs_f64(),
-        usage.ru_maxrss as u64 * 1024,
-    ))
+    let m = crate::measure::reap(child, t, &format!("nvdisasm on {}", cubin.display()))?;
+    Ok((text, m.wall, (m.max_rss_mb * 1024.0 * 1024.0) as u64))
 }
 
 /// Runs the benchmark on `file` with `runs` timed parses.

@@ -29,6 +29,12 @@ pub fn measure_bbv_with(args: &[String], stderr: Stdio) -> Result<Measure> {
         .stderr(stderr)
         .spawn()
         .context("cannot start bbv")?;
+    reap(child, start, &format!("bbv {}", args.join(" ")))
+}
+
+/// Waits for `child` (started at `start`; `what` names it in errors) and measures it with
+/// wait4's resource usage; an exit status other than 0 is an error.
+pub fn reap(child: std::process::Child, start: Instant, what: &str) -> Result<Measure> {
     let mut status = 0;
     // SAFETY: rusage is plain old data, and wait4 reaps exactly the child we spawned.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -38,7 +44,7 @@ pub fn measure_bbv_with(args: &[String], stderr: Stdio) -> Result<Measure> {
         bail!("wait4 failed: {}", std::io::Error::last_os_error());
     }
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        bail!("bbv {} failed (status {status})", args.join(" "));
+        bail!("{what} failed (status {status})");
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Ok(Measure {

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use bbv_gpu::output::{CountFormat, CountStyle, SampleOptions};
-use bbv_gpu::{count_list, CountMode, KernelCount};
+use bbv_gpu::output::{CountFormat, SampleOptions};
+use bbv_gpu::CountMode;
 use clap::{Subcommand, ValueEnum};
 
 /// Output formats of `bbv gpu count`.
@@ -49,6 +49,14 @@ pub enum GpuCommand {
         /// Warn about a damaged or missing kernel file and skip that launch instead of stopping.
         #[arg(long = "keep-going")]
         keep_going: bool,
+        /// Also print each launch's executions of every basic block of its kernel, the blocks
+        /// it skipped included (nvbit and json layouts).
+        #[arg(long = "per-block")]
+        per_block: bool,
+        /// Key --per-block by the static blocks of these binaries (`bbv gpu cfg`'s inputs),
+        /// kernel by kernel where the trace agrees with them.
+        #[arg(long)]
+        cfg: Vec<PathBuf>,
     },
     /// Count a CUDA program's kernels live on an NVIDIA GPU (CUPTI, no NVBit): per launch,
     /// every SASS instruction's executions, NVBit instr_count_bb's lines, basic-block vectors
@@ -284,50 +292,32 @@ fn count(cmd: GpuCommand) -> Result<u8> {
         opcodes,
         demangle,
         keep_going,
+        per_block,
+        cfg,
     } = cmd
     else {
         bail!("not a count command");
     };
-    let mode = CountMode {
-        thread_level,
-        exclude_pred_off,
-    }
-    .check()?;
-    if let Some(end) = end_grid {
-        if end <= start_grid {
-            bail!("--end-grid {end} must be greater than --start-grid {start_grid}");
-        }
-    }
-    let kl = accelsim_trace::KernelList::open(&list)?;
-    let all: Vec<Option<KernelCount>> = if keep_going {
-        bbv_gpu::count_list_each(&kl)
-            .into_iter()
-            .map(|r| match r {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    eprintln!("bbv: warning: launch skipped: {e}");
-                    None
-                }
-            })
-            .collect()
-    } else {
-        count_list(&kl)?.into_iter().map(Some).collect()
-    };
-    let end = end_grid.unwrap_or(usize::MAX);
-    // Launches keep their numbers (NVBit's launch order) when one is skipped.
-    let chosen: Vec<(usize, &KernelCount)> = all
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
-        .filter(|(i, _)| *i >= start_grid && *i < end)
-        .collect();
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    let style = CountStyle {
+    let job = bbv_pipeline::GpuCount {
+        list,
+        mode: CountMode {
+            thread_level,
+            exclude_pred_off,
+        },
+        start_grid,
+        end_grid,
         format: format.into(),
         opcodes,
         demangle,
+        keep_going,
+        per_block,
+        cfg,
+        tools: bbv_gpucfg::Tools::default(),
     };
-    bbv_gpu::output::write_counts(&mut out, &chosen, mode, style)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for line in bbv_pipeline::gpu_count(job, &mut out)? {
+        eprintln!("bbv gpu count: {line}");
+    }
     Ok(0)
 }

@@ -778,3 +778,106 @@ fn traces_map_onto_static_blocks_and_disagreements_are_reported() {
         .collect();
     assert_eq!(counts, ids, "launch 1's vector: each block's instructions");
 }
+
+#[test]
+fn per_block_counts_name_every_static_block_and_the_skipped_ones() {
+    let bin = nvidia_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cubin = d.join("k.cubin");
+    run(Command::new(bin.join("nvcc"))
+        .args(["-cubin", "-arch", "sm_90", "-o"])
+        .arg(&cubin)
+        .arg(guest("cfg_kernels.cu")));
+    let v = cfg_json(&[&cubin], &[]);
+    let loops = kernel_blocks(&v, "loops");
+    assert!(loops.len() > 10);
+    // Block i runs i % 3 times: a third of the blocks are skipped, the others entered once or
+    // twice, each time from its first instruction to its last.
+    let mut pcs = Vec::new();
+    for (i, (start, ops)) in loops.iter().enumerate() {
+        for _ in 0..i % 3 {
+            pcs.extend(
+                ops.iter()
+                    .enumerate()
+                    .map(|(j, o)| (start + 16 * j as u64, o.clone())),
+            );
+        }
+    }
+    std::fs::write(d.join("kernel-1.traceg"), trace("loops", &pcs)).unwrap();
+    let list = d.join("kernelslist.g");
+    std::fs::write(&list, "kernel-1.traceg\n").unwrap();
+    let o = bbv()
+        .args(["gpu", "count", "--format", "json", "--per-block"])
+        .arg(&list)
+        .arg("--cfg")
+        .arg(&cubin)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "loops (sm_90): {} static blocks from the binary",
+            loops.len()
+        )),
+        "{err}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let launch = &doc["launches"][0];
+    assert_eq!(launch["count"].as_u64().unwrap(), pcs.len() as u64);
+    let got: Vec<(u64, u64, u64)> = launch["basic_blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let f = |k: &str| b[k].as_u64().unwrap();
+            (f("start"), f("instructions"), f("executions"))
+        })
+        .collect();
+    let expected: Vec<(u64, u64, u64)> = loops
+        .iter()
+        .enumerate()
+        .map(|(i, (s, ops))| (*s, ops.len() as u64, (i % 3) as u64))
+        .collect();
+    assert_eq!(got, expected);
+    // NVBit's layout: a line per block under the launch's line.
+    let o = bbv()
+        .args(["gpu", "count", "--per-block"])
+        .arg(&list)
+        .arg("--cfg")
+        .arg(&cubin)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("  block ")).collect();
+    assert_eq!(lines.len(), loops.len(), "{text}");
+    let (s, ops) = &loops[2];
+    assert!(
+        text.contains(&format!(
+            "  block 3 at 0x{s:04x}: {} instructions, executed 2\n",
+            ops.len()
+        )),
+        "{text}"
+    );
+    // Options that contradict each other are refused before anything is read.
+    for (args, message) in [
+        (vec!["--cfg", "x.cubin"], "give --per-block with it"),
+        (
+            vec!["--per-block", "--format", "csv"],
+            "not in Accel-Sim's csv",
+        ),
+        (vec!["--per-block", "--keep-going"], "cannot skip launches"),
+    ] {
+        let o = bbv()
+            .args(["gpu", "count"])
+            .arg(&list)
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(message), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+}

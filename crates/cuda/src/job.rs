@@ -102,6 +102,7 @@ impl Live {
             format: CountFormat::Nvbit,
             opcodes: false,
             demangle: false,
+            blocks: None,
         };
         files.write(&self.dir.join("counts.txt"), |w| {
             write_counts(w, &numbered, mode, style)

@@ -26,22 +26,29 @@ pub fn nvdisasm() -> Result<PathBuf, CudaError> {
     if let Some(p) = std::env::var_os("BBV_NVDISASM") {
         return Ok(PathBuf::from(p));
     }
-    let mut tried: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("nvdisasm"))
-                .collect()
-        })
-        .unwrap_or_default();
-    tried.extend(cache().map(|c| c.join("bin/nvdisasm")));
-    tried.push(PathBuf::from("/usr/local/cuda/bin/nvdisasm"));
-    tried.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+    nvidia_tool("nvdisasm").ok_or_else(|| {
         CudaError::Tool(
             "nvdisasm not found (on the PATH, in $BBV_NVDISASM or from scripts/cupti): it \
              gives the kernels' basic blocks"
                 .into(),
         )
     })
+}
+
+/// A program named `name` in a folder of the PATH.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// An NVIDIA tool (nvdisasm, cuobjdump, ...): on the PATH, else in scripts/gpu-tools' cache,
+/// else in a CUDA toolkit's usual place.
+pub fn nvidia_tool(name: &str) -> Option<PathBuf> {
+    on_path(name)
+        .or_else(|| cache().map(|c| c.join("bin").join(name)))
+        .filter(|p| p.is_file())
+        .or_else(|| Some(PathBuf::from("/usr/local/cuda/bin").join(name)).filter(|p| p.is_file()))
 }
 
 /// The injection library and the folder of the CUPTI it runs with.

@@ -204,6 +204,9 @@ pub struct BlockVectors {
     pub blocks: Vec<Block>,
     /// Per launch.
     pub vectors: Vec<Vector>,
+    /// Per launch: (block id, warp-level executions of the block's first instruction), the
+    /// blocks it entered only.
+    pub entries: Vec<Vector>,
     /// Per thread block, when collected: launch, coordinates and its vector.
     pub block_vectors: Vec<(usize, [u32; 3], Vector)>,
 }
@@ -333,16 +336,21 @@ pub fn block_vectors_with(
         }
     }
     let mut vectors = Vec::with_capacity(launches.len());
+    let mut entries = Vec::with_capacity(launches.len());
     for l in launches {
         let mut v: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut e = Vec::new();
         for (&pc, &n) in &l.counts {
             let b = block_of[&(l.kernel.as_str(), pc)];
             *v.entry(blocks[b].id).or_insert(0) += n;
             if blocks[b].start == pc {
                 blocks[b].executions += n;
+                e.push((blocks[b].id, n));
             }
         }
         vectors.push(v.into_iter().collect());
+        // PCs ascend within a kernel, and so do its block ids.
+        entries.push(e);
     }
     let mut tb_vectors = Vec::new();
     for (launch, l) in launches.iter().enumerate() {
@@ -358,6 +366,7 @@ pub fn block_vectors_with(
     let bv = BlockVectors {
         blocks,
         vectors,
+        entries,
         block_vectors: tb_vectors,
     };
     (bv, sources)
@@ -436,5 +445,6 @@ mod tests {
             .collect();
         assert_eq!(starts, vec![(0x10, 2, 2), (0x30, 2, 1), (0x50, 2, 2)]);
         assert_eq!(bv.vectors[0], vec![(1, 4), (2, 2), (3, 4)]);
+        assert_eq!(bv.entries[0], vec![(1, 2), (2, 1), (3, 2)]);
     }
 }

@@ -376,6 +376,15 @@ pub fn scan_list(
     list: &KernelList,
     per_block: bool,
 ) -> Result<(Vec<KernelCount>, blocks::BlockVectors), GpuError> {
+    scan_list_with(list, per_block, None).map(|(c, bv, _)| (c, bv))
+}
+
+/// [`scan_list`] on static blocks where given (see [`blocks::block_vectors_with`]).
+pub fn scan_list_with(
+    list: &KernelList,
+    per_block: bool,
+    statics: Option<&blocks::StaticBlocks>,
+) -> Result<(Vec<KernelCount>, blocks::BlockVectors, blocks::Sources), GpuError> {
     let scans: Vec<(KernelCount, Option<blocks::LaunchPcs>)> = kernel_files(list)?
         .par_iter()
         .map(|k| scan_kernel(k, Some(per_block)))
@@ -386,7 +395,8 @@ pub fn scan_list(
         .into_iter()
         .map(|p| p.expect("PCs were asked for"))
         .collect();
-    Ok((counts, blocks::block_vectors(&pcs)))
+    let (bv, sources) = blocks::block_vectors_with(&pcs, statics);
+    Ok((counts, bv, sources))
 }
 
 /// Basic blocks and one basic-block vector per launch, and per thread block when `per_block`

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use accelsim_trace::{Command, KernelList};
 use bbv_files::AtomicFiles;
 
-use crate::blocks::BlockVectors;
+use crate::blocks::{Block, BlockVectors};
 use crate::sample::{estimate, pick_scored, Estimate, KScore, Method, Pick};
 use crate::{CountMode, GpuError, KernelCount};
 
@@ -25,13 +25,36 @@ pub enum CountFormat {
 
 /// How counts are printed beside their layout.
 #[derive(Clone, Copy, Debug)]
-pub struct CountStyle {
+pub struct CountStyle<'a> {
     /// The layout.
     pub format: CountFormat,
     /// Each launch's opcode histogram too (NVBit opcode_hist's lines; NVBit layout only).
     pub opcodes: bool,
     /// Kernel names demangled (NVBit MANGLED_NAMES=0; NVBit layout only).
     pub demangle: bool,
+    /// Each launch's executions of every block of its kernel, those it skipped included
+    /// (NVBit and JSON layouts; `BlockVectors::entries` indexed by launch number).
+    pub blocks: Option<&'a BlockVectors>,
+}
+
+/// Per block of `kernel`: (block, warp-level executions in launch `launch`), every block of
+/// the kernel in address order, 0 for those the launch did not enter.
+fn launch_blocks<'b>(bv: &'b BlockVectors, launch: usize, kernel: &str) -> Vec<(&'b Block, u64)> {
+    let entered = bv
+        .entries
+        .get(launch)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    bv.blocks
+        .iter()
+        .filter(|b| b.kernel == kernel)
+        .map(|b| {
+            let n = entered
+                .binary_search_by_key(&b.id, |e| e.0)
+                .map_or(0, |i| entered[i].1);
+            (b, n)
+        })
+        .collect()
 }
 
 /// A kernel name as NVBit prints it: mangled, or demangled when asked and possible.
@@ -56,7 +79,7 @@ pub fn write_counts(
     match style.format {
         CountFormat::Nvbit => write_nvbit(out, counts, mode, style)?,
         CountFormat::Csv => write_csv(out, counts, mode)?,
-        CountFormat::Json => write_json(out, counts, mode)?,
+        CountFormat::Json => write_json(out, counts, mode, style.blocks)?,
     }
     out.flush()
 }
@@ -80,6 +103,15 @@ fn write_nvbit(
         if style.opcodes {
             for (op, c) in k.sorted_opcodes() {
                 writeln!(out, "  {op} = {c}")?;
+            }
+        }
+        if let Some(bv) = style.blocks {
+            for (b, n) in launch_blocks(bv, *launch, &k.header.name) {
+                writeln!(
+                    out,
+                    "  block {} at 0x{:04x}: {} instructions, executed {n}",
+                    b.id, b.start, b.size
+                )?;
             }
         }
     }
@@ -118,6 +150,7 @@ fn write_json(
     out: &mut impl Write,
     counts: &[(usize, &KernelCount)],
     mode: CountMode,
+    blocks: Option<&BlockVectors>,
 ) -> std::io::Result<()> {
     let mut v = Vec::new();
     for (launch, k) in counts {
@@ -127,7 +160,7 @@ fn write_json(
             .into_iter()
             .map(|(o, c)| (o.to_string(), c.into()))
             .collect();
-        v.push(serde_json::json!({
+        let mut launch_doc = serde_json::json!({
             "launch": launch,
             "kernel_id": h.id,
             "name": h.name,
@@ -143,7 +176,17 @@ fn write_json(
             "thread_insts_pred_on": k.thread_insts,
             "mem_insts": k.mem_insts,
             "opcodes": ops,
-        }));
+        });
+        if let Some(bv) = blocks {
+            let per_block: Vec<serde_json::Value> = launch_blocks(bv, *launch, &h.name)
+                .into_iter()
+                .map(|(b, n)| {
+                    serde_json::json!({"id": b.id, "start": b.start, "instructions": b.size, "executions": n})
+                })
+                .collect();
+            launch_doc["basic_blocks"] = per_block.into();
+        }
+        v.push(launch_doc);
     }
     let total: u64 = counts.iter().map(|(_, k)| k.count(mode)).sum();
     let doc = serde_json::json!({"launches": v, "total": total});

@@ -56,6 +56,24 @@ pub enum CfgError {
     Temp(std::io::Error),
 }
 
+impl From<bbv_cuda::CudaError> for CfgError {
+    /// The SASS parser's errors: a line of the disassembly, else the tool's failure.
+    fn from(e: bbv_cuda::CudaError) -> CfgError {
+        match e {
+            bbv_cuda::CudaError::Parse {
+                path,
+                line,
+                message,
+            } => CfgError::Parse {
+                path,
+                line,
+                message,
+            },
+            other => CfgError::Tool(other.to_string()),
+        }
+    }
+}
+
 /// How control leaves a block along one edge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EdgeKind {
@@ -239,6 +257,46 @@ pub fn static_blocks(files: &[FileCfg]) -> bbv_gpu::blocks::StaticBlocks {
     out
 }
 
+/// The static blocks of the NVIDIA kernels in the binaries `cfg` (see [`static_blocks`]).
+pub fn statics_of(
+    cfg: &[PathBuf],
+    tools: &mut Tools,
+) -> Result<bbv_gpu::blocks::StaticBlocks, CfgError> {
+    let files = cfg
+        .iter()
+        .map(|f| analyse(f, tools))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(static_blocks(&files))
+}
+
+/// One line per kernel saying where its blocks in `bv` came from.
+pub fn source_lines(
+    bv: &bbv_gpu::blocks::BlockVectors,
+    sources: &bbv_gpu::blocks::Sources,
+) -> Vec<String> {
+    use bbv_gpu::blocks::BlockSource;
+    sources
+        .iter()
+        .map(|(kernel, sm, source)| {
+            let n = bv.blocks.iter().filter(|b| &b.kernel == kernel).count();
+            match source {
+                BlockSource::Static => {
+                    format!("{kernel} (sm_{sm}): {n} static blocks from the binary")
+                }
+                BlockSource::Missing => format!(
+                    "{kernel} (sm_{sm}): not in the binaries given; {n} blocks rebuilt from the trace"
+                ),
+                BlockSource::Disagrees {
+                    stray_pcs,
+                    mid_entries,
+                } => format!(
+                    "{kernel} (sm_{sm}): the trace disagrees with the binary ({stray_pcs} PCs inside no static block, {mid_entries} blocks entered in their middle); {n} blocks rebuilt from the trace"
+                ),
+            }
+        })
+        .collect()
+}
+
 /// `bbv gpu bbv --cfg FILES`: a trace's per-launch vectors over the static blocks of the
 /// binaries where the trace agrees with them (else over blocks rebuilt from the trace, kernel
 /// by kernel), and one line per kernel saying which.
@@ -248,32 +306,11 @@ pub fn trace_block_vectors(
     cfg: &[PathBuf],
     tools: &mut Tools,
 ) -> Result<(bbv_gpu::blocks::BlockVectors, Vec<String>), CfgError> {
-    let files = cfg
-        .iter()
-        .map(|f| analyse(f, tools))
-        .collect::<Result<Vec<_>, _>>()?;
-    let statics = static_blocks(&files);
+    let statics = statics_of(cfg, tools)?;
     let kl = accelsim_trace::KernelList::open(list)?;
     let (bv, sources) = bbv_gpu::list_block_vectors_with(&kl, per_block, Some(&statics))?;
     let mut lines = std::mem::take(&mut tools.used);
-    for (kernel, sm, source) in sources {
-        let n = bv.blocks.iter().filter(|b| b.kernel == kernel).count();
-        use bbv_gpu::blocks::BlockSource;
-        lines.push(match source {
-            BlockSource::Static => {
-                format!("{kernel} (sm_{sm}): {n} static blocks from the binary")
-            }
-            BlockSource::Missing => format!(
-                "{kernel} (sm_{sm}): not in the binaries given; {n} blocks rebuilt from the trace"
-            ),
-            BlockSource::Disagrees {
-                stray_pcs,
-                mid_entries,
-            } => format!(
-                "{kernel} (sm_{sm}): the trace disagrees with the binary ({stray_pcs} PCs inside no static block, {mid_entries} blocks entered in their middle); {n} blocks rebuilt from the trace"
-            ),
-        });
-    }
+    lines.extend(source_lines(&bv, &sources));
     Ok((bv, lines))
 }
 

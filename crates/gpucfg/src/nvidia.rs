@@ -55,18 +55,7 @@ fn disassemble(nvdisasm: &Path, path: &Path, shown: &Path) -> Result<Vec<Functio
 
 /// The CFGs in `nvdisasm -c`'s output (`shown` names the cubin in errors).
 pub fn from_sass(text: &str, shown: &Path) -> Result<Vec<Function>, CfgError> {
-    let sections = sass::parse(text, shown).map_err(|e| match e {
-        bbv_cuda::CudaError::Parse {
-            path,
-            line,
-            message,
-        } => CfgError::Parse {
-            path,
-            line,
-            message,
-        },
-        other => CfgError::Tool(other.to_string()),
-    })?;
+    let sections = sass::parse(text, shown)?;
     Ok(sections.iter().flat_map(functions).collect())
 }
 

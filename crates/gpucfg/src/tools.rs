@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use bbv_cuda::tools::{nvidia_tool, on_path};
+
 use crate::CfgError;
 
 /// The tools one `bbv gpu cfg` uses, found on first need.
@@ -28,12 +30,6 @@ const LLVM_OBJDUMPS: [&str; 6] = [
     "llvm-objdump",
     "llvm-objdump-15",
 ];
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
 
 /// The first line of `tool --version` that names a version.
 fn version(tool: &Path) -> String {
@@ -111,17 +107,6 @@ impl Tools {
             "llvm-objdump not found (llvm-objdump-19 .. -15 or llvm-objdump on the PATH; Debian: apt-get install llvm-19): give --llvm-objdump PATH",
         )
     }
-}
-
-/// An NVIDIA tool: on the PATH, in scripts/gpu-tools' cache, or in a CUDA toolkit.
-fn nvidia_tool(name: &str) -> Option<PathBuf> {
-    on_path(name)
-        .or_else(|| {
-            bbv_cuda::tools::cache()
-                .map(|c| c.join("bin").join(name))
-                .filter(|p| p.is_file())
-        })
-        .or_else(|| Some(PathBuf::from("/usr/local/cuda/bin").join(name)).filter(|p| p.is_file()))
 }
 
 /// Runs `cmd`, returning stdout, or a tool error with its stderr.

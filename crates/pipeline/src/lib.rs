@@ -16,6 +16,7 @@
 
 mod cluster;
 mod finish;
+mod gpu_count;
 mod gpu_job;
 mod job;
 mod job_text;
@@ -32,6 +33,7 @@ pub use bbv_rundir as rundir;
 pub use bbv_rundir::{chosen, validate};
 pub use cluster::{cluster_file, cluster_validated, Validate};
 pub use finish::{finish, Finished};
+pub use gpu_count::{gpu_count, GpuCount};
 pub use gpu_job::{gpu_run, gpu_sample, GpuRun, GpuRunOutcome};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
 pub use options::{CollectOptions, GuestOptions, RunOptions, Schedule};
@@ -127,6 +129,9 @@ pub enum PipelineError {
     /// ChampSim is missing or failed.
     #[error(transparent)]
     Champsim(#[from] bbv_champsim::sim::SimError),
+    /// A GPU binary's control-flow graph could not be made.
+    #[error(transparent)]
+    Cfg(#[from] bbv_gpucfg::CfgError),
     /// A live GPU run failed, or its folder is unusable.
     #[error(transparent)]
     Cuda(#[from] bbv_cuda::CudaError),
