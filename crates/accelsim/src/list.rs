@@ -43,9 +43,10 @@ impl KernelList {
         let mut lines = Lines::open(path)?;
         let mut commands = Vec::new();
         while let Some(line) = lines.next_line()? {
-            let line = line.trim().to_string();
+            // Leading blanks are kept: Accel-Sim would not see `kernel` at the start.
+            let line = line.trim_end().to_string();
             let line = line.as_str();
-            if line.is_empty() || line.starts_with('#') {
+            if line.trim_start().is_empty() || line.starts_with('#') {
                 continue;
             }
             if let Some(rest) = line.strip_prefix("MemcpyHtoD,") {
@@ -68,6 +69,15 @@ impl KernelList {
                     bytes,
                     text: line.to_string(),
                 });
+            } else if !line.starts_with("kernel") {
+                // Accel-Sim takes a launch only from a line that starts with `kernel` and skips
+                // any other silently: counting it would make the list mean another run here.
+                return Err(lines.error(format!(
+                    "'{}': Accel-Sim reads a launch only from a line that starts with 'kernel' \
+                     (a trace file in the list's folder) and would skip this one; name the trace \
+                     kernel-N.traceg in the list's folder (a symbolic link will do) or delete the line",
+                    q(line)
+                )));
             } else if line.len() > MAX_NAME {
                 return Err(lines.error(format!(
                     "a kernel trace file name of {} bytes, more than the {MAX_NAME} allowed: '{}'",

@@ -110,6 +110,19 @@ fn refusals_and_bad_input_exit_2() {
         text.contains("kernel 0 -") && text.contains("kernel 2 -") && !text.contains("kernel 1 -")
     );
     assert!(text.ends_with("Total app instructions: 688\n"), "{text}");
+    // A line Accel-Sim would skip (it takes a launch only from a line starting with `kernel`)
+    // is refused rather than counted: the list would mean another run to the simulator.
+    for line in [good.to_str().unwrap(), " kernel-1.traceg", "k1.traceg"] {
+        std::fs::write(&bad, format!("kernel-1.traceg\n{line}\n")).unwrap();
+        let out = run(&[bad.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{line}: {err}");
+        assert!(
+            err.contains(":2: ") && err.contains("would skip this one"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty());
+    }
     let out = run(&[&l, "--start-grid", "3", "--end-grid", "2"]);
     assert_eq!(out.status.code(), Some(2));
     let out = run(&[&l, "--start-grid", "1"]);
@@ -190,7 +203,16 @@ fn sample_writes_list_weights_and_report() {
             kl.lines().filter(|l| l.starts_with("MemcpyHtoD")).count(),
             2
         );
-        assert!(kl.lines().last().unwrap().ends_with("kernel-1.traceg"));
+        // Accel-Sim's rule: a launch is a line starting with `kernel`, a file beside the list
+        // (here a link to the trace's own file).
+        assert_eq!(kl.lines().last().unwrap(), "kernel-1.traceg");
+        assert_eq!(
+            std::fs::read_link(dir.join("kernel-1.traceg")).unwrap(),
+            std::fs::canonicalize(
+                data_dir().join("accelsim/matrixmul-32-32-trace-aba4ea32/kernel-1.traceg")
+            )
+            .unwrap()
+        );
         let w = std::fs::read_to_string(dir.join("weights.csv")).unwrap();
         assert_eq!(
             w.lines().nth(1).unwrap(),

@@ -227,8 +227,13 @@ fn gpu_sample_report_renders_in_chromium() {
         acc.join("vectoradd-100-32-trace-0c94f481/kernel-1.traceg"),
     ];
     let list = work.path().join("kernelslist.g");
+    // Accel-Sim's names: files beside the list starting with `kernel` (links here).
     let text: String = (0..6)
-        .map(|i| format!("{}\n", kernels[i % 2].display()))
+        .map(|i| {
+            let name = format!("kernel-{}.traceg", i + 1);
+            std::os::unix::fs::symlink(&kernels[i % 2], work.path().join(&name)).unwrap();
+            name + "\n"
+        })
         .collect();
     std::fs::write(&list, text).unwrap();
     let out = work.path().join("sample");

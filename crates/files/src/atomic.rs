@@ -20,6 +20,17 @@ fn missing_folder(path: &Path) -> Option<FilesError> {
     })
 }
 
+/// The hidden name beside `path` an output is written under until it is committed.
+fn temporary(path: &Path) -> Result<PathBuf, FilesError> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| FilesError::Invalid(format!("{}: not a file name", path.display())))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".bbv-tmp-{}", std::process::id()));
+    Ok(path.with_file_name(tmp_name))
+}
+
 /// A set of output files committed together.
 #[derive(Default)]
 pub struct AtomicFiles {
@@ -58,13 +69,7 @@ impl AtomicFiles {
                 path.display()
             )));
         }
-        let name = path
-            .file_name()
-            .ok_or_else(|| FilesError::Invalid(format!("{}: not a file name", path.display())))?;
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".bbv-tmp-{}", std::process::id()));
-        let tmp = path.with_file_name(tmp_name);
+        let tmp = temporary(path)?;
         let (file, cleanup) = interrupt::Cleanup::create(|| Ok((File::create(&tmp)?, tmp.clone())))
             .map_err(|e| missing_folder(path).unwrap_or_else(|| FilesError::io(path, e)))?;
         self.cleanups.push(cleanup);
@@ -73,6 +78,27 @@ impl AtomicFiles {
         write(&mut out)
             .and_then(|_| out.flush())
             .map_err(|e| FilesError::io(path, e))
+    }
+
+    /// A symbolic link at `path` to `target`, made beside it under a temporary name and
+    /// renamed with the other outputs.
+    pub fn symlink(&mut self, path: &Path, target: &Path) -> Result<(), FilesError> {
+        if path.is_dir() {
+            return Err(FilesError::NotAFile {
+                path: path.to_path_buf(),
+                what: "a folder",
+            });
+        }
+        let tmp = temporary(path)?;
+        let _ = fs::remove_file(&tmp);
+        let ((), cleanup) = interrupt::Cleanup::create(|| {
+            std::os::unix::fs::symlink(target, &tmp)?;
+            Ok(((), tmp.clone()))
+        })
+        .map_err(|e| missing_folder(path).unwrap_or_else(|| FilesError::io(path, e)))?;
+        self.cleanups.push(cleanup);
+        self.pending.push((tmp, path.to_path_buf()));
+        Ok(())
     }
 
     /// Renames every temporary file to its destination, all before a killing signal is acted

@@ -441,7 +441,10 @@ impl Sampled {
 }
 
 impl Sampled {
-    /// The reduced kernel list: the chosen launches, with the list's memory copies.
+    /// The reduced kernel list: the chosen launches, with the list's memory copies. Accel-Sim
+    /// reads a launch only from a line starting with `kernel`, a file in the list's folder: each
+    /// chosen launch L (0-based) is a symbolic link `kernel-<L+1><suffix>` beside the list to
+    /// its trace file (by absolute path; suffix: the file's own from its first dot).
     fn write_list(
         &self,
         list: &KernelList,
@@ -449,21 +452,28 @@ impl Sampled {
         files: &mut AtomicFiles,
     ) -> Result<(), GpuError> {
         let chosen: BTreeSet<usize> = self.picks.iter().map(|p| p.launch).collect();
-        files.write(&output.join("kernelslist.g"), |w| {
-            let mut launch = 0;
-            for c in &list.commands {
-                match c {
-                    Command::MemcpyHtoD { text, .. } => writeln!(w, "{text}")?,
-                    Command::Kernel { path, .. } => {
-                        if chosen.contains(&launch) {
-                            let abs = std::fs::canonicalize(path)?;
-                            writeln!(w, "{}", abs.display())?;
-                        }
-                        launch += 1;
+        let mut lines = String::new();
+        let mut launch = 0;
+        for c in &list.commands {
+            match c {
+                Command::MemcpyHtoD { text, .. } => lines.push_str(&format!("{text}\n")),
+                Command::Kernel { path, .. } => {
+                    if chosen.contains(&launch) {
+                        let abs = std::fs::canonicalize(path).map_err(|e| {
+                            GpuError::Unsupported(format!("{}: {e}", path.display()))
+                        })?;
+                        let file = abs.file_name().unwrap_or_default().to_string_lossy();
+                        let suffix = file.find('.').map_or("", |i| &file[i..]);
+                        let name = format!("kernel-{}{suffix}", launch + 1);
+                        files.symlink(&output.join(&name), &abs)?;
+                        lines.push_str(&format!("{name}\n"));
                     }
+                    launch += 1;
                 }
             }
-            Ok(())
+        }
+        files.write(&output.join("kernelslist.g"), |w| {
+            w.write_all(lines.as_bytes())
         })?;
         Ok(())
     }
