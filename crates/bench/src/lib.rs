@@ -9,6 +9,7 @@ mod collect;
 mod gpu;
 mod gpu_cfg;
 mod gpu_live;
+mod gpu_simulate;
 mod levels;
 mod measure;
 mod regions;
@@ -102,6 +103,20 @@ pub enum BenchCommand {
         /// Timed parses (the fastest is printed).
         #[arg(long, default_value_t = 3)]
         runs: usize,
+    },
+    /// Accel-Sim on the launches `bbv gpu sample` picks against the whole list (lists of 50-200
+    /// launches built from the shipped traces, three phase patterns, both sampling methods):
+    /// cycle error (target: within 2%) and speedups. Needs scripts/accelsim's build.
+    GpuSimulate {
+        /// Folder holding accelsim/ (the shipped traces).
+        #[arg(long, default_value = "../shared/data")]
+        data: PathBuf,
+        /// `bbv gpu simulate --warmup-launches`.
+        #[arg(long = "warmup-launches", default_value_t = 4)]
+        warmup_launches: usize,
+        /// Where to write the lists and samples (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
     },
     /// CPU collection: native, bare QEMU, bbv collect (default, --exact, with metrics, and the
     /// metrics' callbacks alone), valgrind's exp-bbv and bbv replay on xz -9, bzip2 -9, gzip -9
@@ -245,6 +260,11 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         } => cc::run(runs, &dir, &compiler),
         BenchCommand::CcLevels { compilers, dir } => levels::run(&dir, &compilers),
         BenchCommand::GpuCfg { file, runs } => gpu_cfg::run(&file, runs),
+        BenchCommand::GpuSimulate {
+            data,
+            warmup_launches,
+            dir,
+        } => gpu_simulate::run(&data, warmup_launches, &dir),
         BenchCommand::Collect {
             runs,
             scale,

@@ -125,6 +125,29 @@ pub enum GpuCommand {
         #[arg(long, default_value_t = 0.1)]
         spread: f64,
     },
+    /// Accel-Sim on the launches `bbv gpu sample` picked (each in a process of its own, after
+    /// the launches that preceded it in the trace): the whole run's cycles estimated from the
+    /// picks' weights, and with --full the error against simulating every launch. Writes
+    /// DIR/simulation.json.
+    Simulate {
+        /// The `bbv gpu sample` folder.
+        dir: PathBuf,
+        /// scripts/accelsim's folder or an accel-sim.out (default: ~/.cache/bbvkit/accelsim).
+        #[arg(long)]
+        accelsim: Option<PathBuf>,
+        /// A tested configuration by name (default: the first that models the traces' SM).
+        #[arg(long)]
+        config: Option<String>,
+        /// Simulator processes at a time (default: the cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Launches of the trace simulated before each pick to warm its caches, not counted.
+        #[arg(long = "warmup-launches", default_value_t = 4)]
+        warmup_launches: usize,
+        /// The whole trace's kernelslist.g: simulated in full for the error and speedups.
+        #[arg(long)]
+        full: Option<PathBuf>,
+    },
     /// Basic-block vectors: PREFIX.bb (one SimPoint `T` line per launch, warp-level
     /// instructions per block) and PREFIX.blocks (id, kernel, start PC, size, executions).
     Bbv {
@@ -277,6 +300,26 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
             Ok(0)
         }
         GpuCommand::Count { .. } => count(cmd),
+        GpuCommand::Simulate {
+            dir,
+            accelsim,
+            config,
+            jobs,
+            warmup_launches,
+            full,
+        } => {
+            let job = bbv_pipeline::GpuSimulate {
+                dir,
+                accelsim,
+                config,
+                jobs: jobs
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+                warmup_launches,
+                full,
+            };
+            print!("{}", bbv_pipeline::gpu_simulate(&job)?.report);
+            Ok(0)
+        }
     }
 }
 

@@ -9,6 +9,7 @@ mod golden;
 mod gpu_cfg_cli;
 mod gpu_cli;
 mod gpu_live_cli;
+mod gpu_simulate_cli;
 mod hostile_cli;
 mod looppoint_cli;
 mod progress_cli;

@@ -435,6 +435,12 @@ impl Sampled {
             "trace_bytes_expected": saved.0,
             "trace_bytes_saved": saved.1,
         });
+        let mut summary = summary;
+        if let Source::Trace(list) = &self.source {
+            // Where `bbv gpu simulate` takes the launches that warm each pick.
+            let abs = std::fs::canonicalize(&list.path).unwrap_or_else(|_| list.path.clone());
+            summary["trace"] = abs.display().to_string().into();
+        }
         files.write(&output.join("summary.json"), |w| writeln!(w, "{summary:#}"))?;
         Ok(())
     }

@@ -129,15 +129,17 @@ fn strata(counts: &[KernelCount], spread: f64) -> Groups {
                 .map(|&m| counts[m].warp_insts as f64)
                 .sum::<f64>()
                 / members.len() as f64;
-            let rep = *members
+            let distance = |m: usize| (counts[m].warp_insts as f64 - mean).abs();
+            let best = members
                 .iter()
-                .min_by(|&&a, &&b| {
-                    let da = (counts[a].warp_insts as f64 - mean).abs();
-                    let db = (counts[b].warp_insts as f64 - mean).abs();
-                    da.total_cmp(&db).then(a.cmp(&b))
-                })
-                .expect("non-empty stratum");
-            (rep, members)
+                .map(|&m| distance(m))
+                .fold(f64::INFINITY, f64::min);
+            let tied: Vec<usize> = members
+                .iter()
+                .copied()
+                .filter(|&m| distance(m) == best)
+                .collect();
+            (middle(&tied), members)
         })
         .collect()
 }
@@ -185,9 +187,26 @@ fn clusters(bv: &BlockVectors, max_k: usize) -> Result<(Groups, Vec<KScore>), Gp
     }
     let groups = by_cluster
         .into_iter()
-        .map(|(c, members)| (post.simpoints[c as usize] as usize, members))
+        .map(|(c, members)| {
+            let rep = post.simpoints[c as usize] as usize;
+            // Launches with the representative's very vector are as near the centre as it is.
+            let tied: Vec<usize> = members
+                .iter()
+                .copied()
+                .filter(|&m| bv.vectors[m] == bv.vectors[rep])
+                .collect();
+            (middle(&tied), members)
+        })
         .collect();
     Ok((groups, scores))
+}
+
+/// Among launches the sampler cannot tell apart, the middle one in launch order: they differ
+/// in what it does not see, the caches the launches before them left, and the first of them
+/// often ran cold (the trace's start) while most ran warm; a simulator warms the pick with the
+/// launch before it (`bbv gpu simulate --warmup-launches`).
+fn middle(tied: &[usize]) -> usize {
+    tied[(tied.len() - 1) / 2]
 }
 
 /// Every counted metric, estimated from the picks.

@@ -18,6 +18,8 @@ mod cluster;
 mod finish;
 mod gpu_count;
 mod gpu_job;
+mod gpu_simulate;
+mod gpu_simulate_doc;
 mod job;
 mod job_text;
 pub mod looppoint;
@@ -35,6 +37,7 @@ pub use cluster::{cluster_file, cluster_validated, Validate};
 pub use finish::{finish, Finished};
 pub use gpu_count::{gpu_count, GpuCount};
 pub use gpu_job::{gpu_run, gpu_sample, GpuRun, GpuRunOutcome};
+pub use gpu_simulate::{gpu_simulate, GpuSimulate, GpuSimulation};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
 pub use options::{CollectOptions, GuestOptions, RunOptions, Schedule};
 
@@ -132,6 +135,9 @@ pub enum PipelineError {
     /// A GPU binary's control-flow graph could not be made.
     #[error(transparent)]
     Cfg(#[from] bbv_gpucfg::CfgError),
+    /// Accel-Sim is missing, refused a configuration or failed.
+    #[error(transparent)]
+    GpuSim(#[from] bbv_gpusim::GpuSimError),
     /// A live GPU run failed, or its folder is unusable.
     #[error(transparent)]
     Cuda(#[from] bbv_cuda::CudaError),

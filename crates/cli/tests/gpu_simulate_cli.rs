@@ -1,0 +1,200 @@
+//! `bbv gpu simulate` with the real Accel-Sim (scripts/accelsim): a list built from the shipped
+//! traces sampled, its picks and the whole list simulated, the estimate recomputed here from
+//! simulation.json's cycles and weights.csv's weights; and what bad input gets.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::{bbv, data_dir};
+
+/// scripts/accelsim's folder (built once, then reused).
+fn accelsim() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/accelsim");
+    let out = Command::new(script)
+        .output()
+        .expect("scripts/accelsim runs");
+    assert!(
+        out.status.success(),
+        "scripts/accelsim: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// `dir/kernelslist.g` of links `kernel-N.traceg` to copies (in `dir/traces`) of the shipped
+/// traces: 8 matrixmul, 8 vectoradd A and B alternating, 8 matrixmul.
+fn list(dir: &Path) -> PathBuf {
+    let traces = dir.join("traces");
+    std::fs::create_dir_all(&traces).unwrap();
+    let acc = data_dir().join("accelsim");
+    let names = ["mm", "va", "vb"];
+    for (name, t) in names.iter().zip([
+        "matrixmul-32-32-trace-aba4ea32",
+        "vectoradd-100-32-trace-0c94f481",
+        "vectoradd-100-32-trace-12f5cb88",
+    ]) {
+        std::fs::copy(
+            acc.join(t).join("kernel-1.traceg"),
+            traces.join(format!("{name}.traceg")),
+        )
+        .unwrap();
+    }
+    let order: Vec<usize> = (0..24)
+        .map(|i| match i {
+            8..=15 => 1 + i % 2,
+            _ => 0,
+        })
+        .collect();
+    let mut lines = String::new();
+    for (n, t) in order.iter().enumerate() {
+        let name = format!("kernel-{}.traceg", n + 1);
+        std::os::unix::fs::symlink(
+            traces.join(format!("{}.traceg", names[*t])),
+            dir.join(&name),
+        )
+        .unwrap();
+        lines.push_str(&name);
+        lines.push('\n');
+    }
+    let l = dir.join("kernelslist.g");
+    std::fs::write(&l, lines).unwrap();
+    l
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    bbv().args(args).output().unwrap()
+}
+
+#[test]
+fn picks_and_the_full_list_are_simulated_and_the_estimate_recomputed() {
+    let acc = accelsim();
+    let work = tempfile::tempdir().unwrap();
+    let list = list(work.path());
+    let l = list.to_str().unwrap();
+    let s = work.path().join("s");
+    let sd = s.to_str().unwrap();
+    let o = run(&["gpu", "sample", l, "-o", sd]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a = acc.to_str().unwrap();
+    let o = run(&[
+        "gpu",
+        "simulate",
+        sd,
+        "--accelsim",
+        a,
+        "--full",
+        l,
+        "--jobs",
+        "2",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("configuration SM6_TITANX (sm_61)"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(s.join("simulation.json")).unwrap()).unwrap();
+    // Every pick simulated as itself: simulation.json's launches are weights.csv's rows.
+    let weights = std::fs::read_to_string(s.join("weights.csv")).unwrap();
+    let rows: Vec<(u64, String, f64)> = weights
+        .lines()
+        .skip(1)
+        .map(|r| {
+            let f: Vec<&str> = r.split(',').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].to_string(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect();
+    let launches = v["launches"].as_array().unwrap();
+    assert_eq!(launches.len(), rows.len());
+    assert!(rows.len() >= 2, "{weights}");
+    let mut estimate = 0.0;
+    for (l, (launch, kernel, weight)) in launches.iter().zip(&rows) {
+        assert_eq!(l["launch"].as_u64().unwrap(), *launch);
+        assert_eq!(l["kernel"].as_str().unwrap(), kernel);
+        let cycles = l["cycles"].as_u64().unwrap();
+        assert!(cycles > 1000, "{l}");
+        // Warmed by the 4 launches before it, where the trace has them.
+        assert_eq!(l["warmup_launches"].as_u64().unwrap(), (*launch).min(4));
+        estimate += weight * cycles as f64;
+    }
+    // Weights: each pick stands for its members' instructions; together, the whole list's.
+    let full = v["full_cycles"].as_f64().unwrap();
+    assert_eq!(v["full_launches"].as_u64(), Some(24));
+    let error = 100.0 * (estimate - full) / full;
+    assert!(
+        (estimate - v["estimate_cycles"].as_f64().unwrap()).abs() < 1e-6 * full,
+        "{v}"
+    );
+    assert!(
+        (error - v["error_pct"].as_f64().unwrap()).abs() < 1e-9,
+        "{v}"
+    );
+    assert!(error.abs() < 2.0, "cycle error {error:.3}%: {v}");
+    let est_insts: f64 = launches
+        .iter()
+        .zip(&rows)
+        .map(|(l, r)| r.2 * l["instructions"].as_f64().unwrap())
+        .sum();
+    let full_insts = v["full_instructions"].as_f64().unwrap();
+    assert!((est_insts - full_insts).abs() <= 1e-9 * full_insts, "{v}");
+}
+
+#[test]
+fn bad_input_is_refused_and_nothing_is_written() {
+    let acc = accelsim();
+    let work = tempfile::tempdir().unwrap();
+    let list = list(work.path());
+    let l = list.to_str().unwrap();
+    let s = work.path().join("s");
+    let sd = s.to_str().unwrap();
+    let o = run(&["gpu", "sample", l, "-o", sd, "--stratified"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a = acc.to_str().unwrap();
+    let short = work.path().join("short.g");
+    std::fs::write(&short, "kernel-1.traceg\nkernel-2.traceg\n").unwrap();
+    let sh = short.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--accelsim", "/nonexistent/accelsim"],
+            "scripts/accelsim",
+        ),
+        (
+            vec!["--accelsim", a, "--config", "SM7_QV100"],
+            "models sm_70, the traces are sm_61",
+        ),
+        (
+            vec!["--accelsim", a, "--config", "NOPE"],
+            "no configuration NOPE",
+        ),
+        (
+            vec!["--accelsim", a, "--full", sh],
+            "not the trace that was sampled",
+        ),
+        (
+            vec!["--accelsim", a, "--jobs", "0"],
+            "--jobs must be at least 1",
+        ),
+    ];
+    for (extra, message) in &cases {
+        let mut args = vec!["gpu", "simulate", sd];
+        args.extend(extra);
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(message), "{extra:?}: {err}");
+        assert!(!s.join("simulation.json").exists(), "{extra:?}");
+    }
+    // The traces moved after sampling: the sample's links point nowhere.
+    std::fs::rename(work.path().join("traces"), work.path().join("moved")).unwrap();
+    let o = run(&["gpu", "simulate", sd, "--accelsim", a]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the trace moved since bbv gpu sample"),
+        "{err}"
+    );
+    assert!(!s.join("simulation.json").exists());
+}
