@@ -217,14 +217,7 @@ fn live_run(
     };
     let o = bbv_pipeline::gpu_run(&run)?;
     eprint!("{}", o.report);
-    Ok(match o.status.code() {
-        Some(0) if o.cupti_failed => 1,
-        Some(c) => c.clamp(0, 255) as u8,
-        None => {
-            use std::os::unix::process::ExitStatusExt;
-            (128 + o.status.signal().unwrap_or(0)).clamp(0, 255) as u8
-        }
-    })
+    Ok(o.exit_code())
 }
 
 /// Runs a `bbv gpu` command; returns the exit status.
@@ -312,8 +305,7 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
                 dir,
                 accelsim,
                 config,
-                jobs: jobs
-                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+                jobs,
                 warmup_launches,
                 full,
             };

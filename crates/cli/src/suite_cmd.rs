@@ -220,7 +220,11 @@ fn on_slurm(m: &Manifest, output: &Path, a: &SlurmArgs) -> Result<u8> {
             };
             let Some(sub) = bbv_suite::slurm::submit(m, output, &bbv_exe()?, &done_before, &opts)?
             else {
-                return finish(m, output, &records_now(m, output, &done_before));
+                return finish(
+                    m,
+                    output,
+                    &bbv_suite::local::records_since(m, output, &done_before),
+                );
             };
             eprintln!(
                 "bbv suite: submitted {} of {} jobs as Slurm job {} (task logs in {})",
@@ -256,25 +260,11 @@ fn on_slurm(m: &Manifest, output: &Path, a: &SlurmArgs) -> Result<u8> {
             eprintln!("bbv suite: Slurm job {job_id} is still queued 90 s after scancel");
         }
     }
-    finish(m, output, &records_now(m, output, &done_before))
-}
-
-/// Every job's record as its files say, a job done before this run shown as skipped.
-fn records_now(m: &Manifest, output: &Path, done_before: &[bool]) -> Vec<bbv_suite::JobRecord> {
-    bbv_suite::local::records(m, output)
-        .into_iter()
-        .zip(done_before)
-        .map(|(r, &before)| {
-            if before && r.status == Status::Done {
-                bbv_suite::JobRecord {
-                    status: Status::Skipped,
-                    ..r
-                }
-            } else {
-                r
-            }
-        })
-        .collect()
+    finish(
+        m,
+        output,
+        &bbv_suite::local::records_since(m, output, &done_before),
+    )
 }
 
 /// Loads and checks the manifest (every job's options through `bbv run`'s own parser), and

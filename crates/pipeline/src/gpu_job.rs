@@ -108,6 +108,18 @@ pub struct GpuRunOutcome {
     pub cupti_failed: bool,
 }
 
+impl GpuRunOutcome {
+    /// bbv's exit status: the program's (128 + signal when killed), 1 when CUPTI refused.
+    pub fn exit_code(&self) -> u8 {
+        use std::os::unix::process::ExitStatusExt;
+        match self.status.code() {
+            Some(0) if self.cupti_failed => 1,
+            Some(c) => c.clamp(0, 255) as u8,
+            None => (128 + self.status.signal().unwrap_or(0)).clamp(0, 255) as u8,
+        }
+    }
+}
+
 /// Runs the program under the injection library, then writes the run folder.
 pub fn gpu_run(r: &GpuRun) -> Result<GpuRunOutcome, PipelineError> {
     let (program, args) = r

@@ -22,8 +22,8 @@ pub struct GpuSimulate {
     pub accelsim: Option<PathBuf>,
     /// `--config`: a tested configuration's name.
     pub config: Option<String>,
-    /// Simulator processes at a time.
-    pub jobs: usize,
+    /// Simulator processes at a time (default: the cores).
+    pub jobs: Option<usize>,
     /// Launches of the trace simulated before each pick, not counted (cache warming).
     pub warmup_launches: usize,
     /// The whole trace's list, simulated in full for the error.
@@ -185,6 +185,7 @@ fn simulate_picks(
     picks: &[Pick],
     trace: Option<&KernelList>,
     job: &GpuSimulate,
+    jobs: usize,
 ) -> Result<Vec<(bbv_gpusim::Launch, Simulated)>, PipelineError> {
     let work = tempfile::Builder::new()
         .prefix(&bbv_files::interrupt::tagged("gpu-simulate"))
@@ -193,7 +194,7 @@ fn simulate_picks(
     let next = AtomicUsize::new(0);
     let results: Mutex<BTreeMap<usize, Result<Simulated, PipelineError>>> = Default::default();
     std::thread::scope(|s| {
-        for _ in 0..job.jobs.clamp(1, picks.len()) {
+        for _ in 0..jobs.clamp(1, picks.len()) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(p) = picks.get(i) else { break };
@@ -228,7 +229,10 @@ fn simulate_picks(
 
 /// Runs `job`: writes `DIR/simulation.json` (whole or not at all) and returns it with a report.
 pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, PipelineError> {
-    if job.jobs == 0 {
+    let jobs = job
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if jobs == 0 {
         return Err(invalid("--jobs must be at least 1".into()));
     }
     let picks = picks(&job.dir)?;
@@ -250,8 +254,14 @@ pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, PipelineError> {
         Some(list) => Some(full_run(&sim, &config, list, &picks, &summary)?),
         None => None,
     };
-    let results = simulate_picks(&sim, &config, &picks, trace.as_ref(), job)?;
-    let doc = crate::gpu_simulate_doc::document(&config, job, &picks_json(&picks), &results, full);
+    let results = simulate_picks(&sim, &config, &picks, trace.as_ref(), job, jobs)?;
+    let setup = crate::gpu_simulate_doc::Setup {
+        config: &config,
+        warmup_launches: job.warmup_launches,
+        jobs,
+        full_list: job.full.as_deref(),
+    };
+    let doc = crate::gpu_simulate_doc::document(&setup, &picks_json(&picks), &results, full);
     let mut files = AtomicFiles::default();
     files.write(&job.dir.join("simulation.json"), |w| {
         use std::io::Write;

@@ -5,12 +5,17 @@
 use bbv_gpusim::{Config, Launch, Simulated};
 use serde_json::json;
 
-use crate::gpu_simulate::GpuSimulate;
+/// How the picks were simulated.
+pub(crate) struct Setup<'a> {
+    pub config: &'a Config,
+    pub warmup_launches: usize,
+    pub jobs: usize,
+    pub full_list: Option<&'a std::path::Path>,
+}
 
 /// The document: picks as (launch, kernel, weight) beside their simulations.
 pub(crate) fn document(
-    config: &Config,
-    job: &GpuSimulate,
+    setup: &Setup,
     picks: &[(usize, String, f64)],
     results: &[(Launch, Simulated)],
     full: Option<Simulated>,
@@ -36,10 +41,10 @@ pub(crate) fn document(
     }
     let mut doc = json!({
         "simulator": "accel-sim",
-        "config": config.name,
-        "sm": config.sm,
-        "warmup_launches": job.warmup_launches,
-        "jobs": job.jobs,
+        "config": setup.config.name,
+        "sm": setup.config.sm,
+        "warmup_launches": setup.warmup_launches,
+        "jobs": setup.jobs,
         "launches": launches,
         "estimate_cycles": est_cycles,
         "estimate_instructions": est_insts,
@@ -53,7 +58,7 @@ pub(crate) fn document(
         let est_ipc = est_insts / est_cycles.max(1.0);
         let pct = |e: f64, t: f64| 100.0 * (e - t) / t.max(f64::MIN_POSITIVE);
         let extra = json!({
-            "full_list": job.full.as_ref().map(|p| p.display().to_string()),
+            "full_list": setup.full_list.map(|p| p.display().to_string()),
             "full_launches": f.launches.len(),
             "full_cycles": f.total_cycles,
             "full_instructions": f.total_instructions,

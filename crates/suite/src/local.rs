@@ -80,6 +80,24 @@ fn pending(name: &str, out: &Path) -> JobRecord {
     })
 }
 
+/// [`records`], a job done before this run (`done_before`, per job) shown as skipped.
+pub fn records_since(manifest: &Manifest, out: &Path, done_before: &[bool]) -> Vec<JobRecord> {
+    records(manifest, out)
+        .into_iter()
+        .zip(done_before)
+        .map(|(r, &before)| {
+            if before && r.status == Status::Done {
+                JobRecord {
+                    status: Status::Skipped,
+                    ..r
+                }
+            } else {
+                r
+            }
+        })
+        .collect()
+}
+
 /// Each job's record as its folder has it (`pending` where there is none).
 pub fn records(manifest: &Manifest, out: &Path) -> Vec<JobRecord> {
     manifest
