@@ -75,6 +75,7 @@ fn picks_and_the_full_list_are_simulated_and_the_estimate_recomputed() {
     let sd = s.to_str().unwrap();
     let o = run(&["gpu", "sample", l, "-o", sd]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page_before = std::fs::read_to_string(s.join("report.html")).unwrap();
     let a = acc.to_str().unwrap();
     let o = run(&[
         "gpu",
@@ -138,6 +139,12 @@ fn picks_and_the_full_list_are_simulated_and_the_estimate_recomputed() {
         .zip(&rows)
         .map(|(l, r)| r.2 * l["instructions"].as_f64().unwrap())
         .sum();
+    // The sample's page shows it in place of its note, the rest of the page as it was.
+    let page = std::fs::read_to_string(s.join("report.html")).unwrap();
+    assert!(page.contains("Simulated with Accel-Sim"), "{page}");
+    assert!(page.contains(&format!("{error:+.2}%")));
+    let head = |p: &str| p[..p.find("<section id=\"simulation\"").unwrap()].to_string();
+    assert_eq!(head(&page), head(&page_before));
     let full_insts = v["full_instructions"].as_f64().unwrap();
     assert!((est_insts - full_insts).abs() <= 1e-9 * full_insts, "{v}");
 }
@@ -153,6 +160,7 @@ fn bad_input_is_refused_and_nothing_is_written() {
     let o = run(&["gpu", "sample", l, "-o", sd, "--stratified"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let a = acc.to_str().unwrap();
+    let page = std::fs::read_to_string(s.join("report.html")).unwrap();
     let short = work.path().join("short.g");
     std::fs::write(&short, "kernel-1.traceg\nkernel-2.traceg\n").unwrap();
     let sh = short.to_str().unwrap();
@@ -186,6 +194,10 @@ fn bad_input_is_refused_and_nothing_is_written() {
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
         assert!(err.contains(message), "{extra:?}: {err}");
         assert!(!s.join("simulation.json").exists(), "{extra:?}");
+        assert_eq!(
+            std::fs::read_to_string(s.join("report.html")).unwrap(),
+            page
+        );
     }
     // The traces moved after sampling: the sample's links point nowhere.
     std::fs::rename(work.path().join("traces"), work.path().join("moved")).unwrap();

@@ -4,6 +4,7 @@
 //! picks and their weights, and with a full list the error against simulating every launch.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -267,6 +268,15 @@ pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, PipelineError> {
         use std::io::Write;
         writeln!(w, "{doc:#}")
     })?;
+    // The sample's page shows the figures in its #simulation section: both files change together.
+    let page_path = job.dir.join("report.html");
+    if page_path.is_file() {
+        let page = bbv_files::input::read_text(&page_path, 1 << 30)?;
+        let section = bbv_report::gpu_simulation_section(&crate::gpu_simulate_doc::for_page(&doc));
+        if let Some(page) = bbv_report::with_simulation(&page, &section) {
+            files.write(&page_path, |w| w.write_all(page.as_bytes()))?;
+        }
+    }
     files.commit()?;
     Ok(GpuSimulation {
         report: crate::gpu_simulate_doc::report(&doc),

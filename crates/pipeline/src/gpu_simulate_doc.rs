@@ -116,3 +116,38 @@ pub(crate) fn report(doc: &serde_json::Value) -> String {
     }
     r
 }
+
+/// The page's view of the document.
+pub(crate) fn for_page(doc: &serde_json::Value) -> bbv_report::GpuSimulation {
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    let u = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let picks = doc["launches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| bbv_report::GpuPick {
+            launch: u(l, "launch") as usize,
+            kernel: l["kernel"].as_str().unwrap_or("").to_string(),
+            weight: f(l, "weight"),
+            cycles: u(l, "cycles"),
+            instructions: u(l, "instructions"),
+        })
+        .collect();
+    let full = doc.get("full_cycles").map(|_| bbv_report::GpuFull {
+        cycles: f(doc, "full_cycles"),
+        ipc: f(doc, "full_ipc"),
+        error_pct: f(doc, "error_pct"),
+        ipc_error_pct: f(doc, "ipc_error_pct"),
+        speedup_launches: f(doc, "speedup_launches"),
+        speedup_wall: f(doc, "speedup_wall"),
+    });
+    bbv_report::GpuSimulation {
+        config: doc["config"].as_str().unwrap_or("").to_string(),
+        sm: u(doc, "sm") as u32,
+        warmup_launches: u(doc, "warmup_launches") as usize,
+        picks,
+        estimate_cycles: f(doc, "estimate_cycles"),
+        estimate_ipc: f(doc, "estimate_ipc"),
+        full,
+    }
+}

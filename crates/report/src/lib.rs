@@ -12,10 +12,13 @@
 
 mod draw;
 mod gpu;
+mod gpu_sim;
 mod html;
 pub mod matrix;
 mod run;
 mod sim;
+
+pub use gpu_sim::{gpu_simulation_section, with_simulation, GpuFull, GpuPick, GpuSimulation};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
