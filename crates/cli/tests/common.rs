@@ -133,18 +133,25 @@ pub fn contents(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
-/// The folder of ChampSim and champsim-branches (scripts/champsim builds them once).
-pub fn champsim_bin() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/champsim");
-    let out = Command::new(script)
+/// The folder a build script of the repository prints (it builds once, then reuses).
+pub fn built_by(script: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(script);
+    let out = Command::new(path)
         .output()
-        .expect("scripts/champsim runs");
+        .unwrap_or_else(|e| panic!("scripts/{script} does not run: {e}"));
     assert!(
         out.status.success(),
-        "scripts/champsim: {}",
+        "scripts/{script}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// The folder of ChampSim and champsim-branches (scripts/champsim builds them once).
+pub fn champsim_bin() -> PathBuf {
+    built_by("champsim")
 }
 
 /// The plugin's ChampSim records of a whole run of `guest` (QEMU started by hand as bbv starts

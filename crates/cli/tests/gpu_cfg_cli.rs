@@ -668,6 +668,17 @@ fn kernel_blocks(v: &serde_json::Value, kernel: &str) -> Vec<(u64, Vec<String>)>
     out
 }
 
+/// cfg_kernels.cu compiled for sm_90 in `d`, and bbv's JSON of it.
+fn sm90_cubin(d: &Path) -> (PathBuf, serde_json::Value) {
+    let cubin = d.join("k.cubin");
+    run(Command::new(nvidia_bin().join("nvcc"))
+        .args(["-cubin", "-arch", "sm_90", "-o"])
+        .arg(&cubin)
+        .arg(guest("cfg_kernels.cu")));
+    let v = cfg_json(&[&cubin], &[]);
+    (cubin, v)
+}
+
 /// One launch of `kernel` (sm_90) in Accel-Sim's format: one warp running `pcs` in order.
 fn trace(kernel: &str, pcs: &[(u64, String)]) -> String {
     let mut t = format!(
@@ -686,15 +697,9 @@ fn trace(kernel: &str, pcs: &[(u64, String)]) -> String {
 
 #[test]
 fn traces_map_onto_static_blocks_and_disagreements_are_reported() {
-    let bin = nvidia_bin();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let cubin = d.join("k.cubin");
-    run(Command::new(bin.join("nvcc"))
-        .args(["-cubin", "-arch", "sm_90", "-o"])
-        .arg(&cubin)
-        .arg(guest("cfg_kernels.cu")));
-    let v = cfg_json(&[&cubin], &[]);
+    let (cubin, v) = sm90_cubin(d);
     let walk = |blocks: &[(u64, Vec<String>)]| -> Vec<(u64, String)> {
         blocks
             .iter()
@@ -781,15 +786,9 @@ fn traces_map_onto_static_blocks_and_disagreements_are_reported() {
 
 #[test]
 fn per_block_counts_name_every_static_block_and_the_skipped_ones() {
-    let bin = nvidia_bin();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let cubin = d.join("k.cubin");
-    run(Command::new(bin.join("nvcc"))
-        .args(["-cubin", "-arch", "sm_90", "-o"])
-        .arg(&cubin)
-        .arg(guest("cfg_kernels.cu")));
-    let v = cfg_json(&[&cubin], &[]);
+    let (cubin, v) = sm90_cubin(d);
     let loops = kernel_blocks(&v, "loops");
     assert!(loops.len() > 10);
     // Block i runs i % 3 times: a third of the blocks are skipped, the others entered once or

@@ -3,23 +3,8 @@
 //! simulation.json's cycles and weights.csv's weights; and what bad input gets.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::common::{bbv, data_dir};
-
-/// scripts/accelsim's folder (built once, then reused).
-fn accelsim() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/accelsim");
-    let out = Command::new(script)
-        .output()
-        .expect("scripts/accelsim runs");
-    assert!(
-        out.status.success(),
-        "scripts/accelsim: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
+use crate::common::{bbv, built_by, data_dir};
 
 /// `dir/kernelslist.g` of links `kernel-N.traceg` to copies (in `dir/traces`) of the shipped
 /// traces: 8 matrixmul, 8 vectoradd A and B alternating, 8 matrixmul.
@@ -65,18 +50,31 @@ fn run(args: &[&str]) -> std::process::Output {
     bbv().args(args).output().unwrap()
 }
 
-#[test]
-fn picks_and_the_full_list_are_simulated_and_the_estimate_recomputed() {
-    let acc = accelsim();
+/// scripts/accelsim's folder, and in a temporary folder the test list sampled (with `extra`
+/// options) into `s`: (the folder, the list, the sample).
+fn sampled(extra: &[&str]) -> (String, tempfile::TempDir, PathBuf, PathBuf) {
+    let acc = built_by("accelsim");
     let work = tempfile::tempdir().unwrap();
     let list = list(work.path());
-    let l = list.to_str().unwrap();
     let s = work.path().join("s");
-    let sd = s.to_str().unwrap();
-    let o = run(&["gpu", "sample", l, "-o", sd]);
+    let mut args = vec![
+        "gpu",
+        "sample",
+        list.to_str().unwrap(),
+        "-o",
+        s.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let o = run(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (acc.to_string_lossy().into_owned(), work, list, s)
+}
+
+#[test]
+fn picks_and_the_full_list_are_simulated_and_the_estimate_recomputed() {
+    let (a, _work, list, s) = sampled(&[]);
+    let (a, l, sd) = (a.as_str(), list.to_str().unwrap(), s.to_str().unwrap());
     let page_before = std::fs::read_to_string(s.join("report.html")).unwrap();
-    let a = acc.to_str().unwrap();
     let o = run(&[
         "gpu",
         "simulate",
@@ -151,15 +149,8 @@ fn picks_and_the_full_list_are_simulated_and_the_estimate_recomputed() {
 
 #[test]
 fn bad_input_is_refused_and_nothing_is_written() {
-    let acc = accelsim();
-    let work = tempfile::tempdir().unwrap();
-    let list = list(work.path());
-    let l = list.to_str().unwrap();
-    let s = work.path().join("s");
-    let sd = s.to_str().unwrap();
-    let o = run(&["gpu", "sample", l, "-o", sd, "--stratified"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let a = acc.to_str().unwrap();
+    let (a, work, _list, s) = sampled(&["--stratified"]);
+    let (a, sd) = (a.as_str(), s.to_str().unwrap());
     let page = std::fs::read_to_string(s.join("report.html")).unwrap();
     let short = work.path().join("short.g");
     std::fs::write(&short, "kernel-1.traceg\nkernel-2.traceg\n").unwrap();
