@@ -903,3 +903,72 @@ fn outputs_to_a_fifo_or_a_device_are_written_in_place() {
         .is_char_device());
     assert_eq!(files_in(work.path()), vec!["bb.fifo".to_string()]);
 }
+
+/// Dynamically linked AArch64 and RISC-V C programs run and replay with no option and no
+/// environment variable: bbv finds Debian's sysroot, records it and replays with it; a
+/// sysroot of the other ISA is refused before QEMU starts.
+#[test]
+fn dynamically_linked_foreign_programs_find_their_sysroot() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (cc, root) in [
+        ("aarch64-linux-gnu-gcc", "/usr/aarch64-linux-gnu"),
+        ("riscv64-linux-gnu-gcc", "/usr/riscv64-linux-gnu"),
+    ] {
+        let prog = build(d, cc, "sort_libc.c", cc, &["-O2"]);
+        let out_dir = d.join(format!("run-{cc}"));
+        let o = bbv()
+            .env_remove("QEMU_LD_PREFIX")
+            .args(["run", "--interval", "5000000", "-o"])
+            .arg(&out_dir)
+            .arg("--")
+            .arg(&prog)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{cc}: {err}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "618350466\n", "{cc}");
+        let text = std::fs::read_to_string(out_dir.join("summary.txt")).unwrap();
+        assert!(text.contains(&format!("sysroot: {root}")), "{cc}: {text}");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["sysroot"], root, "{cc}");
+        // Replayed from elsewhere, with the recorded sysroot.
+        let o = bbv()
+            .env_remove("QEMU_LD_PREFIX")
+            .current_dir("/")
+            .arg("replay")
+            .arg(&out_dir)
+            .arg("--")
+            .arg(&prog)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{cc}: {err}");
+        assert!(err.contains("every marker reached"), "{cc}: {err}");
+        // The other ISA's sysroot: refused before anything runs.
+        let other = if root.contains("aarch64") {
+            "/usr/riscv64-linux-gnu"
+        } else {
+            "/usr/aarch64-linux-gnu"
+        };
+        let bad = d.join(format!("bad-{cc}"));
+        let o = bbv()
+            .env("QEMU_LD_PREFIX", other)
+            .args(["run", "-o"])
+            .arg(&bad)
+            .arg("--")
+            .arg(&prog)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cc}: {err}");
+        assert!(
+            err.contains("not a sysroot for") && err.contains(other),
+            "{cc}: {err}"
+        );
+        let written = std::fs::read_dir(&bad).map_or(0, |d| d.count());
+        assert_eq!(written, 0, "{cc}: nothing written");
+    }
+}

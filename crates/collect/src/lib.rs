@@ -16,6 +16,7 @@ mod error;
 mod pattern;
 mod qemu;
 mod state;
+pub mod sysroot;
 mod table;
 
 pub use elf::{find_on_path, qemu_version, resolve_program, ElfFacts, Isa, ModuleSymbols};
@@ -43,6 +44,9 @@ pub struct Request {
     pub plugin: Option<PathBuf>,
     /// QEMU's guest CPU model (`-cpu`), instead of QEMU's default.
     pub cpu: Option<String>,
+    /// A foreign dynamically linked guest's sysroot (`qemu -L`): None to find it
+    /// ([`sysroot::find`]); [`prepare`] fills in the one found.
+    pub sysroot: Option<PathBuf>,
     /// What the plugin counts and records (its `dir` is filled in at launch).
     pub counting: PluginConfig,
     /// Directory to hold the plugin's files while the guest runs (best on the same file
@@ -91,8 +95,10 @@ impl Prepared {
 
 /// Checks the request without running anything.
 pub fn prepare(request: Request) -> Result<Prepared, CollectError> {
+    let mut request = request;
     let program = resolve_program(&request.program)?;
     let isa = Isa::of_elf(&program)?;
+    request.sysroot = sysroot::find(&program, isa, request.sysroot.as_deref())?;
     let qemu = match &request.qemu {
         Some(q) if q.is_file() => q.clone(),
         Some(q) => {
@@ -264,6 +270,9 @@ impl Prepared {
         let mut v = vec![self.qemu.clone().into_os_string()];
         if let Some(cpu) = &r.cpu {
             v.extend(["-cpu".into(), cpu.into()]);
+        }
+        if let Some(root) = &r.sysroot {
+            v.extend(["-L".into(), root.into()]);
         }
         v.extend(["-plugin".into(), plugin, "--".into()]);
         v.push(self.program.clone().into_os_string());

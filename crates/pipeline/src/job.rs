@@ -372,6 +372,7 @@ fn run_facts(
         max_k: req.max_k,
         qemu,
         cpu: r.cpu.clone(),
+        sysroot: r.sysroot.as_ref().map(|p| p.display().to_string()),
         program: Program {
             path: program.display().to_string(),
             build_id: bbv_collect::ElfFacts::read(program).and_then(|f| f.build_id),

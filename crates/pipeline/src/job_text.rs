@@ -101,6 +101,12 @@ fn what_ran(r: &mut String, s: &Summary) {
             let _ = writeln!(r, "  thread {}: {}", t.thread, t.instructions);
         }
     }
+    if let Some(root) = &s.sysroot {
+        let _ = writeln!(
+            r,
+            "sysroot: {root} (the guest's loader and libraries, qemu -L)"
+        );
+    }
     if let Some(first) = s.schedule_events.first() {
         let _ = writeln!(
             r,

@@ -77,6 +77,7 @@ impl GuestOptions {
             qemu: self.qemu.clone(),
             plugin: self.plugin.clone(),
             cpu: self.cpu.clone(),
+            sysroot: None,
             counting: bbv_collect::PluginConfig {
                 interval,
                 exact: self.exact,

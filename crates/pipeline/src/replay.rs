@@ -321,6 +321,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         qemu: req.qemu.clone(),
         plugin: req.plugin.clone(),
         cpu: req.cpu.clone().or_else(|| s.cpu.clone()),
+        sysroot: s.sysroot.as_ref().map(PathBuf::from),
         counting: bbv_collect::PluginConfig {
             // One interval that never closes: the counts are cumulative.
             interval: u64::MAX / 4,

@@ -243,6 +243,7 @@ fn simulate_full(
         qemu: f.qemu.clone(),
         plugin: f.plugin.clone(),
         cpu: s.cpu.clone(),
+        sysroot: s.sysroot.as_ref().map(PathBuf::from),
         counting: bbv_collect::PluginConfig {
             interval: u64::MAX / 4,
             count_only: true,

@@ -127,6 +127,9 @@ pub struct Summary {
     /// The guest CPU model asked for (`--cpu`; None: QEMU's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<String>,
+    /// A foreign dynamically linked guest's sysroot (`qemu -L`), as found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sysroot: Option<String>,
     /// The program profiled.
     pub program: Program,
     /// `instance` (exp-bbv) or `iteration` (gem5, Pin).
