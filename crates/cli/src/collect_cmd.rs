@@ -97,6 +97,10 @@ pub struct LaunchArgs {
     /// so the profile follows the CPU given (default: QEMU's own, `max`).
     #[arg(long, value_name = "MODEL")]
     pub cpu: Option<String>,
+    /// A dynamically linked AArch64 or RISC-V guest's sysroot, its loader and libraries
+    /// (QEMU's -L; default: $QEMU_LD_PREFIX, else Debian's /usr/<triple>, else the run's).
+    #[arg(long, value_name = "DIR")]
+    pub sysroot: Option<PathBuf>,
 }
 
 /// `bbv collect`: exp-bbv's options, defaults and files.
@@ -191,6 +195,7 @@ impl GuestArgs {
             qemu: self.launch.qemu.clone(),
             plugin: self.launch.plugin.clone(),
             cpu: self.launch.cpu.clone(),
+            sysroot: self.launch.sysroot.clone(),
             exact: self.exact,
             tail: self.tail,
             rep_iterations: self.count_rep == "iteration",

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use bbv_gpu::output::{CountFormat, SampleOptions};
 use bbv_gpu::CountMode;
 use clap::{Subcommand, ValueEnum};
@@ -22,42 +22,7 @@ pub enum Format {
 #[derive(Subcommand)]
 pub enum GpuCommand {
     /// Per-launch instruction counts as NVBit's instr_count tools print them.
-    Count {
-        /// kernelslist.g of the trace.
-        list: PathBuf,
-        /// Count threads (active lanes) instead of warps (NVBit COUNT_WARP_LEVEL=0).
-        #[arg(long = "thread-level")]
-        thread_level: bool,
-        /// Skip instructions predicated off in every lane (NVBit EXCLUDE_PRED_OFF=1).
-        #[arg(long = "exclude-pred-off")]
-        exclude_pred_off: bool,
-        /// First launch counted (0-based, NVBit START_GRID_NUM).
-        #[arg(long = "start-grid", default_value_t = 0)]
-        start_grid: usize,
-        /// Launches from this one on are not counted (NVBit END_GRID_NUM).
-        #[arg(long = "end-grid")]
-        end_grid: Option<usize>,
-        /// Output format.
-        #[arg(long, value_enum, default_value = "nvbit")]
-        format: Format,
-        /// Also print each launch's opcode histogram (NVBit opcode_hist's lines).
-        #[arg(long)]
-        opcodes: bool,
-        /// Print kernel names demangled (NVBit MANGLED_NAMES=0).
-        #[arg(long)]
-        demangle: bool,
-        /// Warn about a damaged or missing kernel file and skip that launch instead of stopping.
-        #[arg(long = "keep-going")]
-        keep_going: bool,
-        /// Also print each launch's executions of every basic block of its kernel, the blocks
-        /// it skipped included (nvbit and json layouts).
-        #[arg(long = "per-block")]
-        per_block: bool,
-        /// Key --per-block by the static blocks of these binaries (`bbv gpu cfg`'s inputs),
-        /// kernel by kernel where the trace agrees with them.
-        #[arg(long)]
-        cfg: Vec<PathBuf>,
-    },
+    Count(CountArgs),
     /// Count a CUDA program's kernels live on an NVIDIA GPU (CUPTI, no NVBit): per launch,
     /// every SASS instruction's executions, NVBit instr_count_bb's lines, basic-block vectors
     /// over the kernels' static blocks. Exits with the program's status (2: bbv refused, 1:
@@ -165,6 +130,45 @@ pub enum GpuCommand {
         #[arg(long)]
         cfg: Vec<PathBuf>,
     },
+}
+
+/// `bbv gpu count`'s options.
+#[derive(clap::Args)]
+pub struct CountArgs {
+    /// kernelslist.g of the trace.
+    pub list: PathBuf,
+    /// Count threads (active lanes) instead of warps (NVBit COUNT_WARP_LEVEL=0).
+    #[arg(long = "thread-level")]
+    pub thread_level: bool,
+    /// Skip instructions predicated off in every lane (NVBit EXCLUDE_PRED_OFF=1).
+    #[arg(long = "exclude-pred-off")]
+    pub exclude_pred_off: bool,
+    /// First launch counted (0-based, NVBit START_GRID_NUM).
+    #[arg(long = "start-grid", default_value_t = 0)]
+    pub start_grid: usize,
+    /// Launches from this one on are not counted (NVBit END_GRID_NUM).
+    #[arg(long = "end-grid")]
+    pub end_grid: Option<usize>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "nvbit")]
+    pub format: Format,
+    /// Also print each launch's opcode histogram (NVBit opcode_hist's lines).
+    #[arg(long)]
+    pub opcodes: bool,
+    /// Print kernel names demangled (NVBit MANGLED_NAMES=0).
+    #[arg(long)]
+    pub demangle: bool,
+    /// Warn about a damaged or missing kernel file and skip that launch instead of stopping.
+    #[arg(long = "keep-going")]
+    pub keep_going: bool,
+    /// Also print each launch's executions of every basic block of its kernel, the blocks
+    /// it skipped included (nvbit and json layouts).
+    #[arg(long = "per-block")]
+    pub per_block: bool,
+    /// Key --per-block by the static blocks of these binaries (`bbv gpu cfg`'s inputs),
+    /// kernel by kernel where the trace agrees with them.
+    #[arg(long)]
+    pub cfg: Vec<PathBuf>,
 }
 
 impl From<Format> for CountFormat {
@@ -292,7 +296,7 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
             }
             Ok(0)
         }
-        GpuCommand::Count { .. } => count(cmd),
+        GpuCommand::Count(a) => count(a),
         GpuCommand::Simulate {
             dir,
             accelsim,
@@ -316,37 +320,21 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
 }
 
 /// `bbv gpu count`.
-fn count(cmd: GpuCommand) -> Result<u8> {
-    let GpuCommand::Count {
-        list,
-        thread_level,
-        exclude_pred_off,
-        start_grid,
-        end_grid,
-        format,
-        opcodes,
-        demangle,
-        keep_going,
-        per_block,
-        cfg,
-    } = cmd
-    else {
-        bail!("not a count command");
-    };
+fn count(a: CountArgs) -> Result<u8> {
     let job = bbv_pipeline::GpuCount {
-        list,
+        list: a.list,
         mode: CountMode {
-            thread_level,
-            exclude_pred_off,
+            thread_level: a.thread_level,
+            exclude_pred_off: a.exclude_pred_off,
         },
-        start_grid,
-        end_grid,
-        format: format.into(),
-        opcodes,
-        demangle,
-        keep_going,
-        per_block,
-        cfg,
+        start_grid: a.start_grid,
+        end_grid: a.end_grid,
+        format: a.format.into(),
+        opcodes: a.opcodes,
+        demangle: a.demangle,
+        keep_going: a.keep_going,
+        per_block: a.per_block,
+        cfg: a.cfg,
         tools: bbv_gpucfg::Tools::default(),
     };
     let stdout = std::io::stdout();

@@ -108,6 +108,7 @@ pub fn simulate(a: SimulateArgs) -> Result<()> {
             args: args.to_vec(),
             qemu: a.launch.qemu,
             plugin: a.launch.plugin,
+            sysroot: a.launch.sysroot,
         })
     } else {
         None
@@ -223,6 +224,7 @@ fn run_replay(
         qemu: a.launch.qemu,
         plugin: a.launch.plugin,
         cpu: a.launch.cpu,
+        sysroot: a.launch.sysroot,
         tolerance_pct: a.tolerance,
         trace,
     };

@@ -970,5 +970,23 @@ fn dynamically_linked_foreign_programs_find_their_sysroot() {
         );
         let written = std::fs::read_dir(&bad).map_or(0, |d| d.count());
         assert_eq!(written, 0, "{cc}: nothing written");
+        // --sysroot comes before the environment: the right one given, the run goes on; the
+        // other ISA's given, it is refused.
+        for (given, status) in [(root, 0), (other, 2)] {
+            let o = bbv()
+                .env("QEMU_LD_PREFIX", other)
+                .args(["run", "--interval", "5000000", "--sysroot", given, "-o"])
+                .arg(d.join(format!("given-{cc}-{status}")))
+                .arg("--")
+                .arg(&prog)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(
+                o.status.code(),
+                Some(status),
+                "{cc} --sysroot {given}: {err}"
+            );
+        }
     }
 }

@@ -33,8 +33,8 @@ fn debian(isa: Isa) -> Option<(&'static str, &'static str, &'static str)> {
 }
 
 /// The sysroot `program` (of `isa`) needs: None for a program of the host's ISA or a static
-/// one; else `given` (a run's recorded sysroot), `$QEMU_LD_PREFIX`, or Debian's, whichever is
-/// asked for first, and it must hold the program's loader.
+/// one; else `given` (`--sysroot`, or a run's recorded sysroot), `$QEMU_LD_PREFIX`, or
+/// Debian's, the first there is, and it must hold the program's loader.
 pub fn find(
     program: &Path,
     isa: Isa,
@@ -49,7 +49,7 @@ pub fn find(
     let holds = |root: &Path| root.join(interp.trim_start_matches('/')).is_file();
     let env = std::env::var_os("QEMU_LD_PREFIX").filter(|v| !v.is_empty());
     let (root, source) = match (given, &env) {
-        (Some(g), _) => (g.to_path_buf(), "the run's sysroot"),
+        (Some(g), _) => (g.to_path_buf(), "--sysroot, or the run's"),
         (None, Some(e)) => (PathBuf::from(e), "QEMU_LD_PREFIX"),
         (None, None) if holds(Path::new(default)) => return Ok(Some(PathBuf::from(default))),
         (None, None) => {

@@ -41,6 +41,8 @@ pub struct GuestOptions {
     pub plugin: Option<PathBuf>,
     /// The guest CPU model (QEMU's `-cpu`).
     pub cpu: Option<String>,
+    /// A foreign dynamically linked guest's sysroot (None: found).
+    pub sysroot: Option<PathBuf>,
     /// Cut every interval at exactly its size, splitting a block (exp-bbv's rule).
     pub exact: bool,
     /// Also write the last, partial interval.
@@ -77,7 +79,7 @@ impl GuestOptions {
             qemu: self.qemu.clone(),
             plugin: self.plugin.clone(),
             cpu: self.cpu.clone(),
-            sysroot: None,
+            sysroot: self.sysroot.clone(),
             counting: bbv_collect::PluginConfig {
                 interval,
                 exact: self.exact,

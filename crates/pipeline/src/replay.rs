@@ -33,6 +33,8 @@ pub struct ReplayRequest {
     pub plugin: Option<PathBuf>,
     /// Guest CPU model (None: the profiling run's).
     pub cpu: Option<String>,
+    /// A foreign guest's sysroot (None: the profiling run's, else found).
+    pub sysroot: Option<PathBuf>,
     /// Largest |deviation| accepted, in percent.
     pub tolerance_pct: f64,
     /// Also write ChampSim traces of the regions (`bbv trace`).
@@ -321,7 +323,10 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         qemu: req.qemu.clone(),
         plugin: req.plugin.clone(),
         cpu: req.cpu.clone().or_else(|| s.cpu.clone()),
-        sysroot: s.sysroot.as_ref().map(PathBuf::from),
+        sysroot: req
+            .sysroot
+            .clone()
+            .or_else(|| s.sysroot.as_ref().map(PathBuf::from)),
         counting: bbv_collect::PluginConfig {
             // One interval that never closes: the counts are cumulative.
             interval: u64::MAX / 4,

@@ -47,6 +47,8 @@ pub struct FullRun {
     pub qemu: Option<PathBuf>,
     /// Plugin library to use.
     pub plugin: Option<PathBuf>,
+    /// A foreign guest's sysroot (None: the profiling run's, else found).
+    pub sysroot: Option<PathBuf>,
 }
 
 pub use bbv_rundir::simulation::{RegionSim, Simulation};
@@ -243,7 +245,10 @@ fn simulate_full(
         qemu: f.qemu.clone(),
         plugin: f.plugin.clone(),
         cpu: s.cpu.clone(),
-        sysroot: s.sysroot.as_ref().map(PathBuf::from),
+        sysroot: f
+            .sysroot
+            .clone()
+            .or_else(|| s.sysroot.as_ref().map(PathBuf::from)),
         counting: bbv_collect::PluginConfig {
             interval: u64::MAX / 4,
             count_only: true,
