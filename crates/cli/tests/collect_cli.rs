@@ -968,8 +968,7 @@ fn dynamically_linked_foreign_programs_find_their_sysroot() {
             err.contains("not a sysroot for") && err.contains(other),
             "{cc}: {err}"
         );
-        let written = std::fs::read_dir(&bad).map_or(0, |d| d.count());
-        assert_eq!(written, 0, "{cc}: nothing written");
+        assert!(!bad.exists(), "{cc}: no output folder left");
         // --sysroot comes before the environment: the right one given, the run goes on; the
         // other ISA's given, it is refused.
         for (given, status) in [(root, 0), (other, 2)] {

@@ -37,6 +37,8 @@ pub struct RunRequest {
     /// Deterministic turns of this many instructions where the QEMU allows them, the pace of
     /// `collect` otherwise (`--schedule auto` with `--regions looppoint`).
     pub turns_if_possible: Option<u64>,
+    /// `out` was made for this run: removed again (if still empty) when the guest is refused.
+    pub created_out: bool,
 }
 
 /// How regions are formed (`bbv run --regions`).
@@ -69,7 +71,16 @@ pub fn run(
     observer: &dyn Observer,
     watcher: Option<&dyn bbv_collect::Watcher>,
 ) -> Result<RunOutcome, PipelineError> {
-    let mut prepared = bbv_collect::prepare(req.collect.clone())?;
+    let mut prepared = match bbv_collect::prepare(req.collect.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            if req.created_out {
+                // Only an empty folder goes: nothing was written into it.
+                let _ = std::fs::remove_dir(&req.out);
+            }
+            return Err(e.into());
+        }
+    };
     let qemu = bbv_collect::qemu_version(&prepared.qemu).unwrap_or_else(|| "unknown".into());
     let mut warnings = Vec::new();
     if let Some(q) = req.turns_if_possible {

@@ -337,6 +337,7 @@ impl RunOptions {
     /// Checks the options, makes the run directory and builds the pipeline's request.
     pub fn request(&self) -> Result<RunRequest> {
         let metrics = self.metrics_model()?;
+        let created_out = !self.output.exists();
         std::fs::create_dir_all(&self.output).map_err(|source| PipelineError::Create {
             what: format!(
                 "cannot create the output directory {}",
@@ -390,6 +391,7 @@ impl RunOptions {
             target_error: self.target_error,
             pick: self.pick,
             turns_if_possible: auto_turns.then_some(quantum.max(1)),
+            created_out,
         })
     }
 
