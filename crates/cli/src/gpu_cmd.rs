@@ -94,25 +94,7 @@ pub enum GpuCommand {
     /// the launches that preceded it in the trace): the whole run's cycles estimated from the
     /// picks' weights, and with --full the error against simulating every launch. Writes
     /// DIR/simulation.json.
-    Simulate {
-        /// The `bbv gpu sample` folder.
-        dir: PathBuf,
-        /// scripts/accelsim's folder or an accel-sim.out (default: ~/.cache/bbvkit/accelsim).
-        #[arg(long)]
-        accelsim: Option<PathBuf>,
-        /// A tested configuration by name (default: the first that models the traces' SM).
-        #[arg(long)]
-        config: Option<String>,
-        /// Simulator processes at a time (default: the cores).
-        #[arg(long)]
-        jobs: Option<usize>,
-        /// Launches of the trace simulated before each pick to warm its caches, not counted.
-        #[arg(long = "warmup-launches", default_value_t = 4)]
-        warmup_launches: usize,
-        /// The whole trace's kernelslist.g: simulated in full for the error and speedups.
-        #[arg(long)]
-        full: Option<PathBuf>,
-    },
+    Simulate(GpuSimulateArgs),
     /// Basic-block vectors: PREFIX.bb (one SimPoint `T` line per launch, warp-level
     /// instructions per block) and PREFIX.blocks (id, kernel, start PC, size, executions).
     Bbv {
@@ -169,6 +151,28 @@ pub struct CountArgs {
     /// kernel by kernel where the trace agrees with them.
     #[arg(long)]
     pub cfg: Vec<PathBuf>,
+}
+
+/// `bbv gpu simulate`'s options.
+#[derive(clap::Args)]
+pub struct GpuSimulateArgs {
+    /// The `bbv gpu sample` folder.
+    pub dir: PathBuf,
+    /// scripts/accelsim's folder or an accel-sim.out (default: ~/.cache/bbvkit/accelsim).
+    #[arg(long)]
+    pub accelsim: Option<PathBuf>,
+    /// A tested configuration by name (default: the first that models the traces' SM).
+    #[arg(long)]
+    pub config: Option<String>,
+    /// Simulator processes at a time (default: the cores).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Launches of the trace simulated before each pick to warm its caches, not counted.
+    #[arg(long = "warmup-launches", default_value_t = 4)]
+    pub warmup_launches: usize,
+    /// The whole trace's kernelslist.g: simulated in full for the error and speedups.
+    #[arg(long)]
+    pub full: Option<PathBuf>,
 }
 
 impl From<Format> for CountFormat {
@@ -297,21 +301,14 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
             Ok(0)
         }
         GpuCommand::Count(a) => count(a),
-        GpuCommand::Simulate {
-            dir,
-            accelsim,
-            config,
-            jobs,
-            warmup_launches,
-            full,
-        } => {
+        GpuCommand::Simulate(a) => {
             let job = bbv_pipeline::GpuSimulate {
-                dir,
-                accelsim,
-                config,
-                jobs,
-                warmup_launches,
-                full,
+                dir: a.dir,
+                accelsim: a.accelsim,
+                config: a.config,
+                jobs: a.jobs,
+                warmup_launches: a.warmup_launches,
+                full: a.full,
             };
             print!("{}", bbv_pipeline::gpu_simulate(&job)?.report);
             Ok(0)

@@ -223,7 +223,7 @@ fn detached_debug(build_id: &str) -> Option<memmap2::Mmap> {
 
 /// `path` mapped read-only: symbolizing reads a few parts of files of megabytes (a C library's
 /// detached debug file is 4 MB), and reading them whole cost a copy and fresh pages each run.
-fn map(path: &Path) -> Option<memmap2::Mmap> {
+pub(crate) fn map(path: &Path) -> Option<memmap2::Mmap> {
     let f = std::fs::File::open(path).ok()?;
     // SAFETY: the mapping is private and read-only; the files are the guest's binaries and
     // their debug files, which nothing here writes (a file truncated meanwhile would fault,

@@ -10,7 +10,7 @@ use crate::{CollectError, Isa};
 /// The program's loader (`PT_INTERP`, e.g. `/lib/ld-linux-aarch64.so.1`); None when it is
 /// linked statically or is not a 64-bit little-endian ELF file.
 pub fn interpreter(path: &Path) -> Option<String> {
-    let data = std::fs::read(path).ok()?;
+    let data = crate::elf::map(path)?;
     let elf = object::elf::FileHeader64::<object::LittleEndian>::parse(&*data).ok()?;
     let endian = elf.endian().ok()?;
     for ph in elf.program_headers(endian, &*data).ok()? {

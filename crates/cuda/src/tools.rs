@@ -45,10 +45,14 @@ pub fn on_path(name: &str) -> Option<PathBuf> {
 /// An NVIDIA tool (nvdisasm, cuobjdump, ...): on the PATH, else in scripts/gpu-tools' cache,
 /// else in a CUDA toolkit's usual place.
 pub fn nvidia_tool(name: &str) -> Option<PathBuf> {
-    on_path(name)
-        .or_else(|| cache().map(|c| c.join("bin").join(name)))
-        .filter(|p| p.is_file())
-        .or_else(|| Some(PathBuf::from("/usr/local/cuda/bin").join(name)).filter(|p| p.is_file()))
+    on_path(name).or_else(|| {
+        let cached = cache().map(|c| c.join("bin"));
+        cached
+            .into_iter()
+            .chain([PathBuf::from("/usr/local/cuda/bin")])
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
 }
 
 /// The injection library and the folder of the CUPTI it runs with.

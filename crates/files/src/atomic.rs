@@ -57,6 +57,29 @@ impl AtomicFiles {
                 .and_then(|_| out.flush())
                 .map_err(|e| FilesError::io(path, e));
         }
+        let file = self.stage(path, |tmp| File::create(tmp))?;
+        let mut out = BufWriter::new(file);
+        write(&mut out)
+            .and_then(|_| out.flush())
+            .map_err(|e| FilesError::io(path, e))
+    }
+
+    /// A symbolic link at `path` to `target`, made beside it under a temporary name and
+    /// renamed with the other outputs.
+    pub fn symlink(&mut self, path: &Path, target: &Path) -> Result<(), FilesError> {
+        self.stage(path, |tmp| {
+            let _ = fs::remove_file(tmp);
+            std::os::unix::fs::symlink(target, tmp)
+        })
+    }
+
+    /// Makes `path`'s output under its temporary name with `make` and registers it for the
+    /// commit (and for removal if bbv is killed first).
+    fn stage<T>(
+        &mut self,
+        path: &Path,
+        make: impl FnOnce(&Path) -> std::io::Result<T>,
+    ) -> Result<T, FilesError> {
         if path.is_dir() {
             return Err(FilesError::NotAFile {
                 path: path.to_path_buf(),
@@ -70,35 +93,11 @@ impl AtomicFiles {
             )));
         }
         let tmp = temporary(path)?;
-        let (file, cleanup) = interrupt::Cleanup::create(|| Ok((File::create(&tmp)?, tmp.clone())))
+        let (made, cleanup) = interrupt::Cleanup::create(|| Ok((make(&tmp)?, tmp.clone())))
             .map_err(|e| missing_folder(path).unwrap_or_else(|| FilesError::io(path, e)))?;
         self.cleanups.push(cleanup);
-        self.pending.push((tmp.clone(), path.to_path_buf()));
-        let mut out = BufWriter::new(file);
-        write(&mut out)
-            .and_then(|_| out.flush())
-            .map_err(|e| FilesError::io(path, e))
-    }
-
-    /// A symbolic link at `path` to `target`, made beside it under a temporary name and
-    /// renamed with the other outputs.
-    pub fn symlink(&mut self, path: &Path, target: &Path) -> Result<(), FilesError> {
-        if path.is_dir() {
-            return Err(FilesError::NotAFile {
-                path: path.to_path_buf(),
-                what: "a folder",
-            });
-        }
-        let tmp = temporary(path)?;
-        let _ = fs::remove_file(&tmp);
-        let ((), cleanup) = interrupt::Cleanup::create(|| {
-            std::os::unix::fs::symlink(target, &tmp)?;
-            Ok(((), tmp.clone()))
-        })
-        .map_err(|e| missing_folder(path).unwrap_or_else(|| FilesError::io(path, e)))?;
-        self.cleanups.push(cleanup);
         self.pending.push((tmp, path.to_path_buf()));
-        Ok(())
+        Ok(made)
     }
 
     /// Renames every temporary file to its destination, all before a killing signal is acted

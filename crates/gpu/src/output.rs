@@ -419,7 +419,7 @@ impl Sampled {
         files.write(&output.join("report"), |w| w.write_all(report.as_bytes()))?;
         let saved = self.trace_bytes_saved();
         // The figures `bbv suite` puts in summary.csv, under the names `bbv run` uses.
-        let summary = serde_json::json!({
+        let mut summary = serde_json::json!({
             "kind": "gpu",
             "instructions": self.counts.iter().map(|c| c.warp_insts).sum::<u64>(),
             "instruction_unit": "warp instructions",
@@ -435,7 +435,6 @@ impl Sampled {
             "trace_bytes_expected": saved.0,
             "trace_bytes_saved": saved.1,
         });
-        let mut summary = summary;
         if let Source::Trace(list) = &self.source {
             // Where `bbv gpu simulate` takes the launches that warm each pick.
             let abs = std::fs::canonicalize(&list.path).unwrap_or_else(|_| list.path.clone());

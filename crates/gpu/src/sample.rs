@@ -204,7 +204,7 @@ fn clusters(bv: &BlockVectors, max_k: usize) -> Result<(Groups, Vec<KScore>), Gp
 /// Among launches the sampler cannot tell apart, the middle one in launch order: they differ
 /// in what it does not see, the caches the launches before them left, and the first of them
 /// often ran cold (the trace's start) while most ran warm; a simulator warms the pick with the
-/// launch before it (`bbv gpu simulate --warmup-launches`).
+/// launches before it (`bbv gpu simulate --warmup-launches`).
 fn middle(tied: &[usize]) -> usize {
     tied[(tied.len() - 1) / 2]
 }

@@ -74,13 +74,17 @@ pub fn gpu_sample(
 /// The command a run folder's summary records.
 fn command_of(dir: &Path) -> Result<Vec<String>, PipelineError> {
     let path = dir.join("summary.json");
-    let text = bbv_files::input::read_text(&path, 1 << 26)?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| PipelineError::Invalid(format!("{}: {e}", path.display())))?;
-    v["command"]
+    read_json(&path)?["command"]
         .as_array()
         .and_then(|a| a.iter().map(|s| s.as_str().map(String::from)).collect())
         .ok_or_else(|| PipelineError::Invalid(format!("{}: no command", path.display())))
+}
+
+/// A JSON file of bbv's (a summary), whole; malformed: an error naming it.
+pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value, PipelineError> {
+    let text = bbv_files::input::read_text(path, 1 << 26)?;
+    serde_json::from_str(&text)
+        .map_err(|e| PipelineError::Invalid(format!("{}: {e}", path.display())))
 }
 
 /// A live run: the program, where its folder goes and what to count.

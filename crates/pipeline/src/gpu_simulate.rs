@@ -13,6 +13,7 @@ use accelsim_trace::{Command, KernelList};
 use bbv_files::AtomicFiles;
 use bbv_gpusim::{Config, Simulated, Simulator};
 
+use crate::gpu_job::read_json;
 use crate::PipelineError;
 
 /// A `bbv gpu simulate` job.
@@ -50,11 +51,6 @@ pub struct GpuSimulation {
 
 fn invalid(m: String) -> PipelineError {
     PipelineError::Invalid(m)
-}
-
-fn read_json(path: &Path) -> Result<serde_json::Value, PipelineError> {
-    let text = bbv_files::input::read_text(path, 1 << 26)?;
-    serde_json::from_str(&text).map_err(|e| invalid(format!("{}: {e}", path.display())))
 }
 
 /// The picks of a sample folder: weights.csv's rows beside the reduced list's launches, which
@@ -262,24 +258,22 @@ pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, PipelineError> {
         jobs,
         full_list: job.full.as_deref(),
     };
-    let doc = crate::gpu_simulate_doc::document(&setup, &picks_json(&picks), &results, full);
+    let (doc, view) =
+        crate::gpu_simulate_doc::document(&setup, &picks_json(&picks), &results, full);
     let mut files = AtomicFiles::default();
-    files.write(&job.dir.join("simulation.json"), |w| {
-        use std::io::Write;
-        writeln!(w, "{doc:#}")
-    })?;
+    files.write(&job.dir.join("simulation.json"), |w| writeln!(w, "{doc:#}"))?;
     // The sample's page shows the figures in its #simulation section: both files change together.
     let page_path = job.dir.join("report.html");
     if page_path.is_file() {
         let page = bbv_files::input::read_text(&page_path, 1 << 30)?;
-        let section = bbv_report::gpu_simulation_section(&crate::gpu_simulate_doc::for_page(&doc));
+        let section = bbv_report::gpu_simulation_section(&view);
         if let Some(page) = bbv_report::with_simulation(&page, &section) {
             files.write(&page_path, |w| w.write_all(page.as_bytes()))?;
         }
     }
     files.commit()?;
     Ok(GpuSimulation {
-        report: crate::gpu_simulate_doc::report(&doc),
+        report: crate::gpu_simulate_doc::report(&view),
         json: doc,
     })
 }

@@ -34,6 +34,8 @@ pub struct GpuFull {
     pub ipc_error_pct: f64,
     /// Launches simulated, full over sampled (warming included).
     pub speedup_launches: f64,
+    /// Thread instructions simulated, full over sampled (warming included).
+    pub speedup_instructions: f64,
     /// Simulation time, full over sampled.
     pub speedup_wall: f64,
 }
@@ -90,8 +92,14 @@ pub fn gpu_simulation_section(s: &GpuSimulation) -> String {
         Some(f) => {
             let _ = writeln!(
                 p,
-                "<tr><th>whole list's cycles</th><td class=\"n\">{:.0}</td></tr><tr><th>whole list's IPC</th><td class=\"n\">{:.4}</td></tr><tr><th>error (cycles)</th><td class=\"n\">{:+.2}%</td></tr><tr><th>error (IPC)</th><td class=\"n\">{:+.2}%</td></tr><tr><th>speedup (launches simulated)</th><td class=\"n\">{:.1}x</td></tr><tr><th>speedup (simulation time)</th><td class=\"n\">{:.1}x</td></tr></table>",
-                f.cycles, f.ipc, f.error_pct, f.ipc_error_pct, f.speedup_launches, f.speedup_wall
+                "<tr><th>whole list's cycles</th><td class=\"n\">{:.0}</td></tr><tr><th>whole list's IPC</th><td class=\"n\">{:.4}</td></tr><tr><th>error (cycles)</th><td class=\"n\">{:+.2}%</td></tr><tr><th>error (IPC)</th><td class=\"n\">{:+.2}%</td></tr><tr><th>speedup (launches simulated)</th><td class=\"n\">{:.1}x</td></tr><tr><th>speedup (instructions simulated)</th><td class=\"n\">{:.1}x</td></tr><tr><th>speedup (simulation time)</th><td class=\"n\">{:.1}x</td></tr></table>",
+                f.cycles,
+                f.ipc,
+                f.error_pct,
+                f.ipc_error_pct,
+                f.speedup_launches,
+                f.speedup_instructions,
+                f.speedup_wall
             );
         }
         None => {
