@@ -156,17 +156,19 @@ pub fn geomean(v: &[f64]) -> f64 {
 }
 
 /// Runs `f` in a folder `bbv-NAME-bench-PID` made under `dir`, removed afterwards (kept after a
-/// failure when `BBV_BENCH_KEEP_FAILED` is set).
+/// failure when `BBV_BENCH_KEEP_FAILED` is set, always when `BBV_BENCH_KEEP` is).
 pub fn in_temp_root<T>(dir: &Path, name: &str, f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     let root = dir.join(format!("bbv-{name}-bench-{}", std::process::id()));
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let result = f(&root);
-    // A failed run's folder stays for a look (its inputs and run directories reproduce it).
-    match (&result, std::env::var_os("BBV_BENCH_KEEP_FAILED")) {
-        (Err(_), Some(_)) => eprintln!("bbv: kept {} (BBV_BENCH_KEEP_FAILED)", root.display()),
-        _ => {
-            let _ = std::fs::remove_dir_all(&root);
-        }
+    // A failed run's folder stays for a look (its inputs and run directories reproduce it);
+    // any run's, to study its files (bbv bench simulate's runs, for instance).
+    let keep = std::env::var_os("BBV_BENCH_KEEP").is_some()
+        || (result.is_err() && std::env::var_os("BBV_BENCH_KEEP_FAILED").is_some());
+    if keep {
+        eprintln!("bbv: kept {}", root.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&root);
     }
     result
 }

@@ -1,7 +1,8 @@
 //! ChampSim, the trace-driven CPU simulator bbv's points are checked on: its 64-byte trace
 //! record ([`Record`]), how it tells branch kinds apart from the registers a record names
-//! ([`BranchKind::of`]), x86-64 instructions as records ([`x86::Operands`], decoded with
-//! iced-x86), and the figures it prints ([`stats::Figures`]).
+//! ([`BranchKind::of`]), instructions as records ([`Operands`]: x86-64 decoded with iced-x86,
+//! AArch64 with Capstone, RISC-V 64 with rvdasm; [`Decoder`] picks by [`Isa`]), and the
+//! figures it prints ([`stats::Figures`]).
 //!
 //! ChampSim reads no branch type from a trace: it derives one from three special registers,
 //! the stack pointer ([`REG_SP`]), the flags ([`REG_FLAGS`]) and the instruction pointer
@@ -9,13 +10,17 @@
 //! registers in the patterns it expects and number every other register stably, never as one
 //! of them.
 
+pub mod aarch64;
 mod classify;
+mod operands;
 mod record;
+pub mod riscv;
 pub mod sim;
 pub mod stats;
 pub mod x86;
 
 pub use classify::BranchKind;
+pub use operands::{Operands, TARGET};
 pub use record::{Record, RECORD_BYTES};
 
 /// ChampSim's stack-pointer register.
@@ -24,3 +29,70 @@ pub const REG_SP: u8 = 6;
 pub const REG_FLAGS: u8 = 25;
 /// ChampSim's instruction-pointer register.
 pub const REG_IP: u8 = 26;
+
+/// A guest instruction set the tracer decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// x86-64.
+    X86_64,
+    /// AArch64 (A64).
+    Aarch64,
+    /// RISC-V 64 (RV64GC).
+    Riscv64,
+}
+
+impl Isa {
+    /// The ISA of QEMU's target name (`x86_64-linux-user`, `aarch64`, `riscv64`, ...).
+    pub fn of_target(target: &str) -> Option<Isa> {
+        if target.starts_with("x86_64") {
+            Some(Isa::X86_64)
+        } else if target.starts_with("aarch64") {
+            Some(Isa::Aarch64)
+        } else if target.starts_with("riscv64") {
+            Some(Isa::Riscv64)
+        } else {
+            None
+        }
+    }
+}
+
+/// One ISA's decoder (each keeps buffers or a library handle: make one per thread).
+pub enum Decoder {
+    /// iced-x86.
+    X86(x86::Decoder),
+    /// Capstone.
+    Aarch64(aarch64::Decoder),
+    /// rvdasm.
+    Riscv64(riscv::Decoder),
+}
+
+impl Decoder {
+    /// A decoder of `isa`.
+    pub fn new(isa: Isa) -> Decoder {
+        match isa {
+            Isa::X86_64 => Decoder::X86(x86::Decoder::new()),
+            Isa::Aarch64 => Decoder::Aarch64(aarch64::Decoder::new()),
+            Isa::Riscv64 => Decoder::Riscv64(riscv::Decoder::new()),
+        }
+    }
+
+    /// The instruction at the start of `bytes` (its address `ip`), or None for bytes that are
+    /// no valid instruction.
+    pub fn decode(&mut self, bytes: &[u8], ip: u64) -> Option<Operands> {
+        match self {
+            Decoder::X86(d) => d.decode(bytes, ip),
+            Decoder::Aarch64(d) => d.decode(bytes, ip),
+            Decoder::Riscv64(d) => d.decode(bytes, ip),
+        }
+    }
+
+    /// The kind the instruction's control flow asks for, independently of the registers
+    /// [`Decoder::decode`] gives it (for checking that ChampSim will see that kind).
+    pub fn intended(&self, bytes: &[u8], ip: u64) -> Option<BranchKind> {
+        match self {
+            Decoder::X86(_) => x86::Decoder::intended(bytes, ip),
+            Decoder::Aarch64(d) => d.intended(bytes, ip),
+            Decoder::Riscv64(d) => d.intended(bytes, ip),
+        }
+    }
+}

@@ -18,52 +18,10 @@ use iced_x86::{
     Mnemonic, OpAccess, Register,
 };
 
-use crate::{BranchKind, Record, REG_FLAGS, REG_IP, REG_SP};
+use crate::operands::{Flow, Numbering, Seen};
+use crate::{BranchKind, REG_FLAGS, REG_IP, REG_SP};
 
-/// The register an indirect branch reads when its target's address names none (`jmp
-/// [rip+table]`): ChampSim tells indirect from direct branches by such a register.
-pub const TARGET: u8 = 255;
-
-/// What a record of one instruction holds besides its run-time facts (taken, addresses).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Operands {
-    /// Length in bytes.
-    pub len: u8,
-    /// Registers written (0: none).
-    pub dst_regs: [u8; 2],
-    /// Registers read (0: none).
-    pub src_regs: [u8; 4],
-    /// Memory operands read (at most 4 recorded).
-    pub loads: u8,
-    /// Memory operands written (at most 2 recorded).
-    pub stores: u8,
-    /// The kind ChampSim will take it for.
-    pub kind: BranchKind,
-    /// A string instruction with a rep prefix: QEMU may run it once per iteration.
-    pub rep: bool,
-}
-
-impl Operands {
-    /// The record of one execution: `taken` = the next instruction is not the fall-through;
-    /// one address per memory operand (extra ones dropped, as the record has no room).
-    pub fn record(&self, ip: u64, taken: bool, loads: &[u64], stores: &[u64]) -> Record {
-        let mut r = Record {
-            ip,
-            is_branch: self.kind != BranchKind::NotBranch,
-            branch_taken: taken,
-            dst_regs: self.dst_regs,
-            src_regs: self.src_regs,
-            ..Record::default()
-        };
-        for (slot, a) in r.src_mem.iter_mut().zip(loads) {
-            *slot = *a;
-        }
-        for (slot, a) in r.dst_mem.iter_mut().zip(stores) {
-            *slot = *a;
-        }
-        r
-    }
-}
+pub use crate::operands::{Operands, TARGET};
 
 /// Decodes x86-64 instructions into [`Operands`] (reusable: it keeps iced-x86's buffers).
 pub struct Decoder {
@@ -77,17 +35,12 @@ impl Default for Decoder {
     }
 }
 
-/// Numbers ChampSim gives a meaning to, or takes for "none".
-fn reserved(n: u8) -> bool {
-    matches!(n, 0 | REG_SP | REG_FLAGS | REG_IP | TARGET)
-}
-
 impl Decoder {
     /// A decoder; every full register (`eax` and `al` are `rax`, `xmm0` is `zmm0`) gets one
     /// number for good, in iced-x86's register order.
     pub fn new() -> Decoder {
         let mut numbers = [0u8; 256];
-        let mut next = 1u8;
+        let mut next = Numbering::new();
         for r in Register::values() {
             let full = r.full_register();
             if full == Register::None {
@@ -97,13 +50,7 @@ impl Decoder {
                 Register::RSP => REG_SP,
                 Register::RIP => REG_IP,
                 _ if numbers[full as usize] != 0 => numbers[full as usize],
-                _ => {
-                    while reserved(next) {
-                        next += 1;
-                    }
-                    next += 1;
-                    next - 1
-                }
+                _ => next.next(),
             };
             numbers[full as usize] = n;
             numbers[r as usize] = n;
@@ -122,71 +69,26 @@ impl Decoder {
         if insn.is_invalid() {
             return None;
         }
-        let (reads, writes, loads, stores) = self.accesses(&insn);
-        let flags_read = insn.rflags_read() != 0;
-        let flags_written = insn.rflags_written() != 0;
-        // A branch's target registers: what it reads besides the stack pointer and flags.
-        let target = |reads: &[u8]| -> Vec<u8> {
-            let t: Vec<u8> = reads
-                .iter()
-                .copied()
-                .filter(|&n| n != REG_SP && n != REG_FLAGS)
-                .collect();
-            if t.is_empty() {
-                vec![TARGET]
-            } else {
-                t
-            }
-        };
-        let (dst, src): (Vec<u8>, Vec<u8>) = match flow(&insn) {
-            FlowControl::UnconditionalBranch => (vec![REG_IP], vec![]),
-            FlowControl::IndirectBranch => (vec![REG_IP], target(&reads)),
-            FlowControl::ConditionalBranch => {
-                let mut src = vec![REG_IP];
-                if flags_read {
-                    src.push(REG_FLAGS);
-                }
-                src.extend(reads.iter().filter(|&&n| n != REG_FLAGS && n != REG_SP));
-                let mut dst = vec![REG_IP];
-                dst.extend(writes.iter().filter(|&&n| n != REG_FLAGS && n != REG_SP));
-                (dst, src)
-            }
-            FlowControl::Call => (vec![REG_IP, REG_SP], vec![REG_IP, REG_SP]),
-            FlowControl::IndirectCall => {
-                let mut src = vec![REG_IP, REG_SP];
-                src.extend(target(&reads));
-                (vec![REG_IP, REG_SP], src)
-            }
-            FlowControl::Return => (vec![REG_IP, REG_SP], vec![REG_SP]),
-            _ => {
-                let mut src = reads;
-                let mut dst = writes;
-                if flags_read && !src.contains(&REG_FLAGS) {
-                    src.push(REG_FLAGS);
-                }
-                if flags_written && !dst.contains(&REG_FLAGS) {
-                    dst.push(REG_FLAGS);
-                }
-                (dst, src)
-            }
-        };
-        let mut ops = Operands {
-            len: insn.len() as u8,
-            dst_regs: [0; 2],
-            src_regs: [0; 4],
-            loads,
-            stores,
-            kind: BranchKind::NotBranch,
-            rep: insn.is_string_instruction() && (insn.has_rep_prefix() || insn.has_repne_prefix()),
-        };
-        for (slot, n) in ops.dst_regs.iter_mut().zip(dst) {
-            *slot = n;
+        let (mut reads, mut writes, loads, stores) = self.accesses(&insn);
+        if insn.rflags_read() != 0 && !reads.contains(&REG_FLAGS) {
+            reads.push(REG_FLAGS);
         }
-        for (slot, n) in ops.src_regs.iter_mut().zip(src) {
-            *slot = n;
+        if insn.rflags_written() != 0 && !writes.contains(&REG_FLAGS) {
+            writes.push(REG_FLAGS);
         }
-        ops.kind = BranchKind::of(&ops.record(ip, false, &[], &[]));
-        Some(ops)
+        Some(
+            Seen {
+                len: insn.len() as u8,
+                flow: flow_of(&insn),
+                reads,
+                writes,
+                loads,
+                stores,
+                rep: insn.is_string_instruction()
+                    && (insn.has_rep_prefix() || insn.has_repne_prefix()),
+            }
+            .operands(),
+        )
     }
 
     /// The numbers of the registers `insn` reads and writes (never the instruction pointer),
@@ -235,30 +137,31 @@ impl Decoder {
         if insn.is_invalid() {
             return None;
         }
-        Some(match flow(&insn) {
-            FlowControl::UnconditionalBranch => BranchKind::DirectJump,
-            FlowControl::IndirectBranch => BranchKind::Indirect,
-            FlowControl::ConditionalBranch => BranchKind::Conditional,
-            FlowControl::Call => BranchKind::DirectCall,
-            FlowControl::IndirectCall => BranchKind::IndirectCall,
-            FlowControl::Return => BranchKind::Return,
-            _ => BranchKind::NotBranch,
-        })
+        Some(flow_of(&insn).kind())
     }
 }
 
 /// iced-x86's control flow, but a system call is no branch: the traced program goes on at the
 /// next instruction.
-fn flow(insn: &Instruction) -> FlowControl {
+fn flow_of(insn: &Instruction) -> Flow {
     match insn.mnemonic() {
-        Mnemonic::Syscall | Mnemonic::Sysenter => FlowControl::Next,
-        _ => insn.flow_control(),
+        Mnemonic::Syscall | Mnemonic::Sysenter => Flow::Next,
+        _ => match insn.flow_control() {
+            FlowControl::UnconditionalBranch => Flow::Jump,
+            FlowControl::IndirectBranch => Flow::IndirectJump,
+            FlowControl::ConditionalBranch => Flow::Conditional,
+            FlowControl::Call => Flow::Call,
+            FlowControl::IndirectCall => Flow::IndirectCall,
+            FlowControl::Return => Flow::Return,
+            _ => Flow::Next,
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operands::reserved;
 
     fn ops(bytes: &[u8]) -> Operands {
         Decoder::new().decode(bytes, 0x1000).unwrap()

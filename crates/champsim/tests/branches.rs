@@ -1,5 +1,6 @@
 //! bbv's records against ChampSim's own classification: every instruction of real programs'
-//! code (gzip, xz, sqlite3, python3), decoded and written as records, then read back by
+//! code (gzip, xz, sqlite3, python3 for x86-64; Debian's cross C and maths libraries for
+//! AArch64 and RISC-V 64), decoded and written as records, then read back by
 //! champsim-branches (scripts/champsim builds it against the pinned ChampSim source), which
 //! passes each record through the simulator's constructor. The counts per branch kind, and of
 //! loads and stores, must be equal; and each instruction's kind must be the one its control
@@ -10,8 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bbv_champsim::x86::Decoder;
-use bbv_champsim::BranchKind;
+use bbv_champsim::{BranchKind, Decoder, Isa};
 use object::{Object, ObjectSection};
 
 /// The folder of champsim and champsim-branches, built (or found) by the project's script.
@@ -31,24 +31,34 @@ fn champsim_bin() -> PathBuf {
 /// Every instruction of `path`'s .text as records (a linear sweep; bytes that decode to no
 /// instruction are stepped over), taken alternately, with made-up non-zero addresses; and the
 /// counts bbv expects per kind, loads and stores.
-fn records_of(path: &Path, out: &mut impl Write) -> (BTreeMap<String, u64>, u64, u64, u64) {
+fn records_of(
+    isa: Isa,
+    path: &Path,
+    out: &mut impl Write,
+) -> (BTreeMap<String, u64>, u64, u64, u64) {
     let data = std::fs::read(path).unwrap();
     let file = object::File::parse(&*data).unwrap();
     let text = file.section_by_name(".text").unwrap();
     let (code, base) = (text.data().unwrap(), text.address());
-    let mut d = Decoder::new();
+    let mut d = Decoder::new(isa);
+    // Where bytes decode to nothing, the next possible start of an instruction.
+    let step = match isa {
+        Isa::X86_64 => 1,
+        Isa::Aarch64 => 4,
+        Isa::Riscv64 => 2,
+    };
     let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
     let (mut n, mut loads, mut stores) = (0u64, 0u64, 0u64);
     let mut at = 0;
     while at < code.len() {
         let ip = base + at as u64;
         let Some(o) = d.decode(&code[at..], ip) else {
-            at += 1;
+            at += step;
             continue;
         };
         assert_eq!(
             Some(o.kind),
-            Decoder::intended(&code[at..], ip),
+            d.intended(&code[at..], ip),
             "{}: {ip:#x}: {o:?}",
             path.display()
         );
@@ -71,16 +81,21 @@ fn records_of(path: &Path, out: &mut impl Write) -> (BTreeMap<String, u64>, u64,
 fn champsim_classifies_every_record_as_bbv_does() {
     let bin = champsim_bin();
     let dir = tempfile::tempdir().unwrap();
-    for prog in [
-        "/usr/bin/gzip",
-        "/usr/bin/xz",
-        "/usr/bin/sqlite3",
-        "/usr/bin/python3",
+    let mut per_isa: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for (isa, prog) in [
+        (Isa::X86_64, "/usr/bin/gzip"),
+        (Isa::X86_64, "/usr/bin/xz"),
+        (Isa::X86_64, "/usr/bin/sqlite3"),
+        (Isa::X86_64, "/usr/bin/python3"),
+        (Isa::Aarch64, "/usr/aarch64-linux-gnu/lib/libc.so.6"),
+        (Isa::Aarch64, "/usr/aarch64-linux-gnu/lib/libm.so.6"),
+        (Isa::Riscv64, "/usr/riscv64-linux-gnu/lib/libc.so.6"),
+        (Isa::Riscv64, "/usr/riscv64-linux-gnu/lib/libm.so.6"),
     ] {
         let real = std::fs::canonicalize(prog).unwrap();
         let trace = dir.path().join("t.champsim");
         let mut f = std::io::BufWriter::new(std::fs::File::create(&trace).unwrap());
-        let (kinds, n, loads, stores) = records_of(&real, &mut f);
+        let (kinds, n, loads, stores) = records_of(isa, &real, &mut f);
         f.flush().unwrap();
         drop(f);
         let out = Command::new(bin.join("champsim-branches"))
@@ -111,15 +126,21 @@ fn champsim_classifies_every_record_as_bbv_does() {
             (loads, stores),
             "{prog}"
         );
-        // Real code has every kind but the catch-all.
-        for k in &BranchKind::ALL[..6] {
-            assert!(
-                kinds.get(k.name()).copied().unwrap_or(0) > 0,
-                "{prog}: no {}",
-                k.name()
-            );
+        let all = per_isa.entry(format!("{isa:?}")).or_default();
+        for (k, n) in &kinds {
+            *all.entry(k.clone()).or_default() += n;
         }
         assert_eq!(kinds.get("BRANCH_OTHER"), None, "{prog}");
         eprintln!("{prog}: {n} instructions: {kinds:?}");
+    }
+    // Each ISA's real code has every kind but the catch-all.
+    for (isa, kinds) in per_isa {
+        for k in &BranchKind::ALL[..6] {
+            assert!(
+                kinds.get(k.name()).copied().unwrap_or(0) > 0,
+                "{isa}: no {}",
+                k.name()
+            );
+        }
     }
 }

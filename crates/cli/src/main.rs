@@ -40,8 +40,9 @@ enum Command {
     /// Run the program again watching only a run's markers: every region must start and end
     /// where the profile says. Exits 0 if so, 1 if not, 2 on bad input.
     Replay(regions_cmd::ReplayArgs),
-    /// Replay a run and write ChampSim traces of its regions (x86-64): per region its warmup,
-    /// the region and a tail, xz-compressed, with ChampSim's command lines in regions.json.
+    /// Replay a run and write ChampSim traces of its regions (x86-64, AArch64, RISC-V 64): per
+    /// region its warmup, the region and a tail, xz-compressed, with ChampSim's command lines in
+    /// regions.json.
     /// Exits as `bbv replay` does.
     Trace(regions_cmd::TraceArgs),
     /// Run ChampSim on a run's region traces and estimate the program's CPI from them (as

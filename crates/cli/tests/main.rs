@@ -21,4 +21,5 @@ mod signals_cli;
 mod simpoint_cli;
 mod suite_cli;
 mod trace_cli;
+mod trace_isa_cli;
 mod validate_cli;

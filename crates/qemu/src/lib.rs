@@ -81,6 +81,7 @@ mod x86;
 
 use std::sync::OnceLock;
 
+use bbv_champsim::Isa;
 use bbv_plugin_contract::{files, MetricsConfig, PluginConfig};
 
 /// What the host asked for (the plugin arguments, as `bbv_plugin_contract` spells them) and
@@ -89,6 +90,8 @@ use bbv_plugin_contract::{files, MetricsConfig, PluginConfig};
 pub(crate) struct Config {
     /// The host's request.
     pub host: PluginConfig,
+    /// The guest's ISA, where ChampSim records can be made of it.
+    pub isa: Option<Isa>,
     /// The guest is x86 (32 or 64 bit).
     pub x86: bool,
     /// The guest is AArch64.
@@ -114,9 +117,9 @@ pub(crate) static CONFIG: OnceLock<Config> = OnceLock::new();
 /// Parses the plugin arguments for QEMU's `target` (`x86_64-linux-user`, ...).
 pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String> {
     let host = PluginConfig::parse(raw)?;
-    if (host.record.is_some() || host.trace.is_some()) && !target.starts_with("x86_64") {
+    if (host.record.is_some() || host.trace.is_some()) && Isa::of_target(target).is_none() {
         return Err(format!(
-            "ChampSim records (record=, trace=) are made of x86-64 guests only, not {target}"
+            "ChampSim records (record=, trace=) are made of x86-64, AArch64 and RISC-V 64 guests only, not {target}"
         ));
     }
     if host.trace.is_some() && (host.markers.is_none() || host.record.is_some()) {
@@ -124,6 +127,7 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
     }
     Ok(Config {
         host,
+        isa: Isa::of_target(target),
         x86: target.starts_with("x86_64") || target.starts_with("i386"),
         aarch64: target.starts_with("aarch64"),
         riscv64: target.starts_with("riscv64"),
@@ -155,7 +159,9 @@ mod tests {
         assert!(c.aarch64 && !c.x86 && c.host.interval == 100_000_000);
         assert!(parse_args(&args(&["dir=a", "colour=red"]), "x86_64").is_err());
         assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "x86_64").is_ok());
-        assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "aarch64").is_err());
+        assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "aarch64").is_ok());
+        assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "riscv64").is_ok());
+        assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "i386").is_err());
         let traced = ["dir=a", "markers=/tmp/m", "trace=/tmp/t"];
         assert!(parse_args(&args(&traced), "x86_64").is_ok());
         assert!(parse_args(&args(&traced[..1]), "x86_64").is_ok());

@@ -65,15 +65,15 @@ impl Register for BbvPlugin {
                 return Ok(());
             }
         }
-        if let Some(path) = &cfg.host.record {
-            if let Err(msg) = crate::record::init(path) {
+        if let (Some(path), Some(isa)) = (&cfg.host.record, cfg.isa) {
+            if let Err(msg) = crate::record::init(path, isa) {
                 let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
                 return Ok(());
             }
         }
         crate::record::REP_ITERATIONS.store(cfg.host.rep_iterations, Ordering::Relaxed);
-        if let Some(file) = &cfg.host.trace {
-            if let Err(msg) = crate::record::init_windows(file) {
+        if let (Some(file), Some(isa)) = (&cfg.host.trace, cfg.isa) {
+            if let Err(msg) = crate::record::init_windows(file, isa) {
                 let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
                 return Ok(());
             }

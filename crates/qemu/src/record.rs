@@ -1,6 +1,7 @@
 //! `record=PATH`: ChampSim records (bbv-champsim) of every instruction thread 1 runs, written
 //! to PATH (a file or a pipe) in execution order; `trace=FILE`: the records of a replay's
-//! windows (`bbv trace`), each to its own path, opened when its window starts. x86-64 guests.
+//! windows (`bbv trace`), each to its own path, opened when its window starts. x86-64, AArch64
+//! and RISC-V 64 guests.
 //!
 //! A window starts at the instruction where its start event fires (the marker callbacks run
 //! after the recorder's, so that instruction is pending when the event comes, and is written to
@@ -13,14 +14,14 @@
 //! operand's access in parts). A record is written when the next instruction starts, the last
 //! one at exit.
 
-use std::cell::UnsafeCell;
+use std::cell::{RefCell, UnsafeCell};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use bbv_champsim::x86::{Decoder, Operands};
+use bbv_champsim::{Decoder, Isa, Operands};
 use bbv_champsim::{Record, RECORD_BYTES};
 
 /// One translated instruction (leaked: QEMU keeps calling with it as long as the code lives):
@@ -116,8 +117,14 @@ const UNINSTRUMENT: bool = cfg!(feature = "api-v3");
 static RESET: OnceLock<extern "C" fn(qemu_plugin::sys::qemu_plugin_id_t)> = OnceLock::new();
 /// `count_rep=iteration`: one record per iteration of a rep string instruction.
 pub static REP_ITERATIONS: AtomicBool = AtomicBool::new(false);
-/// Translation may happen on any vCPU's thread: the decoder has a lock of its own.
-static DECODER: OnceLock<Mutex<Decoder>> = OnceLock::new();
+/// The guest's ISA, set before any translation.
+static ISA: OnceLock<Isa> = OnceLock::new();
+
+thread_local! {
+    /// Translation may happen on any vCPU's thread: each has a decoder of its own (Capstone's
+    /// handle is not to be shared).
+    static DECODER: RefCell<Option<Decoder>> = const { RefCell::new(None) };
+}
 
 fn recorder() -> Option<&'static mut Recorder> {
     if !ACTIVE.load(Ordering::Relaxed) {
@@ -170,22 +177,25 @@ pub fn arm(event: u32, start: bool) {
 }
 
 /// Opens PATH for the records of the whole run (at plugin registration, before any vCPU runs).
-pub fn init(path: &Path) -> Result<(), String> {
+pub fn init(path: &Path, isa: Isa) -> Result<(), String> {
     INSTRUMENT.store(true, Ordering::Relaxed);
     let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    install(vec![Output {
-        path: path.to_path_buf(),
-        out: Some(BufWriter::with_capacity(1 << 20, file)),
-        start: u32::MAX,
-        alt: u32::MAX,
-        end: u32::MAX,
-        tail: 0,
-        state: State::Recording,
-    }])
+    install(
+        vec![Output {
+            path: path.to_path_buf(),
+            out: Some(BufWriter::with_capacity(1 << 20, file)),
+            start: u32::MAX,
+            alt: u32::MAX,
+            end: u32::MAX,
+            tail: 0,
+            state: State::Recording,
+        }],
+        isa,
+    )
 }
 
 /// Reads the windows of `trace=FILE` (each opens its path when it starts).
-pub fn init_windows(file: &Path) -> Result<(), String> {
+pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut outputs = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -207,11 +217,11 @@ pub fn init_windows(file: &Path) -> Result<(), String> {
             state: State::Waiting,
         });
     }
-    install(outputs)
+    install(outputs, isa)
 }
 
-fn install(outputs: Vec<Output>) -> Result<(), String> {
-    let _ = DECODER.set(Mutex::new(Decoder::new()));
+fn install(outputs: Vec<Output>, isa: Isa) -> Result<(), String> {
+    let _ = ISA.set(isa);
     let open = (0..outputs.len())
         .filter(|&i| outputs[i].state == State::Recording)
         .collect();
@@ -258,22 +268,13 @@ pub fn event(event: u32) {
 
 /// The instruction at `ip` (its bytes), decoded for its records.
 pub fn translate(bytes: &[u8], ip: u64) -> &'static RecInsn {
-    let ops = DECODER
+    let ops = ISA
         .get()
-        .and_then(|d| {
-            d.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .decode(bytes, ip)
+        .and_then(|&isa| {
+            DECODER
+                .with_borrow_mut(|d| d.get_or_insert_with(|| Decoder::new(isa)).decode(bytes, ip))
         })
-        .unwrap_or(Operands {
-            len: bytes.len() as u8,
-            dst_regs: [0; 2],
-            src_regs: [0; 4],
-            loads: 0,
-            stores: 0,
-            kind: bbv_champsim::BranchKind::NotBranch,
-            rep: false,
-        });
+        .unwrap_or(Operands::opaque(bytes.len() as u8));
     Box::leak(Box::new(RecInsn {
         ip,
         template: ops.record(ip, false, &[], &[]).to_bytes(),
