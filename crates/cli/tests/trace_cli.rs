@@ -83,10 +83,30 @@ fn regions_are_traced_whole_and_simulated() {
     assert!(err.contains("--warmup 8000000"), "{err}");
     let regions = json(&run.join("traces/regions.json"));
     assert_eq!(regions, json(&run.join("trace.json")));
-    let replay = json(&run.join("replay.json"));
     let list = regions["regions"].as_array().unwrap();
     assert!(!list.is_empty());
+    for r in list {
+        assert_eq!(r["tail_instructions"].as_u64(), Some(2000));
+    }
+    checked_regions(&run, &bin, "gzip");
+    traced_raw(&run, &guest, list);
+    simulated_in_full(&run, &guest, &bin, list);
+    killed_leaves_no_champsim(&run);
+}
+
+/// Checks every region `bbv trace` wrote in `run`: its records are exactly its warmup, region
+/// and tail; the region's are the instructions the replay measured between its markers;
+/// ChampSim's own classification of every record (champsim-branches) agrees with bbv's. Then
+/// the real ChampSim simulates the smallest region, started as regions.json says, from the
+/// traces' folder, without reaching the end of its trace. Returns the records per kind over
+/// all regions.
+pub(crate) fn checked_regions(run: &Path, bin: &Path, name: &str) -> BTreeMap<&'static str, u64> {
+    let regions = json(&run.join("traces/regions.json"));
+    let replay = json(&run.join("replay.json"));
+    let list = regions["regions"].as_array().unwrap();
+    assert!(!list.is_empty(), "{name}");
     let mut smallest: Option<(u64, String)> = None;
+    let mut all = BTreeMap::new();
     for r in list {
         let id = r["id"].as_u64().unwrap();
         let (w, n, tail) = (
@@ -94,19 +114,20 @@ fn regions_are_traced_whole_and_simulated() {
             r["region_instructions"].as_u64().unwrap(),
             r["tail_instructions"].as_u64().unwrap(),
         );
-        assert_eq!(tail, 2000);
-        // The region's records are the instructions the replay measured between its markers.
         let replayed = replay["regions"]
             .as_array()
             .unwrap()
             .iter()
             .find(|x| x["id"].as_u64() == Some(id))
             .unwrap();
-        assert_eq!(replayed["replay_length"].as_u64(), Some(n), "region {id}");
+        assert_eq!(
+            replayed["replay_length"].as_u64(),
+            Some(n),
+            "{name} region {id}"
+        );
         let trace = run.join("traces").join(r["trace"].as_str().unwrap());
         let (records, ours) = read_trace(&trace);
-        assert_eq!(records, w + n + tail, "region {id}");
-        // ChampSim's own classification of every record agrees with bbv's.
+        assert_eq!(records, w + n + tail, "{name} region {id}");
         let h = Command::new(bin.join("champsim-branches"))
             .arg(&trace)
             .output()
@@ -120,15 +141,17 @@ fn regions_are_traced_whole_and_simulated() {
             let f: Vec<&str> = line.split(' ').collect();
             let theirs = (f[1].parse::<u64>().unwrap(), f[2].parse::<u64>().unwrap());
             let mine = ours.get(f[0]).copied().unwrap_or((0, 0));
-            assert_eq!(mine, theirs, "region {id} {}", f[0]);
+            assert_eq!(mine, theirs, "{name} region {id} {}", f[0]);
         }
         assert!(text.contains(&format!("RECORDS {records}\n")), "{text}");
+        for (k, c) in ours {
+            *all.entry(k).or_default() += c.0;
+        }
         let cmd = r["champsim_command"].as_str().unwrap().to_string();
         if smallest.as_ref().is_none_or(|s| w + n < s.0) {
             smallest = Some((w + n, cmd));
         }
     }
-    // The real ChampSim, started as regions.json says, from the traces' folder.
     let (_, cmd) = smallest.unwrap();
     let args: Vec<&str> = cmd.split(' ').skip(1).collect();
     let c = Command::new(bin.join("champsim"))
@@ -139,14 +162,12 @@ fn regions_are_traced_whole_and_simulated() {
     let out = String::from_utf8_lossy(&c.stdout);
     assert!(
         c.status.success(),
-        "{out}{}",
+        "{name}: {out}{}",
         String::from_utf8_lossy(&c.stderr)
     );
-    assert!(!out.contains("Reached end of trace"), "{out}");
-    assert!(out.contains("Simulation complete"), "{out}");
-    traced_raw(&run, &guest, list);
-    simulated_in_full(&run, &guest, &bin, list);
-    killed_leaves_no_champsim(&run);
+    assert!(!out.contains("Reached end of trace"), "{name}: {out}");
+    assert!(out.contains("Simulation complete"), "{name}: {out}");
+    all
 }
 
 /// `bbv simulate` killed with SIGTERM while ChampSim runs: ChampSim goes with it (it used to
