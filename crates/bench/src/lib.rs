@@ -184,6 +184,9 @@ pub enum BenchCommand {
         /// Choose k by `bbv run --target-error PCT` instead of SimPoint's BIC rule.
         #[arg(long = "target-error", value_name = "PCT")]
         target_error: Option<f64>,
+        /// `bbv run --every-k`: SimPoint's BIC rule over every k, not its binary search.
+        #[arg(long = "every-k")]
+        every_k: bool,
         /// How `bbv run` picks each cluster's point (`--pick`): metrics (the interval whose L2
         /// misses and mispredictions are nearest its cluster's mean) or centroid (SimPoint's).
         #[arg(long, value_name = "metrics|centroid", default_value = "metrics", value_parser = ["metrics", "centroid"])]
@@ -294,6 +297,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             warmup,
             max_k,
             target_error,
+            every_k,
             pick,
             scale,
             only,
@@ -304,6 +308,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 warmup,
                 max_k,
                 target_error,
+                every_k,
                 pick,
             },
             scale,

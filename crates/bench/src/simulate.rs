@@ -17,6 +17,8 @@ pub struct Choice {
     pub max_k: usize,
     /// `--target-error PCT` instead of the BIC rule.
     pub target_error: Option<f64>,
+    /// `--every-k`.
+    pub every_k: bool,
     /// `--pick`: metrics or centroid.
     pub pick: String,
 }
@@ -38,6 +40,9 @@ impl Choice {
         .into();
         if let Some(t) = self.target_error {
             v.extend(["--target-error".to_string(), t.to_string()]);
+        }
+        if self.every_k {
+            v.push("--every-k".into());
         }
         v
     }

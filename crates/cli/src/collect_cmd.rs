@@ -139,6 +139,10 @@ pub struct RunArgs {
     /// Largest k tried by the SimPoint search.
     #[arg(long = "max-k", value_name = "K", default_value_t = 30)]
     pub max_k: usize,
+    /// Try every k from 1 to --max-k and apply SimPoint's BIC rule to all of them (SimPoint's
+    /// `-k 1:K`) instead of its binary search (`-maxK K`).
+    #[arg(long = "every-k")]
+    pub every_k: bool,
     /// Directory for every file of the run.
     #[arg(short = 'o', value_name = "DIR", default_value = "bbv-out")]
     pub output: PathBuf,
@@ -213,6 +217,7 @@ impl RunArgs {
         RunOptions {
             interval: self.interval,
             max_k: self.max_k,
+            every_k: self.every_k,
             output: self.output.clone(),
             validate: self.validate,
             target_error: self.target_error,

@@ -415,6 +415,34 @@ fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
         );
         assert!(score <= centroid_score, "cluster {c}");
     }
+    // --every-k: SimPoint's rule over k = 1..8 (`bbv simpoint -k 1:8` writes the same files),
+    // every k in bic.csv, and the summary says so.
+    run("e", &["--every-k"]);
+    let e = dir.path().join("e");
+    let out = bbv()
+        .current_dir(&e)
+        .args(["simpoint", "bb.out", "-k", "1:8", "-o", "again"])
+        .output()
+        .unwrap();
+    assert_status(&out, 0);
+    for ext in ["simpoints", "weights", "labels"] {
+        assert_eq!(
+            std::fs::read(e.join(format!("simpoint.{ext}"))).unwrap(),
+            std::fs::read(e.join(format!("again.{ext}"))).unwrap(),
+            "--every-k {ext}"
+        );
+    }
+    let bic = std::fs::read_to_string(e.join("bic.csv")).unwrap();
+    let ks: Vec<&str> = bic
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(ks, ["1", "2", "3", "4", "5", "6", "7", "8"]);
+    assert_eq!(json(&e.join("summary.json"))["every_k"], true);
+    assert_eq!(json(&d.join("summary.json")).get("every_k"), None);
+    let text = std::fs::read_to_string(e.join("summary.txt")).unwrap();
+    assert!(text.contains("k chosen by BIC over every k"), "{text}");
     // Without --validate there is no validation.
     run("plain", &[]);
     assert!(!dir.path().join("plain/validation.json").exists());

@@ -24,6 +24,17 @@ pub struct Validate<'a> {
     pub pick: Pick,
 }
 
+/// Which k are tried.
+#[derive(Clone, Copy, Debug)]
+pub struct KRange {
+    /// The largest.
+    pub max_k: usize,
+    /// Every k from 1 to `max_k` (`bbv simpoint -k 1:K`), SimPoint's BIC rule over all of
+    /// them; otherwise SimPoint's binary search (`-maxK K`), whose rule sees only the k it
+    /// tried. A target error tries every k either way.
+    pub every: bool,
+}
+
 /// Clusters a BBV file as `bbv simpoint FILE --max-k K -o PREFIX` does (SimPoint 3.2's
 /// defaults) and writes `PREFIX.simpoints`, `.weights` and `.labels`.
 pub fn cluster_file(
@@ -33,7 +44,11 @@ pub fn cluster_file(
     var_length: bool,
     observer: &dyn Observer,
 ) -> Result<(), PipelineError> {
-    cluster_validated(input, max_k, prefix, var_length, observer, None).map(drop)
+    let k = KRange {
+        max_k,
+        every: false,
+    };
+    cluster_validated(input, k, prefix, var_length, observer, None).map(drop)
 }
 
 /// The points of a clustering: each selected cluster's point, weights over the selection.
@@ -61,7 +76,7 @@ fn clusters_of(post: &PostResult) -> Clusters {
 /// smallest one meeting it is written; otherwise SimPoint's search and choice stand.
 pub fn cluster_validated(
     input: &Path,
-    max_k: usize,
+    k: KRange,
     prefix: &Path,
     var_length: bool,
     observer: &dyn Observer,
@@ -86,12 +101,13 @@ pub fn cluster_validated(
             )));
         }
     }
-    let max_k = max_k.min(data.rows());
+    let max_k = k.max_k.min(data.rows());
     let target = validate.and_then(|v| v.target_error);
     let opts = Options {
-        k: match target {
-            Some(_) => KChoice::List((1..=max_k).collect()),
-            None => KChoice::Search { max_k },
+        k: if target.is_some() || k.every {
+            KChoice::List((1..=max_k).collect())
+        } else {
+            KChoice::Search { max_k }
         },
         ..Options::default()
     };

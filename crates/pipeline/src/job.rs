@@ -23,6 +23,8 @@ pub struct RunRequest {
     pub out: PathBuf,
     /// Largest k tried.
     pub max_k: usize,
+    /// Try every k up to `max_k` with SimPoint's BIC rule, not its binary search.
+    pub every_k: bool,
     /// Cluster every thread's intervals together instead of the main thread's.
     pub threads_all: bool,
     /// Warmup instructions before each region (None: one interval).
@@ -220,7 +222,10 @@ fn cluster_as(
         });
         let v = crate::cluster::cluster_validated(
             &input,
-            req.max_k,
+            crate::cluster::KRange {
+                max_k: req.max_k,
+                every: req.every_k,
+            },
             &req.out.join("simpoint"),
             var_length,
             observer,
@@ -381,6 +386,7 @@ fn run_facts(
         intervals: 0,
         k: 0,
         max_k: req.max_k,
+        every_k: req.every_k,
         qemu,
         cpu: r.cpu.clone(),
         sysroot: r.sysroot.as_ref().map(|p| p.display().to_string()),

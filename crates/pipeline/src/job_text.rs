@@ -175,6 +175,7 @@ fn points(
     let looppoint = s.regions_mode == "looppoint";
     let rule = match validation {
         Some(v) if v.target_error.is_some() => "by --target-error",
+        _ if s.every_k => "by BIC over every k",
         _ => "by BIC",
     };
     let unit = if looppoint { "slices" } else { "intervals" };

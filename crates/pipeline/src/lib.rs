@@ -33,7 +33,7 @@ pub mod trace;
 
 pub use bbv_rundir as rundir;
 pub use bbv_rundir::{chosen, validate};
-pub use cluster::{cluster_file, cluster_validated, Validate};
+pub use cluster::{cluster_file, cluster_validated, KRange, Validate};
 pub use finish::{finish, Finished};
 pub use gpu_count::{gpu_count, GpuCount};
 pub use gpu_job::{gpu_run, gpu_sample, GpuRun, GpuRunOutcome};

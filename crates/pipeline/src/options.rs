@@ -268,6 +268,8 @@ pub struct RunOptions {
     pub interval: u64,
     /// Largest k tried.
     pub max_k: usize,
+    /// Try every k up to `max_k` with SimPoint's BIC rule, not its binary search.
+    pub every_k: bool,
     /// The run directory.
     pub output: PathBuf,
     /// Measure per-interval metrics and how well the points estimate them.
@@ -381,6 +383,7 @@ impl RunOptions {
             collect,
             out: self.output.clone(),
             max_k: self.max_k,
+            every_k: self.every_k,
             threads_all: self.threads_all,
             warmup: self.warmup,
             regions: if self.threads_all {
@@ -397,9 +400,10 @@ impl RunOptions {
 
     /// The k values the clustering may try (for a progress display).
     pub fn k_choice(&self) -> bbv_simpoint::KChoice {
-        match self.target_error {
-            Some(_) => bbv_simpoint::KChoice::List((1..=self.max_k).collect()),
-            None => bbv_simpoint::KChoice::Search { max_k: self.max_k },
+        if self.every_k || self.target_error.is_some() {
+            bbv_simpoint::KChoice::List((1..=self.max_k).collect())
+        } else {
+            bbv_simpoint::KChoice::Search { max_k: self.max_k }
         }
     }
 }

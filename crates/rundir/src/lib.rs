@@ -122,6 +122,9 @@ pub struct Summary {
     pub k: usize,
     /// Largest k the search tried.
     pub max_k: usize,
+    /// Every k from 1 to `max_k` was tried (`--every-k`), not SimPoint's binary search.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub every_k: bool,
     /// QEMU's version.
     pub qemu: String,
     /// The guest CPU model asked for (`--cpu`; None: QEMU's default).
