@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use bbv_champsim::stats::Figures;
 use bbv_champsim::{BranchKind, Record, RECORD_BYTES};
 
-use crate::common::{bbv, champsim_bin, record_whole_run, text_input};
+use crate::common::{bbv, champsim_bin, guest_env, record_whole_run, text_input};
 
 /// The sums of `metrics.csv`'s columns, by name.
 fn metric_totals(csv: &Path) -> std::collections::HashMap<String, u64> {
@@ -37,7 +37,7 @@ fn records_of_a_real_run_match_bbvs_counts_and_run_in_champsim() {
     record_whole_run(&guest, &trace, ",interval=100000000,count_rep=iteration");
     // bbv's own counts of the same run: instructions counted per rep iteration, as records are.
     let csv = d.join("m.csv");
-    let o = bbv()
+    let o = guest_env(&mut bbv())
         .current_dir(d)
         .args([
             "collect",

@@ -154,8 +154,21 @@ pub fn champsim_bin() -> PathBuf {
     built_by("champsim")
 }
 
+/// Gives a guest's command a fixed environment (PATH, HOME, LANG): the guest's instruction
+/// stream, and so the points chosen, depend on the size of its environment, which would
+/// otherwise be the test runner's (different between runs of a test). HOME stays the user's,
+/// where bbv finds QEMU 10 and ChampSim.
+pub fn guest_env(c: &mut Command) -> &mut Command {
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
+    c.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", home)
+        .env("LANG", "C")
+}
+
 /// The plugin's ChampSim records of a whole run of `guest` (QEMU started by hand as bbv starts
-/// it) in `out`, with extra plugin arguments; the run's state folder is `out`'s sibling.
+/// it, in [`guest_env`]'s environment) in `out`, with extra plugin arguments; the run's state
+/// folder is `out`'s sibling.
 pub fn record_whole_run(guest: &[String], out: &Path, extra: &str) {
     let plugin = Path::new(env!("CARGO_BIN_EXE_bbv")).with_file_name("libbbv_qemu.so");
     let state = out.with_extension("state");
@@ -166,7 +179,7 @@ pub fn record_whole_run(guest: &[String], out: &Path, extra: &str) {
         out.display(),
         state.display()
     );
-    let q = Command::new("qemu-x86_64")
+    let q = guest_env(&mut Command::new("qemu-x86_64"))
         .args(["-plugin", &arg])
         .args(guest)
         .stdout(std::process::Stdio::null())
