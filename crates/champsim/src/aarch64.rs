@@ -97,6 +97,9 @@ fn canonical(name: &str) -> Option<String> {
         "nzcv" => return Some("nzcv".into()),
         _ => {}
     }
+    if !name.is_ascii() || name.is_empty() {
+        return Some("sys".into());
+    }
     let (head, digits) = name.split_at(1);
     match (head, digits.parse::<u8>()) {
         ("w" | "x", Ok(n)) if n <= 30 => Some(format!("x{n}")),
@@ -213,7 +216,7 @@ impl Decoder {
             writes.extend(w);
         } else if operands.iter().all(|&(_, r, w)| !r && !w) {
             // No access known (`dc zva, x0`): the registers named are read.
-            reads.extend(regs.iter().copied());
+            reads.extend(regs.iter().copied().filter(|&n| n != 0));
         }
         let (loads, stores) = memory_of(m);
         Some(
@@ -367,6 +370,8 @@ mod tests {
         assert_eq!(canonical("w7"), canonical("x7"));
         assert_eq!(canonical("q3"), canonical("d3"));
         assert_eq!(canonical("xzr"), None);
+        assert_eq!(canonical(""), Some("sys".into()));
+        assert_eq!(canonical("tpidr_el0"), Some("sys".into()));
         // Truncated bytes are no instruction.
         assert_eq!(Decoder::new().decode(&[0x1f, 0x20], 0), None);
     }

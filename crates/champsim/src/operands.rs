@@ -138,7 +138,7 @@ impl Seen {
         let plain = |v: &[u8]| -> Vec<u8> {
             v.iter()
                 .copied()
-                .filter(|&n| n != REG_SP && n != REG_FLAGS && n != REG_IP)
+                .filter(|&n| n != 0 && n != REG_SP && n != REG_FLAGS && n != REG_IP)
                 .collect()
         };
         let target = |reads: &[u8]| -> Vec<u8> {
@@ -243,8 +243,11 @@ mod tests {
             Flow::IndirectCall,
             Flow::Return,
         ];
-        let sets: [&[u8]; 5] = [
+        // 0 is "no register": a decoder may hand it over for an operand that is none.
+        let sets: [&[u8]; 7] = [
             &[],
+            &[0],
+            &[0, 7],
             &[REG_FLAGS],
             &[7, 8],
             &[REG_SP, 7],
