@@ -86,6 +86,7 @@ pub fn run(what: SuiteCommand) -> Result<u8> {
             ..
         } if slurm.slurm => {
             let m = load(&manifest, &output)?;
+            record_manifest(&manifest, &output)?;
             on_slurm(&m, &output, &slurm)
         }
         SuiteCommand::Run {
@@ -95,6 +96,7 @@ pub fn run(what: SuiteCommand) -> Result<u8> {
             ..
         } => {
             let m = load(&manifest, &output)?;
+            record_manifest(&manifest, &output)?;
             let jobs = jobs.map_or_else(
                 || std::thread::available_parallelism().map_or(1, |n| n.get()),
                 |n| n as usize,
@@ -267,8 +269,7 @@ fn on_slurm(m: &Manifest, output: &Path, a: &SlurmArgs) -> Result<u8> {
     )
 }
 
-/// Loads and checks the manifest (every job's options through `bbv run`'s own parser), and
-/// records where it is in OUT for `bbv suite status`.
+/// Loads and checks the manifest (every job's options through `bbv run`'s own parser).
 fn load(manifest: &Path, output: &Path) -> Result<Manifest> {
     let m = bbv_suite::load(manifest)?;
     for (job, step) in m.jobs.iter().flat_map(|j| {
@@ -302,14 +303,18 @@ fn load(manifest: &Path, output: &Path) -> Result<Manifest> {
             });
         }
     }
+    Ok(m)
+}
+
+/// Records in OUT where the manifest is, for `bbv suite status`: `bbv suite run` does, not
+/// the tasks (which run while `status` may be reading it), and atomically (a reader sees the
+/// old file or the new one, never a half-written one).
+fn record_manifest(manifest: &Path, output: &Path) -> Result<()> {
     std::fs::create_dir_all(output).with_context(|| output.display().to_string())?;
     let abs = std::path::absolute(manifest)?;
-    std::fs::write(
-        output.join("suite.json"),
-        format!("{}\n", serde_json::json!({ "manifest": abs })),
-    )
-    .with_context(|| output.display().to_string())?;
-    Ok(m)
+    let text = format!("{}\n", serde_json::json!({ "manifest": abs }));
+    bbv_files::write_atomic(&output.join("suite.json"), text.as_bytes())?;
+    Ok(())
 }
 
 fn recorded_manifest(output: &Path) -> Result<Manifest> {

@@ -408,6 +408,14 @@ fn slurm_and_the_local_executor_give_the_same_files() {
     assert_status(&o, 0);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("submitted 1 of 4 jobs"), "{err}");
+    // suite.json is `bbv suite run`'s: the task leaves it alone (it used to rewrite it in
+    // place while `status` below read it, which then read an empty file).
+    let inode = || {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(slurm.join("suite.json")).unwrap();
+        (m.ino(), m.mtime(), m.mtime_nsec())
+    };
+    let recorded = inode();
     let until = Instant::now() + Duration::from_secs(120);
     loop {
         let st = bbv()
@@ -424,6 +432,7 @@ fn slurm_and_the_local_executor_give_the_same_files() {
             .unwrap()
             .to_string();
         if crash.contains("failed") && json(&slurm.join("crash/job.json"))["attempt"] == 2 {
+            assert_eq!(inode(), recorded, "a task rewrote suite.json");
             assert!(
                 text.lines()
                     .any(|l| l.starts_with("short") && l.contains("done")),
