@@ -218,19 +218,7 @@ impl Decoder {
             // No access known (`dc zva, x0`): the registers named are read.
             reads.extend(regs.iter().copied().filter(|&n| n != 0));
         }
-        let (loads, stores) = memory_of(m);
-        Some(
-            Seen {
-                len: 4,
-                flow,
-                reads,
-                writes,
-                loads,
-                stores,
-                rep: false,
-            }
-            .operands(),
-        )
+        Some(Seen::without_rep(4, flow, reads, writes, memory_of(m)).operands())
     }
 
     /// The kind an instruction's control flow asks for (what [`Decoder::decode`]'s registers

@@ -127,6 +127,26 @@ pub(crate) struct Seen {
 }
 
 impl Seen {
+    /// An instruction of an ISA without rep string instructions; `memory` its loads and
+    /// stores.
+    pub(crate) fn without_rep(
+        len: u8,
+        flow: Flow,
+        reads: Vec<u8>,
+        writes: Vec<u8>,
+        memory: (u8, u8),
+    ) -> Seen {
+        Seen {
+            len,
+            flow,
+            reads,
+            writes,
+            loads: memory.0,
+            stores: memory.1,
+            rep: false,
+        }
+    }
+
     /// The record's registers, shaped as ChampSim's classifier expects for the flow:
     /// conditional branches read the instruction pointer (and what they test), jumps write it,
     /// calls read and write the stack and instruction pointers (whether or not the ISA's call

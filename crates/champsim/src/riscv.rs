@@ -176,19 +176,7 @@ impl Decoder {
         if flow == Flow::Conditional {
             reads.insert(0, REG_FLAGS);
         }
-        let (loads, stores) = memory_of(name);
-        Some(
-            Seen {
-                len: insn.get_len(),
-                flow,
-                reads,
-                writes,
-                loads,
-                stores,
-                rep: false,
-            }
-            .operands(),
-        )
+        Some(Seen::without_rep(insn.get_len(), flow, reads, writes, memory_of(name)).operands())
     }
 
     /// The kind an instruction's control flow asks for (what [`Decoder::decode`]'s registers
