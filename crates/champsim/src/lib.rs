@@ -19,6 +19,7 @@ pub mod sim;
 pub mod stats;
 pub mod x86;
 
+pub use bbv_plugin_contract::Isa;
 pub use classify::BranchKind;
 pub use operands::{Operands, TARGET};
 pub use record::{Record, RECORD_BYTES};
@@ -29,32 +30,6 @@ pub const REG_SP: u8 = 6;
 pub const REG_FLAGS: u8 = 25;
 /// ChampSim's instruction-pointer register.
 pub const REG_IP: u8 = 26;
-
-/// A guest instruction set the tracer decodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
-    /// x86-64.
-    X86_64,
-    /// AArch64 (A64).
-    Aarch64,
-    /// RISC-V 64 (RV64GC).
-    Riscv64,
-}
-
-impl Isa {
-    /// The ISA of QEMU's target name (`x86_64-linux-user`, `aarch64`, `riscv64`, ...).
-    pub fn of_target(target: &str) -> Option<Isa> {
-        if target.starts_with("x86_64") {
-            Some(Isa::X86_64)
-        } else if target.starts_with("aarch64") {
-            Some(Isa::Aarch64)
-        } else if target.starts_with("riscv64") {
-            Some(Isa::Riscv64)
-        } else {
-            None
-        }
-    }
-}
 
 /// One ISA's decoder (each keeps buffers or a library handle: make one per thread).
 pub enum Decoder {

@@ -6,78 +6,58 @@ use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use crate::CollectError;
 
-/// A guest instruction set we can collect from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
-    /// x86-64 (`qemu-x86_64`).
-    X86_64,
-    /// AArch64 (`qemu-aarch64`).
-    Aarch64,
-    /// RISC-V 64-bit (`qemu-riscv64`).
-    Riscv64,
-}
+pub use bbv_plugin_contract::Isa;
 
-impl Isa {
-    /// The QEMU user-mode executable for this ISA.
-    pub fn qemu_name(self) -> &'static str {
-        match self {
-            Isa::X86_64 => "qemu-x86_64",
-            Isa::Aarch64 => "qemu-aarch64",
-            Isa::Riscv64 => "qemu-riscv64",
-        }
-    }
-
-    /// Reads the ELF header of `path` and returns its ISA.
-    pub fn of_elf(path: &Path) -> Result<Isa, CollectError> {
-        use std::io::Read;
-        let mut head = [0u8; 20];
-        let mut f = std::fs::File::open(path).map_err(|e| CollectError::io(path, e))?;
-        let n = f.read(&mut head).map_err(|e| CollectError::io(path, e))?;
-        if n < 20 || &head[..4] != b"\x7fELF" {
-            let hint = if head.starts_with(b"#!") {
-                " (it is a script: run its interpreter, e.g. `bbv collect -- python3 SCRIPT`)"
-                    .to_string()
-            } else {
-                String::new()
-            };
-            return Err(CollectError::NotElf {
-                path: path.into(),
-                hint,
-            });
-        }
-        let little = head[5] == 1;
-        let machine = if little {
-            u16::from_le_bytes([head[18], head[19]])
+/// Reads the ELF header of `path` and returns its ISA.
+pub fn isa_of_elf(path: &Path) -> Result<Isa, CollectError> {
+    use std::io::Read;
+    let mut head = [0u8; 20];
+    let mut f = std::fs::File::open(path).map_err(|e| CollectError::io(path, e))?;
+    let n = f.read(&mut head).map_err(|e| CollectError::io(path, e))?;
+    if n < 20 || &head[..4] != b"\x7fELF" {
+        let hint = if head.starts_with(b"#!") {
+            " (it is a script: run its interpreter, e.g. `bbv collect -- python3 SCRIPT`)"
+                .to_string()
         } else {
-            u16::from_be_bytes([head[18], head[19]])
+            String::new()
         };
-        let class64 = head[4] == 2;
-        match (machine, class64) {
-            (62, true) => Ok(Isa::X86_64),
-            (183, true) => Ok(Isa::Aarch64),
-            (243, true) => Ok(Isa::Riscv64),
-            _ => {
-                let name = match machine {
-                    3 => "i386",
-                    40 => "ARM (32-bit)",
-                    8 => "MIPS",
-                    20 => "PowerPC",
-                    21 => "PowerPC64",
-                    22 => "s390",
-                    243 => "RISC-V 32-bit",
-                    62 => "x86-64 (32-bit class)",
-                    _ => "",
-                };
-                let what = if name.is_empty() {
-                    format!("ELF machine {machine}")
-                } else {
-                    name.to_string()
-                };
-                Err(CollectError::UnsupportedIsa {
-                    path: path.into(),
-                    what,
-                })
-            }
+        return Err(CollectError::NotElf {
+            path: path.into(),
+            hint,
+        });
+    }
+    let little = head[5] == 1;
+    let machine = if little {
+        u16::from_le_bytes([head[18], head[19]])
+    } else {
+        u16::from_be_bytes([head[18], head[19]])
+    };
+    let class64 = head[4] == 2;
+    match (machine, class64) {
+        (62, true) => Ok(Isa::X86_64),
+        (183, true) => Ok(Isa::Aarch64),
+        (243, true) => Ok(Isa::Riscv64),
+        _ => {
+            let name = match machine {
+                3 => "i386",
+                40 => "ARM (32-bit)",
+                8 => "MIPS",
+                20 => "PowerPC",
+                21 => "PowerPC64",
+                22 => "s390",
+                243 => "RISC-V 32-bit",
+                62 => "x86-64 (32-bit class)",
+                _ => "",
+            };
+            let what = if name.is_empty() {
+                format!("ELF machine {machine}")
+            } else {
+                name.to_string()
+            };
+            Err(CollectError::UnsupportedIsa {
+                path: path.into(),
+                what,
+            })
         }
     }
 }

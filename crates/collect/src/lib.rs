@@ -19,7 +19,9 @@ mod state;
 pub mod sysroot;
 mod table;
 
-pub use elf::{find_on_path, qemu_version, resolve_program, ElfFacts, Isa, ModuleSymbols};
+pub use elf::{
+    find_on_path, isa_of_elf, qemu_version, resolve_program, ElfFacts, Isa, ModuleSymbols,
+};
 pub use error::CollectError;
 pub use pattern::expand;
 pub use qemu::{find_plugin, plugin_api, PluginApi};
@@ -97,7 +99,7 @@ impl Prepared {
 pub fn prepare(request: Request) -> Result<Prepared, CollectError> {
     let mut request = request;
     let program = resolve_program(&request.program)?;
-    let isa = Isa::of_elf(&program)?;
+    let isa = isa_of_elf(&program)?;
     request.sysroot = sysroot::find(&program, isa, request.sysroot.as_deref())?;
     let qemu = match &request.qemu {
         Some(q) if q.is_file() => q.clone(),

@@ -5,7 +5,8 @@
 //!   ([`PluginConfig::parse`]);
 //! * [`files`]: the name of every file the plugin writes into its directory;
 //! * [`state`]: the layout of the shared mappings the plugin keeps while the guest runs;
-//! * [`events`]: the reader of the marker events a replay writes.
+//! * [`events`]: the reader of the marker events a replay writes;
+//! * [`Isa`]: the guest instruction sets, as the host and the plugin each tell them.
 //!
 //! Both sides depend on this crate, so a field or a file name is spelled once.
 
@@ -13,9 +14,11 @@ pub mod blocks;
 mod config;
 pub mod events;
 pub mod files;
+mod isa;
 pub mod state;
 
 pub use config::{MetricsConfig, PluginConfig};
+pub use isa::Isa;
 
 /// What can go wrong reading a file of the plugin's.
 #[derive(Debug, thiserror::Error)]

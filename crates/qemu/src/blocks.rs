@@ -2,6 +2,7 @@
 
 use bbv_plugin_contract::blocks as contract;
 use bbv_plugin_contract::files;
+use bbv_plugin_contract::Isa;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -192,10 +193,10 @@ fn facts<'a>(
         false
     } else if cfg.x86 {
         x86::is_cond_branch(last.bytes)
-    } else if cfg.aarch64 {
+    } else if cfg.is(Isa::Aarch64) {
         crate::decode::aarch64_is_cond_branch(last.bytes)
     } else {
-        cfg.riscv64 && crate::decode::riscv64_is_cond_branch(last.bytes)
+        cfg.is(Isa::Riscv64) && crate::decode::riscv64_is_cond_branch(last.bytes)
     };
     if cfg.x86 {
         rep_first = x86::is_rep_string(first.bytes);
@@ -204,9 +205,9 @@ fn facts<'a>(
         }
         fldcw = (0..insns).filter(|&i| x86::is_fldcw(insn(i).bytes)).count() as u64;
         may_loop = x86::may_loop(last.bytes) || insns != n;
-    } else if cfg.aarch64 {
+    } else if cfg.is(Isa::Aarch64) {
         may_loop = crate::decode::aarch64_may_loop(last.bytes) || insns != n;
-    } else if cfg.riscv64 {
+    } else if cfg.is(Isa::Riscv64) {
         may_loop = crate::decode::riscv64_may_loop(last.bytes) || insns != n;
     }
     // The counted instructions' byte span: blocks whose span covers another block's first
@@ -248,7 +249,7 @@ pub fn analyze<'a>(
     let key = maps::locate(haddr).unwrap_or((ANON, first.vaddr));
     // Loop heads and image kinds serve slicing only.
     let slicing = cfg.host.slices > 0;
-    let back = match (slicing, cfg.x86, cfg.aarch64) {
+    let back = match (slicing, cfg.x86, cfg.is(Isa::Aarch64)) {
         (true, true, _) => x86::backward_target(last.bytes, last.vaddr),
         (true, _, true) => crate::decode::aarch64_backward_target(last.bytes, last.vaddr),
         _ => None,
@@ -292,7 +293,7 @@ pub fn analyze<'a>(
     }
     // Without a branch decoder for the target, every block of the program's own code counts
     // as a loop head (slices then end at the first such block after the budget).
-    let decoded = cfg.x86 || cfg.aarch64;
+    let decoded = cfg.x86 || cfg.is(Isa::Aarch64);
     let (execs, slot) = crate::fast::new_slot(id, insns as u64, fldcw)?;
     let info: &'static TbInfo = Box::leak(Box::new(TbInfo {
         id,

@@ -81,8 +81,7 @@ mod x86;
 
 use std::sync::OnceLock;
 
-use bbv_champsim::Isa;
-use bbv_plugin_contract::{files, MetricsConfig, PluginConfig};
+use bbv_plugin_contract::{files, Isa, MetricsConfig, PluginConfig};
 
 /// What the host asked for (the plugin arguments, as `bbv_plugin_contract` spells them) and
 /// what QEMU says of the guest.
@@ -92,15 +91,16 @@ pub(crate) struct Config {
     pub host: PluginConfig,
     /// The guest's ISA, where ChampSim records can be made of it.
     pub isa: Option<Isa>,
-    /// The guest is x86 (32 or 64 bit).
+    /// The guest is x86 (32 or 64 bit; `isa` names x86-64 only).
     pub x86: bool,
-    /// The guest is AArch64.
-    pub aarch64: bool,
-    /// The guest is RISC-V 64.
-    pub riscv64: bool,
 }
 
 impl Config {
+    /// Whether the guest is `isa`.
+    pub fn is(&self, isa: Isa) -> bool {
+        self.isa == Some(isa)
+    }
+
     /// Per-interval metrics asked for.
     pub fn metrics(&self) -> bool {
         self.host.metrics.is_some()
@@ -129,8 +129,6 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
         host,
         isa: Isa::of_target(target),
         x86: target.starts_with("x86_64") || target.starts_with("i386"),
-        aarch64: target.starts_with("aarch64"),
-        riscv64: target.starts_with("riscv64"),
     })
 }
 
@@ -152,11 +150,11 @@ mod tests {
     fn plugin_arguments_and_the_guest() {
         let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let c = parse_args(&args(&["dir=/tmp/x", "interval=5"]), "x86_64-linux-user").unwrap();
-        assert!(c.x86 && !c.aarch64 && c.host.interval == 5 && !c.metrics());
+        assert!(c.x86 && !c.is(Isa::Aarch64) && c.host.interval == 5 && !c.metrics());
         let c = parse_args(&args(&["dir=a", "metrics", "l1d=16K:4:64"]), "x86_64").unwrap();
         assert!(c.metrics() && c.model().l1d.size == 16384);
         let c = parse_args(&args(&["dir=a"]), "aarch64-linux-user").unwrap();
-        assert!(c.aarch64 && !c.x86 && c.host.interval == 100_000_000);
+        assert!(c.is(Isa::Aarch64) && !c.x86 && c.host.interval == 100_000_000);
         assert!(parse_args(&args(&["dir=a", "colour=red"]), "x86_64").is_err());
         assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "x86_64").is_ok());
         assert!(parse_args(&args(&["dir=a", "record=/tmp/r"]), "aarch64").is_ok());

@@ -3,6 +3,7 @@
 //! Used where the engine runs: on the guest's thread ([`crate::metrics`]) or on a model thread
 //! ([`crate::offload`]).
 
+use bbv_plugin_contract::Isa;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -161,9 +162,9 @@ pub struct Engine {
 impl Engine {
     /// A thread's engine with empty caches and a fresh predictor.
     pub(crate) fn new(cfg: &Config) -> Engine {
-        let shift = if cfg.aarch64 {
+        let shift = if cfg.is(Isa::Aarch64) {
             2
-        } else if cfg.riscv64 {
+        } else if cfg.is(Isa::Riscv64) {
             1
         } else {
             0
