@@ -285,18 +285,8 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
             per_block,
             cfg,
         } => {
-            let bv = if cfg.is_empty() {
-                let kl = accelsim_trace::KernelList::open(&list)?;
-                bbv_gpu::list_block_vectors(&kl, per_block)?
-            } else {
-                let mut tools = bbv_gpucfg::Tools::default();
-                let (bv, lines) =
-                    bbv_gpucfg::trace_block_vectors(&list, per_block, &cfg, &mut tools)?;
-                lines.iter().for_each(|l| eprintln!("bbv gpu bbv: {l}"));
-                bv
-            };
-            for p in bbv_gpu::output::write_bbv_files(&bv, &list, &output, per_block)? {
-                eprintln!("wrote {}", p.display());
+            for line in bbv_pipeline::gpu_bbv(&list, &output, per_block, &cfg)? {
+                eprintln!("{line}");
             }
             Ok(0)
         }

@@ -1,6 +1,7 @@
 //! The `bbv` command.
 
 mod cc_cmd;
+mod checkpoint_cmd;
 mod collect_cmd;
 mod gpu_cmd;
 mod progress;
@@ -45,6 +46,10 @@ enum Command {
     /// regions.json.
     /// Exits as `bbv replay` does.
     Trace(regions_cmd::TraceArgs),
+    /// Replay a run and write an executable checkpoint of each region (x86-64, QEMU 9.1+): a
+    /// static ELF that starts at the region's warmup and exits 0 at its end, natively or under
+    /// QEMU; --check CKDIR runs them and compares each with the profile.
+    Checkpoint(checkpoint_cmd::CheckpointArgs),
     /// Run ChampSim on a run's region traces and estimate the program's CPI from them (as
     /// LoopPoint does); with --full -- PROG ARGS also simulate the whole run and report the
     /// estimate's error.
@@ -103,6 +108,14 @@ fn guest_exit(result: anyhow::Result<collect_cmd::GuestExit>) -> ExitCode {
             }
             None => ExitCode::from(g.status.code().clamp(0, 255) as u8),
         },
+        Err(e) => report(Err(e)),
+    }
+}
+
+/// A command's own exit status (0, 1), or 2 with the error's message.
+fn status(result: anyhow::Result<u8>) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code),
         Err(e) => report(Err(e)),
     }
 }
@@ -175,33 +188,14 @@ fn dispatch(command: Command) -> ExitCode {
         Command::Run(a) => return guest_exit(collect_cmd::run(a)),
         Command::Regions(a) => regions_cmd::regions(a),
         Command::Report(a) => regions_cmd::report(a),
-        Command::Replay(a) => {
-            return match regions_cmd::replay(a) {
-                Ok(code) => ExitCode::from(code),
-                Err(e) => report(Err(e)),
-            }
-        }
-        Command::Trace(a) => {
-            return match regions_cmd::trace(a) {
-                Ok(code) => ExitCode::from(code),
-                Err(e) => report(Err(e)),
-            }
-        }
+        Command::Replay(a) => return status(regions_cmd::replay(a)),
+        Command::Trace(a) => return status(regions_cmd::trace(a)),
+        Command::Checkpoint(a) => return status(checkpoint_cmd::checkpoint(a)),
         Command::Simulate(a) => regions_cmd::simulate(a),
         Command::Cc(a) | Command::Cxx(a) => cc_cmd::run_cc(a),
         Command::Simpoint { args } => simpoint(&args),
-        Command::Gpu { what } => {
-            return match gpu_cmd::run(what) {
-                Ok(code) => ExitCode::from(code),
-                Err(e) => report(Err(e)),
-            }
-        }
+        Command::Gpu { what } => return status(gpu_cmd::run(what)),
         Command::Bench { what } => bbv_bench::run(what),
-        Command::Suite { what } => {
-            return match suite_cmd::run(what) {
-                Ok(code) => ExitCode::from(code),
-                Err(e) => report(Err(e)),
-            }
-        }
+        Command::Suite { what } => return status(suite_cmd::run(what)),
     })
 }

@@ -95,23 +95,14 @@ pub struct SimulateArgs {
 
 /// `bbv simulate`: prints the regions' IPC and the estimate (and the error with --full).
 pub fn simulate(a: SimulateArgs) -> Result<()> {
-    let full = if a.full {
-        let (program, args) = a
-            .command
-            .split_first()
-            .context("--full: no program given")?;
-        Some(bbv_pipeline::simulate::FullRun {
-            program: program
-                .to_str()
-                .context("program name is not UTF-8")?
-                .to_string(),
-            args: args.to_vec(),
-            qemu: a.launch.qemu,
-            plugin: a.launch.plugin,
-            sysroot: a.launch.sysroot,
-        })
-    } else {
-        None
+    let full = match a.full {
+        true => Some(bbv_pipeline::simulate::FullRun::of(
+            &a.command,
+            a.launch.qemu,
+            a.launch.plugin,
+            a.launch.sysroot,
+        )?),
+        false => None,
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let req = bbv_pipeline::simulate::SimulateRequest {
@@ -121,21 +112,7 @@ pub fn simulate(a: SimulateArgs) -> Result<()> {
         full,
     };
     let s = bbv_pipeline::simulate::simulate(&req)?;
-    eprintln!("region  weight  multiplier  instructions  cycles  IPC");
-    for r in &s.regions {
-        eprintln!(
-            "{:>6}  {:.4}  {:>10.2}  {:>12}  {:>6}  {:.3}",
-            r.id, r.weight, r.multiplier, r.instructions, r.cycles, r.ipc
-        );
-    }
-    eprintln!("estimated CPI {:.4}", s.estimate_cpi);
-    if let (Some(full), Some(err)) = (s.full_cpi, s.error_pct) {
-        eprintln!(
-            "full run CPI {full:.4}: error {err:+.2}%; speedup {:.1}x in instructions, {:.1}x in time",
-            s.speedup_instructions.unwrap_or(f64::NAN),
-            s.speedup_wall.unwrap_or(f64::NAN)
-        );
-    }
+    eprint!("{}", s.text());
     eprintln!("{}", a.dir.join("simulation.json").display());
     Ok(())
 }
@@ -174,7 +151,11 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
         tail: a.tail,
         preset: (!a.raw).then_some(a.xz_preset),
     };
-    let (outcome, passed) = run_replay(a.replay, Some(spec))?;
+    let extra = Extra {
+        trace: Some(spec),
+        checkpoint: None,
+    };
+    let (outcome, passed) = run_replay(a.replay, extra)?;
     match outcome.traces {
         Some(Ok(t)) => {
             eprintln!(
@@ -198,15 +179,21 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
 
 /// `bbv replay`: exit 0 when every marker is reached within the tolerance, 1 otherwise.
 pub fn replay(a: ReplayArgs) -> Result<u8> {
-    let (_, passed) = run_replay(a, None)?;
+    let (_, passed) = run_replay(a, Extra::default())?;
     Ok(if passed { 0 } else { 1 })
 }
 
-/// Replays (and traces, with `trace`), prints the table; the outcome and whether it passed.
-fn run_replay(
-    a: ReplayArgs,
-    trace: Option<bbv_pipeline::trace::TraceSpec>,
-) -> Result<(bbv_pipeline::ReplayOutcome, bool)> {
+/// What a replay also writes.
+#[derive(Default)]
+pub struct Extra {
+    /// ChampSim traces (`bbv trace`).
+    pub trace: Option<bbv_pipeline::trace::TraceSpec>,
+    /// Checkpoints (`bbv checkpoint`).
+    pub checkpoint: Option<bbv_pipeline::checkpoint::CheckpointSpec>,
+}
+
+/// Replays (tracing or checkpointing too), prints the table; the outcome and whether it passed.
+pub fn run_replay(a: ReplayArgs, extra: Extra) -> Result<(bbv_pipeline::ReplayOutcome, bool)> {
     if !(a.tolerance.is_finite() && a.tolerance >= 0.0) {
         bail!(
             "--tolerance {}: expected a percentage of 0 or more",
@@ -226,7 +213,8 @@ fn run_replay(
         cpu: a.launch.cpu,
         sysroot: a.launch.sysroot,
         tolerance_pct: a.tolerance,
-        trace,
+        trace: extra.trace,
+        checkpoint: extra.checkpoint,
     };
     let mut outcome = bbv_pipeline::replay(&req)?;
     let report = std::mem::replace(

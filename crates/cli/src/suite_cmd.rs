@@ -86,7 +86,7 @@ pub fn run(what: SuiteCommand) -> Result<u8> {
             ..
         } if slurm.slurm => {
             let m = load(&manifest, &output)?;
-            record_manifest(&manifest, &output)?;
+            bbv_suite::record_manifest(&manifest, &output)?;
             on_slurm(&m, &output, &slurm)
         }
         SuiteCommand::Run {
@@ -96,7 +96,7 @@ pub fn run(what: SuiteCommand) -> Result<u8> {
             ..
         } => {
             let m = load(&manifest, &output)?;
-            record_manifest(&manifest, &output)?;
+            bbv_suite::record_manifest(&manifest, &output)?;
             let jobs = jobs.map_or_else(
                 || std::thread::available_parallelism().map_or(1, |n| n.get()),
                 |n| n as usize,
@@ -147,7 +147,7 @@ pub fn run(what: SuiteCommand) -> Result<u8> {
             Ok(u8::from(r.status == Status::Failed))
         }
         SuiteCommand::Status { output } => {
-            let m = recorded_manifest(&output)?;
+            let m = bbv_suite::recorded_manifest(&output)?;
             let records = bbv_suite::local::records(&m, &output);
             println!(
                 "{:<24} {:<8} {:>7} {:>10}",
@@ -304,33 +304,6 @@ fn load(manifest: &Path, output: &Path) -> Result<Manifest> {
         }
     }
     Ok(m)
-}
-
-/// Records in OUT where the manifest is, for `bbv suite status`: `bbv suite run` does, not
-/// the tasks (which run while `status` may be reading it), and atomically (a reader sees the
-/// old file or the new one, never a half-written one).
-fn record_manifest(manifest: &Path, output: &Path) -> Result<()> {
-    std::fs::create_dir_all(output).with_context(|| output.display().to_string())?;
-    let abs = std::path::absolute(manifest)?;
-    let text = format!("{}\n", serde_json::json!({ "manifest": abs }));
-    bbv_files::write_atomic(&output.join("suite.json"), text.as_bytes())?;
-    Ok(())
-}
-
-fn recorded_manifest(output: &Path) -> Result<Manifest> {
-    let path = output.join("suite.json");
-    let text = bbv_files::input::read_text(&path, 1 << 20).with_context(|| {
-        format!(
-            "{}: not the output folder of bbv suite run",
-            output.display()
-        )
-    })?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| path.display().to_string())?;
-    let Some(manifest) = v["manifest"].as_str() else {
-        bail!("{}: no manifest recorded", path.display());
-    };
-    Ok(bbv_suite::load(Path::new(manifest))?)
 }
 
 fn bbv_exe() -> Result<PathBuf> {

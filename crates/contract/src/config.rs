@@ -80,6 +80,11 @@ pub struct PluginConfig {
     /// one before END_EVENT's, then TAIL more, go to PATH (a file or a pipe, opened when the
     /// window starts). Needs `markers`.
     pub trace: Option<PathBuf>,
+    /// Checkpoints of the guest process (`checkpoint=FILE`; x86-64 guests, plugin API v3):
+    /// FILE's lines are `capture EVENT`; when marker event EVENT fires on the only thread, the
+    /// plugin writes the process's registers, memory and kernel-visible state
+    /// ([`crate::checkpoint`]). Needs `markers`.
+    pub checkpoint: Option<PathBuf>,
 }
 
 impl Default for PluginConfig {
@@ -100,6 +105,7 @@ impl Default for PluginConfig {
             metrics: None,
             record: None,
             trace: None,
+            checkpoint: None,
         }
     }
 }
@@ -184,6 +190,9 @@ impl PluginConfig {
         if let Some(t) = &self.trace {
             a.push(format!("trace={}", t.display()));
         }
+        if let Some(c) = &self.checkpoint {
+            a.push(format!("checkpoint={}", c.display()));
+        }
         a.push(format!("dir={}", self.dir.display()));
         a
     }
@@ -211,6 +220,7 @@ impl PluginConfig {
                 "markers" => cfg.markers = Some(PathBuf::from(v)),
                 "record" => cfg.record = Some(PathBuf::from(v)),
                 "trace" => cfg.trace = Some(PathBuf::from(v)),
+                "checkpoint" => cfg.checkpoint = Some(PathBuf::from(v)),
                 "slices" => cfg.slices = whole(k, v)?,
                 "flow" => cfg.flow = whole(k, v)?,
                 "turns" => cfg.turns = whole(k, v)?,
@@ -264,6 +274,7 @@ mod tests {
             markers: Some(PathBuf::from("/tmp/m")),
             record: Some(PathBuf::from("/tmp/r")),
             trace: Some(PathBuf::from("/tmp/t")),
+            checkpoint: Some(PathBuf::from("/tmp/c")),
             slices: 9,
             exclude: vec!["libgomp".into(), "libiomp5".into()],
             flow: 11,

@@ -17,6 +17,29 @@ pub const ERROR: &str = "error";
 /// With `turns=Q`: what the run's order could not follow, one line per event.
 pub const SCHEDULE: &str = "schedule";
 
+/// Bytes the guest read from its stdin when that is not a regular file (`checkpoint=FILE`),
+/// so that a checkpoint's stdin can return the same bytes.
+pub const STDIN: &str = "stdin";
+
+/// Each marker's guest address, `MARKER HEX` once it is first translated
+/// (`checkpoint=FILE`: a checkpoint traps its end marker at that address).
+pub const CHECKPOINT_MARKERS: &str = "checkpoint.markers";
+
+/// The state of the process captured at marker event E (`checkpoint=FILE`).
+pub fn checkpoint_state(event: u32) -> String {
+    format!("checkpoint.{event}")
+}
+
+/// Its non-zero memory, the runs `checkpoint_state` lists.
+pub fn checkpoint_memory(event: u32) -> String {
+    format!("checkpoint.{event}.mem")
+}
+
+/// The bytes of the regular file open as descriptor `fd` at the capture.
+pub fn checkpoint_file(event: u32, fd: i32) -> String {
+    format!("checkpoint.{event}.fd{fd}")
+}
+
 /// Thread N's totals and unfinished interval, a shared mapping (see [`crate::state`]).
 pub fn thread_state(number: u32) -> String {
     format!("thread.{number}.state")

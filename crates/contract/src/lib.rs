@@ -6,11 +6,13 @@
 //! * [`files`]: the name of every file the plugin writes into its directory;
 //! * [`state`]: the layout of the shared mappings the plugin keeps while the guest runs;
 //! * [`events`]: the reader of the marker events a replay writes;
+//! * [`checkpoint`]: a captured guest process (`bbv checkpoint`);
 //! * [`Isa`]: the guest instruction sets, as the host and the plugin each tell them.
 //!
 //! Both sides depend on this crate, so a field or a file name is spelled once.
 
 pub mod blocks;
+pub mod checkpoint;
 mod config;
 pub mod events;
 pub mod files;

@@ -115,3 +115,26 @@ pub fn gpu_count(mut job: GpuCount, out: &mut impl Write) -> Result<Vec<String>,
     write_counts(out, &chosen, job.mode, style).map_err(|e| PipelineError::io("stdout", e))?;
     Ok(lines)
 }
+
+/// `bbv gpu bbv`: per-launch block vectors of a kernel list (blocks from the traces' PCs, or
+/// from static CFGs with `cfg`) written beside `output`; returns lines for the user.
+pub fn gpu_bbv(
+    list: &std::path::Path,
+    output: &std::path::Path,
+    per_block: bool,
+    cfg: &[PathBuf],
+) -> Result<Vec<String>, PipelineError> {
+    let (bv, mut lines) = if cfg.is_empty() {
+        let kl = accelsim_trace::KernelList::open(list).map_err(bbv_gpu::GpuError::from)?;
+        (bbv_gpu::list_block_vectors(&kl, per_block)?, Vec::new())
+    } else {
+        let mut tools = bbv_gpucfg::Tools::default();
+        let (bv, lines) = bbv_gpucfg::trace_block_vectors(list, per_block, cfg, &mut tools)?;
+        let lines = lines.iter().map(|l| format!("bbv gpu bbv: {l}")).collect();
+        (bv, lines)
+    };
+    for p in bbv_gpu::output::write_bbv_files(&bv, list, output, per_block)? {
+        lines.push(format!("wrote {}", p.display()));
+    }
+    Ok(lines)
+}

@@ -14,6 +14,8 @@
 //!   all together or not at all ([`bbv_files::AtomicFiles`]), and everything `bbv regions` needs is in it.
 //! * Errors are [`PipelineError`]; bad input names the file and line.
 
+pub mod checkpoint;
+pub mod checkpoint_check;
 mod cluster;
 mod finish;
 mod gpu_count;
@@ -35,7 +37,7 @@ pub use bbv_rundir as rundir;
 pub use bbv_rundir::{chosen, validate};
 pub use cluster::{cluster_file, cluster_validated, KRange, Validate};
 pub use finish::{finish, Finished};
-pub use gpu_count::{gpu_count, GpuCount};
+pub use gpu_count::{gpu_bbv, gpu_count, GpuCount};
 pub use gpu_job::{gpu_run, gpu_sample, GpuRun, GpuRunOutcome};
 pub use gpu_simulate::{gpu_simulate, GpuSimulate, GpuSimulation};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
@@ -99,6 +101,9 @@ pub enum PipelineError {
     /// Input that cannot be used, explained.
     #[error("{0}")]
     Invalid(String),
+    /// A checkpoint could not be built.
+    #[error(transparent)]
+    Checkpoint(#[from] bbv_checkpoint::CheckpointError),
     /// A folder or file could not be made where it was asked for.
     #[error("{what}: {source}")]
     Create {

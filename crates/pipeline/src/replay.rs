@@ -39,6 +39,8 @@ pub struct ReplayRequest {
     pub tolerance_pct: f64,
     /// Also write ChampSim traces of the regions (`bbv trace`).
     pub trace: Option<crate::trace::TraceSpec>,
+    /// Also write executable checkpoints of the regions (`bbv checkpoint`).
+    pub checkpoint: Option<crate::checkpoint::CheckpointSpec>,
 }
 
 /// One region's check.
@@ -149,10 +151,12 @@ pub struct ReplayOutcome {
     pub report: Result<ReplayReport, PipelineError>,
     /// The traces, when asked for.
     pub traces: Option<Result<crate::trace::TraceReport, PipelineError>>,
+    /// The checkpoints, when asked for.
+    pub checkpoints: Option<Result<crate::checkpoint::CheckpointReport, PipelineError>>,
 }
 
 /// (image file name, link-time offset): how blocks and markers are matched across runs.
-type Key = (String, u64);
+pub(crate) type Key = (String, u64);
 
 struct Plan {
     /// Distinct marker instructions: (image, offset, file offset).
@@ -253,7 +257,7 @@ fn write_markers(path: &Path, p: &Plan, global: bool) -> Result<(), PipelineErro
 
 /// Event -> (position, cumulative instructions per replay block id).
 /// L1 distance between two vectors normalised to sum 1.
-fn l1(a: &HashMap<Key, u64>, b: &HashMap<Key, u64>) -> f64 {
+pub(crate) fn l1(a: &HashMap<Key, u64>, b: &HashMap<Key, u64>) -> f64 {
     let (sa, sb) = (
         a.values().sum::<u64>() as f64,
         b.values().sum::<u64>() as f64,
@@ -275,7 +279,11 @@ fn l1(a: &HashMap<Key, u64>, b: &HashMap<Key, u64>) -> f64 {
 }
 
 /// The profiled vectors of the points' intervals (or slices), to compare the replay's with.
-fn points_profile(dir: &Path, s: &Summary, n_blocks: usize) -> Result<Profile, PipelineError> {
+pub(crate) fn points_profile(
+    dir: &Path,
+    s: &Summary,
+    n_blocks: usize,
+) -> Result<Profile, PipelineError> {
     let keep: BTreeSet<u64> = s.points.iter().map(|p| p.interval).collect();
     Ok(if s.regions_mode == "looppoint" {
         // The slices' vectors merged over threads: threads share work differently on replay.
@@ -317,6 +325,14 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         Some(spec) => Some(crate::trace::Tracing::start(spec, &s, work.path())?),
         None => None,
     };
+    let checkpointing = match &req.checkpoint {
+        Some(spec) => Some(crate::checkpoint::Checkpointing::start(
+            spec,
+            &s,
+            work.path(),
+        )?),
+        None => None,
+    };
     let request = bbv_collect::Request {
         program: req.program.clone(),
         args: req.args.clone(),
@@ -341,16 +357,29 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             turns: s.turn_quantum,
             markers: Some(markers),
             trace: tracing.as_ref().map(|t| t.file.clone()),
+            checkpoint: checkpointing.as_ref().map(|c| c.file.clone()),
             ..Default::default()
         },
         work_dir: work.path().to_path_buf(),
     };
-    let outcome = bbv_collect::prepare(request)?.run()?;
+    let prepared = bbv_collect::prepare(request)?;
+    if checkpointing.is_some() {
+        same_qemu(&prepared, &s)?;
+    }
+    let outcome = prepared.run()?;
     let mut events_seen: Option<Events> = None;
+    let mut checkpoints = None;
     let report = outcome
         .collected
         .map_err(PipelineError::from)
         .and_then(|c| {
+            if let Some(ck) = checkpointing {
+                let plan = crate::checkpoint::MarkerPlan {
+                    pcs: plan.pcs.iter().map(|p| (p.0.as_str(), p.1)).collect(),
+                    targets: &plan.targets,
+                };
+                checkpoints = Some(ck.finish(&req.dir, &s, &plan, &c));
+            }
             let events = c.events()?;
             let report = replay_report(req, &s, &blocks, &profile, &c, &events)?;
             events_seen = Some(events);
@@ -361,7 +390,39 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         status: outcome.status,
         report,
         traces,
+        checkpoints,
     })
+}
+
+/// Checkpoints read the guest's registers (QEMU 9.1 or later) and must come from the QEMU the
+/// run was profiled under: another one's CPU model picks other library routines, so the
+/// markers would not be where the profile put them.
+fn same_qemu(p: &bbv_collect::Prepared, s: &Summary) -> Result<(), PipelineError> {
+    if p.isa != bbv_collect::Isa::X86_64 {
+        return Err(PipelineError::Invalid(format!(
+            "{}: checkpoints are made of x86-64 programs only",
+            p.program.display()
+        )));
+    }
+    let version = bbv_collect::qemu_version(&p.qemu).unwrap_or_default();
+    if p.api == bbv_collect::PluginApi::V1 {
+        return Err(PipelineError::Invalid(format!(
+            "{} is QEMU {version}: checkpoints read the guest's registers, which needs QEMU 9.1 \
+             or later (scripts/build-qemu builds 10.0; give it with --qemu)",
+            p.qemu.display()
+        )));
+    }
+    if version != s.qemu {
+        return Err(PipelineError::Invalid(format!(
+            "the run was profiled under QEMU {}, this would checkpoint under {} ({version}): \
+             another QEMU's CPU model picks other library routines, so profile again with \
+             --qemu {}",
+            s.qemu,
+            p.qemu.display(),
+            p.qemu.display()
+        )));
+    }
+    Ok(())
 }
 
 /// The replay's check from what it collected, written to `DIR/replay.json`.
@@ -426,7 +487,7 @@ fn replay_report(
     Ok(report)
 }
 
-fn keyed(pairs: &[(u32, u64)], keys: &[Option<Key>]) -> HashMap<Key, u64> {
+pub(crate) fn keyed(pairs: &[(u32, u64)], keys: &[Option<Key>]) -> HashMap<Key, u64> {
     let mut out = HashMap::new();
     for &(id, n) in pairs {
         let key = keys
@@ -451,7 +512,7 @@ struct Keys<'a> {
 
 /// Instructions of the blocks that count (`counted`, by replay id - 1) run between two events'
 /// snapshots, over every thread.
-fn filtered_between(
+pub(crate) fn filtered_between(
     a: &(u64, Vec<(u32, u64)>),
     b: &(u64, Vec<(u32, u64)>),
     counted: &[bool],

@@ -51,6 +51,33 @@ pub struct FullRun {
     pub sysroot: Option<PathBuf>,
 }
 
+impl FullRun {
+    /// The whole run of `command` (the program, then its arguments).
+    pub fn of(
+        command: &[OsString],
+        qemu: Option<PathBuf>,
+        plugin: Option<PathBuf>,
+        sysroot: Option<PathBuf>,
+    ) -> Result<FullRun, PipelineError> {
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| PipelineError::Invalid("--full: no program given".into()))?;
+        let program = program.to_str().ok_or_else(|| {
+            PipelineError::Invalid(format!(
+                "{}: program name is not UTF-8",
+                program.to_string_lossy()
+            ))
+        })?;
+        Ok(FullRun {
+            program: program.to_string(),
+            args: args.to_vec(),
+            qemu,
+            plugin,
+            sysroot,
+        })
+    }
+}
+
 pub use bbv_rundir::simulation::{RegionSim, Simulation};
 
 /// The part of `trace.json` read back.

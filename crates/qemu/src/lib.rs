@@ -17,6 +17,7 @@
 //!
 //! * with `record=PATH`, ChampSim records of every instruction thread 1 runs, and with
 //!   `trace=FILE` those of a replay's windows (see [`record`]).
+//! * with `checkpoint=FILE`, the process's state at capture events (see [`checkpoint`]).
 //! * with `flow=Q`, threads advance in step (see [`flow`]).
 //! * with `turns=Q`, threads take turns in an order that depends only on the guest, and
 //!   `schedule` lists what the order could not follow (see [`turns`]).
@@ -59,10 +60,12 @@ mod ffi {
 }
 mod blocks;
 mod cache;
+mod checkpoint;
 mod decode;
 mod fast;
 mod flow;
 mod fork;
+mod guest;
 mod maplog;
 mod maps;
 mod metrics;
@@ -120,6 +123,11 @@ pub(crate) fn parse_args(raw: &[String], target: &str) -> Result<Config, String>
     if (host.record.is_some() || host.trace.is_some()) && Isa::of_target(target).is_none() {
         return Err(format!(
             "ChampSim records (record=, trace=) are made of x86-64, AArch64 and RISC-V 64 guests only, not {target}"
+        ));
+    }
+    if host.checkpoint.is_some() && (host.markers.is_none() || !target.starts_with("x86_64")) {
+        return Err(format!(
+            "checkpoint=FILE needs markers=FILE and an x86-64 guest, not {target}"
         ));
     }
     if host.trace.is_some() && (host.markers.is_none() || host.record.is_some()) {

@@ -87,6 +87,21 @@ pub fn locate(haddr: u64) -> Option<(u32, u64)> {
     Some((r.path?, haddr - r.start + r.offset))
 }
 
+/// The path of the file mapped at host address `haddr`.
+pub fn path_at(haddr: u64) -> Option<String> {
+    let mut maps = MAPS.lock().unwrap_or_else(|e| e.into_inner());
+    maps.reload();
+    let r = maps.find(haddr)?;
+    maps.paths.get(r.path? as usize).cloned()
+}
+
+/// The host mapping holding `haddr`: (start, end).
+pub fn area_at(haddr: u64) -> Option<(u64, u64)> {
+    let mut maps = MAPS.lock().unwrap_or_else(|e| e.into_inner());
+    maps.reload();
+    maps.find(haddr).map(|r| (r.start, r.end))
+}
+
 /// Paths of the mapped files, indexed as [`locate`] returns them.
 pub fn paths() -> Vec<String> {
     MAPS.lock().unwrap_or_else(|e| e.into_inner()).paths.clone()

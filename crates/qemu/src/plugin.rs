@@ -23,6 +23,9 @@ use crate::{parse_args, thread, CONFIG};
 
 struct BbvPlugin;
 
+/// The guest's first block was translated (checkpoints read its stack pointer there).
+static FIRST_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl HasCallbacks for BbvPlugin {}
 
 impl Register for BbvPlugin {
@@ -82,6 +85,12 @@ impl Register for BbvPlugin {
                 crate::record::arm(event, true);
             }
         }
+        if let Some(file) = &cfg.host.checkpoint {
+            if let Err(msg) = crate::checkpoint::init(&cfg.host.dir, file) {
+                let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
+                return Ok(());
+            }
+        }
         crate::fork::install(&cfg.host.dir);
         if cfg.host.turns > 0 {
             if cfg!(feature = "api-v1") {
@@ -115,9 +124,10 @@ fn register_all(id: qemu_plugin_id_t) {
         sys::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit));
         sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
         sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
-        if CONFIG
-            .get()
-            .is_some_and(|c| c.host.flow > 0 || c.host.turns > 0)
+        if crate::checkpoint::active()
+            || CONFIG
+                .get()
+                .is_some_and(|c| c.host.flow > 0 || c.host.turns > 0)
         {
             sys::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
             sys::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_ret));
@@ -140,11 +150,40 @@ extern "C" fn on_syscall(
     _a8: u64,
 ) {
     thread::syscall(vcpu, num, [a1, a2, a3, a4, a5, a6]);
+    crate::checkpoint::syscall(vcpu, num, [a1, a2, a3, a4, a5, a6]);
 }
 
 extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, _num: i64, ret: i64) {
     if let Some(cfg) = CONFIG.get() {
         thread::syscall_ret(cfg, vcpu, ret);
+    }
+    crate::checkpoint::syscall_ret(vcpu, ret);
+}
+
+/// The guest's registers, read inside a callback registered with `QEMU_PLUGIN_CB_R_REGS`
+/// (none below QEMU 9.1).
+fn read_registers() -> crate::checkpoint::Registers {
+    #[cfg(not(feature = "api-v1"))]
+    if let Ok(list) = qemu_plugin::qemu_plugin_get_registers() {
+        return list
+            .iter()
+            .filter_map(|r| Some((r.name.clone(), r.read().ok()?)))
+            .collect();
+    }
+    Vec::new()
+}
+
+/// The guest's first block runs: checkpoints learn the loader's mappings.
+extern "C" fn on_first_block(_vcpu: c_uint, _udata: *mut c_void) {
+    crate::checkpoint::first_instruction(read_registers());
+}
+
+/// Flags for callbacks that may read registers (checkpoints).
+fn marker_flags() -> qemu_plugin_cb_flags {
+    if crate::checkpoint::active() {
+        qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS
+    } else {
+        qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS
     }
 }
 
@@ -162,7 +201,7 @@ extern "C" fn on_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
 
 extern "C" fn on_marker(vcpu: c_uint, udata: *mut c_void) {
     if let Some(cfg) = CONFIG.get() {
-        crate::replay::hit(cfg, vcpu, udata);
+        crate::replay::hit(cfg, vcpu, udata, read_registers);
     }
 }
 
@@ -351,6 +390,13 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         };
         let first = insn(0);
         let haddr = sys::qemu_plugin_insn_haddr(first.ptr) as u64;
+        if crate::checkpoint::active() && !FIRST_SEEN.swap(true, Ordering::Relaxed) {
+            let base = haddr.wrapping_sub(first.vaddr);
+            crate::guest::GUEST_BASE.store(base, Ordering::Relaxed);
+            let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS;
+            let none = std::ptr::null_mut();
+            sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_first_block), flags, none);
+        }
         let Some(info) = blocks::analyze(cfg, n, haddr, insn) else {
             return;
         };
@@ -399,8 +445,12 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
             for (i, hit) in crate::replay::hits(info.insns as usize, located) {
                 let p = sys::qemu_plugin_tb_get_insn(tb, i);
                 let data = hit as *const crate::replay::Hit as *mut c_void;
-                let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS;
-                sys::qemu_plugin_register_vcpu_insn_exec_cb(p, Some(on_marker), flags, data);
+                sys::qemu_plugin_register_vcpu_insn_exec_cb(
+                    p,
+                    Some(on_marker),
+                    marker_flags(),
+                    data,
+                );
             }
         }
     }

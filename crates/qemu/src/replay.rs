@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use crate::checkpoint::{self, Registers};
 use crate::{maps, report_error, thread, Config};
 
 struct Markers {
@@ -42,6 +43,8 @@ pub struct Hit {
     /// Instructions from this one to the end of its block (the block's whole count is added
     /// when it starts, before this instruction runs).
     back: u64,
+    /// Its guest address.
+    vaddr: u64,
 }
 
 /// Reads the marker file and creates `DIR/events`.
@@ -132,9 +135,11 @@ pub fn hits(insns: usize, insn: impl Fn(usize) -> (u64, u64)) -> Vec<(usize, &'s
                     continue;
                 }
                 if let Some(&marker) = m.pcs.get(&(name.clone(), off)) {
+                    checkpoint::note_marker(marker, insn(i).1);
                     let hit: &'static Hit = Box::leak(Box::new(Hit {
                         marker,
                         back: (insns - i) as u64,
+                        vaddr: insn(i).1,
                     }));
                     out.push((i, hit));
                 }
@@ -145,8 +150,9 @@ pub fn hits(insns: usize, insn: impl Fn(usize) -> (u64, u64)) -> Vec<(usize, &'s
     }
 }
 
-/// One execution of a marker instruction on `vcpu`.
-pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void) {
+/// One execution of a marker instruction on `vcpu`; `registers` reads the guest's registers
+/// (for a checkpoint taken here).
+pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void, registers: impl Fn() -> Registers) {
     // SAFETY: udata is a Hit leaked by `hits`, never freed.
     let hit = unsafe { &*(udata as *const Hit) };
     let Some(m) = MARKERS.get() else { return };
@@ -186,6 +192,21 @@ pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void) {
         let _ = writeln!(text, "{event} {position}{body}");
         if recording {
             crate::record::event(event);
+            if checkpoint::wants(event) {
+                let hits = (m.hits.iter().enumerate())
+                    .map(|(j, h)| {
+                        let h = h.load(Ordering::Relaxed);
+                        (j as u32, if j == i { h - 1 } else { h })
+                    })
+                    .collect();
+                let at = checkpoint::Moment {
+                    pc: hit.vaddr,
+                    instructions: position,
+                    hits,
+                    several: !thread::single(),
+                };
+                checkpoint::capture(event, at, registers());
+            }
         }
     }
     let mut guard = m.events.lock().unwrap_or_else(|e| e.into_inner());

@@ -535,6 +535,11 @@ fn exec(vcpu: u32, tb: &TbInfo) {
     }
 }
 
+/// Whether only thread 1 has run so far.
+pub fn single() -> bool {
+    !MULTI.load(Ordering::Relaxed) && NEXT_NUMBER.load(Ordering::Relaxed) <= 2
+}
+
 /// Instructions the thread on `vcpu` has counted, including the whole block now starting (for
 /// replay: where a marker instruction falls).
 pub fn position(vcpu: u32) -> u64 {

@@ -47,6 +47,32 @@ pub struct Simulation {
     pub speedup_wall: Option<f64>,
 }
 
+impl Simulation {
+    /// The table `bbv simulate` prints: each region's IPC, the estimate and, with a full run,
+    /// its error and speedups.
+    pub fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut t = String::from("region  weight  multiplier  instructions  cycles  IPC\n");
+        for r in &self.regions {
+            let _ = writeln!(
+                t,
+                "{:>6}  {:.4}  {:>10.2}  {:>12}  {:>6}  {:.3}",
+                r.id, r.weight, r.multiplier, r.instructions, r.cycles, r.ipc
+            );
+        }
+        let _ = writeln!(t, "estimated CPI {:.4}", self.estimate_cpi);
+        if let (Some(full), Some(err)) = (self.full_cpi, self.error_pct) {
+            let _ = writeln!(
+                t,
+                "full run CPI {full:.4}: error {err:+.2}%; speedup {:.1}x in instructions, {:.1}x in time",
+                self.speedup_instructions.unwrap_or(f64::NAN),
+                self.speedup_wall.unwrap_or(f64::NAN)
+            );
+        }
+        t
+    }
+}
+
 /// Reads `dir/simulation.json`, if the run has one.
 pub fn read(dir: &Path) -> Result<Option<Simulation>, RundirError> {
     crate::read_optional_json(dir, "simulation.json", "bbv simulate")

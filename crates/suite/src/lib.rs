@@ -59,3 +59,38 @@ impl SuiteError {
         }
     }
 }
+
+/// Records in OUT where the manifest is, for `bbv suite status`: `bbv suite run` does, not
+/// the tasks (which run while `status` may be reading it), and atomically (a reader sees the
+/// old file or the new one, never a half-written one).
+pub fn record_manifest(
+    manifest: &std::path::Path,
+    output: &std::path::Path,
+) -> Result<(), SuiteError> {
+    std::fs::create_dir_all(output).map_err(|e| SuiteError::io(output, e))?;
+    let abs = std::path::absolute(manifest).map_err(|e| SuiteError::io(manifest, e))?;
+    let text = format!("{}\n", serde_json::json!({ "manifest": abs }));
+    bbv_files::write_atomic(&output.join("suite.json"), text.as_bytes())?;
+    Ok(())
+}
+
+/// The manifest `bbv suite run` recorded in OUT.
+pub fn recorded_manifest(output: &std::path::Path) -> Result<Manifest, SuiteError> {
+    let path = output.join("suite.json");
+    let not_ours = |what: String| SuiteError::Manifest {
+        path: path.clone(),
+        line: 1,
+        what,
+    };
+    let text = bbv_files::input::read_text(&path, 1 << 20).map_err(|e| {
+        not_ours(format!(
+            "{}: not the output folder of bbv suite run ({e})",
+            output.display()
+        ))
+    })?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| not_ours(e.to_string()))?;
+    let Some(manifest) = v["manifest"].as_str() else {
+        return Err(not_ours("no manifest recorded".into()));
+    };
+    load(std::path::Path::new(manifest))
+}

@@ -1,0 +1,587 @@
+//! The restorer's machine code, step by step ([`crate::restorer::assemble`] calls them in
+//! order). Straight-line code per mapping and descriptor: a table-driven loop would be shorter,
+//! but this runs once.
+
+use iced_x86::code_asm::*;
+use iced_x86::BlockEncoderOptions;
+
+use crate::restorer::{filter, FdOp, Layout, Restore, SYS_EXIT_GROUP};
+use crate::{CheckpointError, EXIT_EARLY, EXIT_FOREIGN_TRAP, EXIT_RESTORE_FAILED};
+
+const SYS_WRITE: i32 = 1;
+const SYS_OPEN: i32 = 2;
+const SYS_CLOSE: i32 = 3;
+const SYS_LSEEK: i32 = 8;
+const SYS_MMAP: i32 = 9;
+const SYS_MPROTECT: i32 = 10;
+const SYS_RT_SIGACTION: i32 = 13;
+const SYS_RT_SIGPROCMASK: i32 = 14;
+const SYS_RT_SIGRETURN: i32 = 15;
+const SYS_DUP2: i32 = 33;
+const SYS_SENDFILE: i32 = 40;
+const SYS_FCNTL: i32 = 72;
+const SYS_CHDIR: i32 = 80;
+const SYS_PRCTL: i32 = 157;
+const SYS_ARCH_PRCTL: i32 = 158;
+const SYS_SETRLIMIT: i32 = 160;
+const SYS_SECCOMP: i32 = 317;
+const SYS_MEMFD_CREATE: i32 = 319;
+
+/// The descriptor the restorer reads its own file through: above any the process had.
+const EXE_FD: i32 = 1000;
+/// Where the kernel's ucontext keeps rip (uc_mcontext.gregs[REG_RIP]).
+const UC_RIP: i32 = 40 + 16 * 8;
+
+/// The restorer's code: its bytes and where its handler's exit at the region's end is (under
+/// QEMU, where seccomp is refused, `--check` tells a reached end by that block having run).
+pub(crate) struct Assembled {
+    pub code: Vec<u8>,
+    pub reached: u64,
+}
+
+/// Assembles the restorer to run at `layout.base` + [`crate::displace::SLOT`] (the moved end
+/// instruction takes the slot before it), its segment ending at `code_end`.
+pub(crate) fn assemble(
+    r: &Restore,
+    layout: &Layout,
+    code_end: u64,
+) -> Result<Assembled, CheckpointError> {
+    let mut e = Emit::new(r, layout)?;
+    e.open_self()?;
+    e.mappings()?;
+    e.descriptors()?;
+    e.process()?;
+    e.jump()?;
+    e.handlers(layout.base)?;
+    e.failures()?;
+    e.data(layout.base, code_end)?;
+    e.finish(layout.base + crate::displace::SLOT)
+}
+
+/// Labels of the code's targets and data.
+struct Labels {
+    taken: CodeLabel,
+    map: CodeLabel,
+    protect: CodeLabel,
+    fd: CodeLabel,
+    exe: CodeLabel,
+    exe_path: CodeLabel,
+    sendfile_offset: CodeLabel,
+    actions: CodeLabel,
+    own: CodeLabel,
+    on_trap: CodeLabel,
+    on_sys: CodeLabel,
+    sigreturn: CodeLabel,
+    limit: CodeLabel,
+    prog: CodeLabel,
+    bpf: CodeLabel,
+    mask: CodeLabel,
+    fx: CodeLabel,
+    frame: CodeLabel,
+    rip: CodeLabel,
+    tls: CodeLabel,
+    count: CodeLabel,
+    reached: CodeLabel,
+}
+
+/// The assembler, what it restores and the texts its messages print.
+struct Emit<'a> {
+    a: CodeAssembler,
+    r: &'a Restore,
+    l: Labels,
+    /// File offsets of the blobs not yet used, in order.
+    blobs: std::vec::IntoIter<u64>,
+    texts: Vec<(CodeLabel, Vec<u8>)>,
+}
+
+type Step = Result<(), CheckpointError>;
+
+impl<'a> Emit<'a> {
+    pub fn new(r: &'a Restore, layout: &Layout) -> Result<Emit<'a>, CheckpointError> {
+        let mut a = CodeAssembler::new(64)?;
+        let mut l = || a.create_label();
+        let l = Labels {
+            taken: l(),
+            map: l(),
+            protect: l(),
+            fd: l(),
+            exe: l(),
+            exe_path: l(),
+            sendfile_offset: l(),
+            actions: l(),
+            own: l(),
+            on_trap: l(),
+            on_sys: l(),
+            sigreturn: l(),
+            limit: l(),
+            prog: l(),
+            bpf: l(),
+            mask: l(),
+            fx: l(),
+            frame: l(),
+            rip: l(),
+            tls: l(),
+            count: l(),
+            reached: l(),
+        };
+        Ok(Emit {
+            a,
+            r,
+            l,
+            blobs: layout.blob_offsets.clone().into_iter(),
+            texts: Vec::new(),
+        })
+    }
+
+    /// A text for a message: its label and length.
+    fn text(&mut self, s: &str) -> (CodeLabel, usize) {
+        let l = self.a.create_label();
+        self.texts.push((l, s.as_bytes().to_vec()));
+        (l, s.len())
+    }
+
+    /// `write(2, text)`.
+    fn say(&mut self, s: &str) -> Step {
+        let (t, n) = self.text(s);
+        let a = &mut self.a;
+        a.mov(edi, 2)?;
+        a.lea(rsi, ptr(t))?;
+        a.mov(edx, n as u32)?;
+        a.mov(eax, SYS_WRITE)?;
+        a.syscall()?;
+        Ok(())
+    }
+
+    fn exit(&mut self, status: i32) -> Step {
+        let a = &mut self.a;
+        a.mov(edi, status)?;
+        a.mov(eax, SYS_EXIT_GROUP)?;
+        a.syscall()?;
+        a.hlt()?;
+        Ok(())
+    }
+
+    /// A label here (followed by a nop, so that two labels never share an instruction).
+    fn here(&mut self, mut label: CodeLabel) -> Step {
+        self.a.set_label(&mut label)?;
+        self.a.nop()?;
+        Ok(())
+    }
+
+    /// Our own file, at a descriptor the process's will not meet.
+    pub fn open_self(&mut self) -> Step {
+        let (a, l) = (&mut self.a, &self.l);
+        a.lea(rdi, ptr(l.exe_path))?;
+        a.xor(esi, esi)?;
+        a.mov(eax, SYS_OPEN)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.js(l.exe)?;
+        a.mov(r12, rax)?;
+        a.mov(rdi, rax)?;
+        a.xor(esi, esi)?;
+        a.mov(edx, EXE_FD)?;
+        a.mov(eax, SYS_FCNTL)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.js(l.exe)?;
+        a.mov(r15, rax)?;
+        a.mov(rdi, r12)?;
+        a.mov(eax, SYS_CLOSE)?;
+        a.syscall()?;
+        Ok(())
+    }
+
+    /// The mappings, writable while the kept pages go over them from our file; the int3 on
+    /// the end instruction; then each mapping's own protections.
+    pub fn mappings(&mut self) -> Step {
+        let r = self.r;
+        for area in &r.areas {
+            let (a, l) = (&mut self.a, &self.l);
+            a.mov(rdi, area.start)?;
+            a.mov(rsi, area.len)?;
+            a.mov(edx, 3)?;
+            a.mov(r10d, 0x22 | 0x10_0000)?; // MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE
+            a.mov(r8, -1i64)?;
+            a.xor(r9d, r9d)?;
+            a.mov(eax, SYS_MMAP)?;
+            a.syscall()?;
+            a.cmp(rax, rdi)?;
+            a.jne(l.taken)?;
+        }
+        for (addr, (_, _, len)) in &r.runs {
+            let off = self.blobs.next().expect("one offset per blob");
+            let (a, l) = (&mut self.a, &self.l);
+            a.mov(rdi, *addr)?;
+            a.mov(rsi, *len)?;
+            a.mov(edx, 3)?;
+            a.mov(r10d, 0x12)?; // MAP_PRIVATE | MAP_FIXED
+            a.mov(r8, r15)?;
+            a.mov(r9, off)?;
+            a.mov(eax, SYS_MMAP)?;
+            a.syscall()?;
+            a.cmp(rax, rdi)?;
+            a.jne(l.map)?;
+        }
+        let (a, l) = (&mut self.a, &self.l);
+        a.mov(rdi, r.end_pc)?;
+        a.mov(byte_ptr(rdi), 0xcc)?;
+        for area in &r.areas {
+            a.mov(rdi, area.start)?;
+            a.mov(rsi, area.len)?;
+            a.mov(edx, area.prot)?;
+            a.mov(eax, SYS_MPROTECT)?;
+            a.syscall()?;
+            a.test(rax, rax)?;
+            a.jnz(l.protect)?;
+        }
+        Ok(())
+    }
+
+    /// Each descriptor as it was, then our file closed.
+    pub fn descriptors(&mut self) -> Step {
+        for op in &self.r.fds {
+            match op {
+                FdOp::Close { fd } => {
+                    self.a.mov(edi, *fd)?;
+                    self.a.mov(eax, SYS_CLOSE)?;
+                    self.a.syscall()?;
+                }
+                FdOp::Content {
+                    fd,
+                    blob: (_, _, len),
+                    offset,
+                } => self.content(*fd, *len, *offset)?,
+                FdOp::Open {
+                    fd,
+                    path,
+                    flags,
+                    offset,
+                } => self.open(*fd, path, *flags, *offset)?,
+            }
+        }
+        self.a.mov(rdi, r15)?;
+        self.a.mov(eax, SYS_CLOSE)?;
+        self.a.syscall()?;
+        Ok(())
+    }
+
+    /// A memfd holding the next blob's `len` bytes, as descriptor `fd` at `offset`.
+    fn content(&mut self, fd: i32, len: u64, offset: u64) -> Step {
+        let from = self.blobs.next().expect("one offset per blob");
+        let (name, _) = self.text("bbv-checkpoint\0");
+        let (mut again, done) = (self.a.create_label(), self.a.create_label());
+        let (a, l) = (&mut self.a, &self.l);
+        a.lea(rdi, ptr(name))?;
+        a.xor(esi, esi)?;
+        a.mov(eax, SYS_MEMFD_CREATE)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.js(l.fd)?;
+        a.mov(r12, rax)?;
+        a.mov(rax, from)?;
+        a.mov(qword_ptr(l.sendfile_offset), rax)?;
+        a.mov(r13, len)?;
+        a.set_label(&mut again)?;
+        a.test(r13, r13)?;
+        a.jz(done)?;
+        a.mov(rdi, r12)?;
+        a.mov(rsi, r15)?;
+        a.lea(rdx, ptr(l.sendfile_offset))?;
+        a.mov(r10, r13)?;
+        a.mov(eax, SYS_SENDFILE)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.jle(l.fd)?;
+        a.sub(r13, rax)?;
+        a.jmp(again)?;
+        self.here(done)?;
+        self.move_fd(fd)?;
+        self.seek(fd, offset)
+    }
+
+    /// open(path, flags) as descriptor `fd`; a failure is said and the descriptor stays closed.
+    fn open(&mut self, fd: i32, path: &std::path::Path, flags: u32, offset: Option<u64>) -> Step {
+        let (p, _) = self.text(&format!("{}\0", path.display()));
+        let (next, mut opened) = (self.a.create_label(), self.a.create_label());
+        let a = &mut self.a;
+        a.lea(rdi, ptr(p))?;
+        a.mov(esi, flags)?;
+        a.mov(edx, 0o644)?;
+        a.mov(eax, SYS_OPEN)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.jns(opened)?;
+        self.say(&format!(
+            "bbv checkpoint: cannot open {} again as descriptor {fd}; it stays closed\n",
+            path.display()
+        ))?;
+        self.a.jmp(next)?;
+        self.a.set_label(&mut opened)?;
+        self.a.mov(r12, rax)?;
+        self.move_fd(fd)?;
+        if let Some(o) = offset {
+            self.seek(fd, o)?;
+        }
+        self.here(next)
+    }
+
+    /// Moves the descriptor in r12 to number `fd` (dup2, close), unless it already is.
+    fn move_fd(&mut self, fd: i32) -> Step {
+        let same = self.a.create_label();
+        let (a, l) = (&mut self.a, &self.l);
+        a.cmp(r12, fd)?;
+        a.je(same)?;
+        a.mov(rdi, r12)?;
+        a.mov(esi, fd)?;
+        a.mov(eax, SYS_DUP2)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.js(l.fd)?;
+        a.mov(rdi, r12)?;
+        a.mov(eax, SYS_CLOSE)?;
+        a.syscall()?;
+        self.here(same)
+    }
+
+    fn seek(&mut self, fd: i32, offset: u64) -> Step {
+        let a = &mut self.a;
+        a.mov(edi, fd)?;
+        a.mov(rsi, offset)?;
+        a.xor(edx, edx)?;
+        a.mov(eax, SYS_LSEEK)?;
+        a.syscall()?;
+        Ok(())
+    }
+
+    /// The working directory, the program's dispositions, ours for SIGTRAP and SIGSYS, the
+    /// CPU-time limit, the exit filter and the signal mask.
+    pub fn process(&mut self) -> Step {
+        let r = self.r;
+        if !r.cwd.is_empty() {
+            let (p, _) = self.text(&format!("{}\0", r.cwd));
+            let ok = self.a.create_label();
+            self.a.lea(rdi, ptr(p))?;
+            self.a.mov(eax, SYS_CHDIR)?;
+            self.a.syscall()?;
+            self.a.test(rax, rax)?;
+            self.a.jz(ok)?;
+            self.say(&format!(
+                "bbv checkpoint: cannot enter the captured working directory {}\n",
+                r.cwd
+            ))?;
+            self.here(ok)?;
+        }
+        let (a, l) = (&mut self.a, &self.l);
+        for (i, s) in r.sigactions.iter().enumerate() {
+            a.mov(edi, s.signal)?;
+            // (A label's operand takes no displacement: addresses go through registers.)
+            a.lea(rsi, ptr(l.actions))?;
+            a.add(rsi, 32 * i as i32)?;
+            a.xor(edx, edx)?;
+            a.mov(r10d, 8)?;
+            a.mov(eax, SYS_RT_SIGACTION)?;
+            a.syscall()?;
+        }
+        for (i, (signal, handler)) in [(5, l.on_trap), (31, l.on_sys)].into_iter().enumerate() {
+            a.lea(rsi, ptr(l.own))?;
+            a.add(rsi, 32 * i as i32)?;
+            a.lea(rax, ptr(handler))?;
+            a.mov(qword_ptr(rsi), rax)?;
+            a.lea(rax, ptr(l.sigreturn))?;
+            a.mov(qword_ptr(rsi) + 16, rax)?;
+            a.mov(edi, signal)?;
+            a.xor(edx, edx)?;
+            a.mov(r10d, 8)?;
+            a.mov(eax, SYS_RT_SIGACTION)?;
+            a.syscall()?;
+        }
+        // Failures below only lose a check (QEMU refuses seccomp).
+        a.xor(edi, edi)?; // RLIMIT_CPU
+        a.lea(rsi, ptr(l.limit))?;
+        a.mov(eax, SYS_SETRLIMIT)?;
+        a.syscall()?;
+        a.mov(edi, 38)?; // PR_SET_NO_NEW_PRIVS
+        a.mov(esi, 1)?;
+        a.xor(edx, edx)?;
+        a.xor(r10d, r10d)?;
+        a.xor(r8d, r8d)?;
+        a.mov(eax, SYS_PRCTL)?;
+        a.syscall()?;
+        a.lea(rax, ptr(l.bpf))?;
+        a.lea(rdx, ptr(l.prog))?;
+        a.mov(qword_ptr(rdx) + 8, rax)?;
+        a.mov(edi, 1)?; // SECCOMP_SET_MODE_FILTER
+        a.xor(esi, esi)?;
+        a.mov(eax, SYS_SECCOMP)?;
+        a.syscall()?;
+        a.mov(edi, 2)?; // SIG_SETMASK
+        a.lea(rsi, ptr(l.mask))?;
+        a.xor(edx, edx)?;
+        a.mov(r10d, 8)?;
+        a.mov(eax, SYS_RT_SIGPROCMASK)?;
+        a.syscall()?;
+        Ok(())
+    }
+
+    /// The registers, last: FPU/SSE from an aligned copy on the stack, the TLS bases
+    /// (arch_prctl clobbers rcx and r11), then flags and general registers popped from a
+    /// frame, rsp last, and the jump.
+    pub fn jump(&mut self) -> Step {
+        let (a, l, r) = (&mut self.a, &self.l, self.r);
+        a.and(rsp, -64)?;
+        a.sub(rsp, 512)?;
+        a.mov(rdi, rsp)?;
+        a.lea(rsi, ptr(l.fx))?;
+        a.mov(ecx, 512)?;
+        a.rep().movsb()?;
+        a.fxrstor64(ptr(rsp))?;
+        for (code, at, value) in [(0x1002, 0, r.regs.fs_base), (0x1001, 8, r.regs.gs_base)] {
+            if value != 0 || at == 0 {
+                a.mov(edi, code)?;
+                a.lea(rsi, ptr(l.tls))?;
+                a.mov(rsi, qword_ptr(rsi) + at)?;
+                a.mov(eax, SYS_ARCH_PRCTL)?;
+                a.syscall()?;
+            }
+        }
+        a.lea(rsp, ptr(l.frame))?;
+        a.popfq()?;
+        for reg in [
+            rax, rbx, rcx, rdx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15,
+        ] {
+            a.pop(reg)?;
+        }
+        a.pop(rsp)?;
+        a.jmp(qword_ptr(l.rip))?;
+        Ok(())
+    }
+
+    /// SIGTRAP: the end marker's int3; before its last count the instruction runs from its
+    /// moved copy at the segment's start. SIGSYS: the program exiting early. The restorer
+    /// for both.
+    pub fn handlers(&mut self, base: u64) -> Step {
+        let foreign = self.a.create_label();
+        let (a, l, r) = (&mut self.a, &mut self.l, self.r);
+        a.set_label(&mut l.on_trap)?;
+        a.mov(rax, qword_ptr(rdx) + UC_RIP)?;
+        a.mov(rcx, r.end_pc + 1)?;
+        a.cmp(rax, rcx)?;
+        a.jne(foreign)?;
+        a.add(qword_ptr(l.count), 1)?;
+        a.mov(rax, r.end_count)?;
+        a.cmp(qword_ptr(l.count), rax)?;
+        a.jae(l.reached)?;
+        a.mov(rax, base)?;
+        a.mov(qword_ptr(rdx) + UC_RIP, rax)?;
+        a.ret()?;
+        a.set_label(&mut l.reached)?;
+        a.xor(edi, edi)?;
+        a.mov(eax, SYS_EXIT_GROUP)?;
+        a.syscall()?;
+        a.hlt()?;
+        self.here(foreign)?;
+        self.say("bbv checkpoint: a SIGTRAP that is not the end marker's\n")?;
+        self.exit(EXIT_FOREIGN_TRAP)?;
+        let on_sys = self.l.on_sys;
+        self.here(on_sys)?;
+        self.say("bbv checkpoint: the program exited before the region's end marker\n")?;
+        self.exit(EXIT_EARLY)?;
+        let (a, l) = (&mut self.a, &mut self.l);
+        a.set_label(&mut l.sigreturn)?;
+        a.mov(eax, SYS_RT_SIGRETURN)?;
+        a.syscall()?;
+        Ok(())
+    }
+
+    /// The messages a failed restore prints before exiting.
+    pub fn failures(&mut self) -> Step {
+        let fails = [
+            (
+                self.l.taken,
+                "bbv checkpoint: a captured address range is taken in this process (by the stack \
+                 or vDSO the kernel placed); run it again, or under `setarch -R`\n",
+            ),
+            (
+                self.l.map,
+                "bbv checkpoint: mapping the captured pages from the checkpoint's file failed\n",
+            ),
+            (
+                self.l.protect,
+                "bbv checkpoint: restoring a mapping's protections failed\n",
+            ),
+            (
+                self.l.fd,
+                "bbv checkpoint: recreating a descriptor with its captured bytes failed\n",
+            ),
+            (
+                self.l.exe,
+                "bbv checkpoint: cannot read the checkpoint's own file (/proc/self/exe)\n",
+            ),
+        ];
+        for (label, msg) in fails {
+            self.here(label)?;
+            self.say(msg)?;
+            self.exit(EXIT_RESTORE_FAILED)?;
+        }
+        Ok(())
+    }
+
+    /// The data after the code: texts, the registers, the dispositions, the filter (its
+    /// bounds, the whole segment [`lo`, `hi`), cover every instruction above) and the handler's
+    /// counter.
+    pub fn data(&mut self, lo: u64, hi: u64) -> Step {
+        let r = self.r;
+        for (mut label, bytes) in std::mem::take(&mut self.texts) {
+            self.a.set_label(&mut label)?;
+            self.a.db(&bytes)?;
+        }
+        let (a, l) = (&mut self.a, &mut self.l);
+        let put = |a: &mut CodeAssembler, label: &mut CodeLabel, words: &[u64]| -> Step {
+            a.set_label(label)?;
+            a.dq(words)?;
+            Ok(())
+        };
+        a.set_label(&mut l.exe_path)?;
+        a.db(b"/proc/self/exe\0")?;
+        a.set_label(&mut l.fx)?;
+        a.db(&r.regs.fx)?;
+        let g = &r.regs.gpr;
+        // The frame `jump` pops: flags (arithmetic ones clear), rax-rbp, r8-r15, rsp.
+        let mut frame = vec![0x202];
+        frame.extend(&g[..7]);
+        frame.extend(&g[8..]);
+        frame.push(g[7]);
+        put(a, &mut l.frame, &frame)?;
+        put(a, &mut l.rip, &[r.regs.rip])?;
+        put(a, &mut l.tls, &[r.regs.fs_base, r.regs.gs_base])?;
+        put(a, &mut l.mask, &[r.sigmask])?;
+        put(a, &mut l.limit, &[r.cpu_seconds, r.cpu_seconds + 5])?;
+        let mut actions: Vec<u64> = (r.sigactions.iter())
+            .flat_map(|s| [s.handler, s.flags, s.restorer, s.mask])
+            .collect();
+        actions.push(0);
+        put(a, &mut l.actions, &actions)?;
+        // SA_SIGINFO | SA_RESTORER; the handlers' addresses are stored at run time.
+        let flags = 4 | 0x0400_0000;
+        put(a, &mut l.own, &[0, flags, 0, 0, 0, flags, 0, 0])?;
+        put(a, &mut l.prog, &[12, 0])?;
+        a.set_label(&mut l.bpf)?;
+        a.db(&filter(lo, hi))?;
+        put(a, &mut l.count, &[0])?;
+        put(a, &mut l.sendfile_offset, &[0])?;
+        Ok(())
+    }
+
+    /// The bytes, at `ip`.
+    pub fn finish(mut self, ip: u64) -> Result<Assembled, CheckpointError> {
+        let out = self
+            .a
+            .assemble_options(ip, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
+        let reached = out.label_ip(&self.l.reached)?;
+        Ok(Assembled {
+            code: out.inner.code_buffer,
+            reached,
+        })
+    }
+}

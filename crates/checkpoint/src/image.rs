@@ -1,0 +1,291 @@
+//! From a capture to what the restorer restores, and the checkpoint's file.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use bbv_plugin_contract::checkpoint::{Capture, FdKind};
+
+use crate::restorer::{Area, FdOp, Regs, Restore};
+use crate::CheckpointError;
+
+/// Everything one checkpoint is made of.
+pub struct Inputs<'a> {
+    /// The captured process.
+    pub capture: &'a Capture,
+    /// Its memory file (`checkpoint.E.mem`).
+    pub memory: &'a Path,
+    /// The copy of the file open as descriptor N (`checkpoint.E.fdN`).
+    pub copied: &'a dyn Fn(i32) -> PathBuf,
+    /// The bytes the run read from a stdin that was not a regular file, when recorded.
+    pub stdin_stream: Option<&'a Path>,
+    /// The end marker's instruction.
+    pub end_pc: u64,
+    /// Its executions from the checkpoint's start to the region's end (the first execution
+    /// of the start instruction, when it is the same, counts).
+    pub end_count: u64,
+    /// Where files open for writing are recreated (absolute).
+    pub outputs: &'a Path,
+    /// CPU seconds after which the checkpoint is stopped.
+    pub cpu_seconds: u64,
+}
+
+/// What a built checkpoint could not restore as it was.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Built {
+    /// One line each: descriptors left closed, state the checkpoint cannot take.
+    pub notes: Vec<String>,
+    /// Bytes of memory kept.
+    pub memory_bytes: u64,
+    /// The restorer's segment [start, end): code there is the checkpoint's, not the program's.
+    pub restorer: (u64, u64),
+    /// The instruction whose execution means the region's end was reached.
+    pub reached: u64,
+    /// Kept pages in the file: (guest address, bytes, file offset).
+    pub runs: Vec<(u64, u64, u64)>,
+    /// The file's [`crate::fingerprint`].
+    pub fingerprint: u64,
+}
+
+impl Built {
+    /// Where guest address `addr` of the kept pages lies in the checkpoint's file (how QEMU's
+    /// plugin names the code there: the checkpoint's image, this offset).
+    pub fn file_offset(&self, addr: u64) -> Option<u64> {
+        self.runs
+            .iter()
+            .find(|r| r.0 <= addr && addr < r.0 + r.1)
+            .map(|r| r.2 + addr - r.0)
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn registers(c: &Capture) -> Result<Regs, CheckpointError> {
+    let get = |name: &str| -> Option<&[u8]> {
+        c.registers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.as_slice())
+    };
+    let word = |name: &str| -> Result<u64, CheckpointError> {
+        let b = get(name).ok_or_else(|| {
+            CheckpointError::Invalid(format!(
+                "the capture has no {name} register (not an x86-64 guest?)"
+            ))
+        })?;
+        let mut w = [0u8; 8];
+        w[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+        Ok(u64::from_le_bytes(w))
+    };
+    const GPRS: [&str; 16] = [
+        "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12",
+        "r13", "r14", "r15",
+    ];
+    let mut gpr = [0u64; 16];
+    for (slot, name) in gpr.iter_mut().zip(GPRS) {
+        *slot = word(name)?;
+    }
+    // FXSAVE's layout: FCW, FSW, abridged tag (0: every x87 register empty, as at a call),
+    // MXCSR at 24, ST0-7 from 32, XMM0-15 from 160.
+    let mut fx = [0u8; 512];
+    let put = |fx: &mut [u8; 512], at: usize, b: Option<&[u8]>, n: usize| {
+        if let Some(b) = b {
+            let n = n.min(b.len());
+            fx[at..at + n].copy_from_slice(&b[..n]);
+        }
+    };
+    put(&mut fx, 0, get("fctrl"), 2);
+    put(&mut fx, 2, get("fstat"), 2);
+    put(&mut fx, 24, get("mxcsr"), 4);
+    for i in 0..8 {
+        put(&mut fx, 32 + 16 * i, get(&format!("st{i}")), 10);
+    }
+    for i in 0..16 {
+        put(&mut fx, 160 + 16 * i, get(&format!("xmm{i}")), 16);
+    }
+    if get("fctrl").is_none() {
+        fx[0..2].copy_from_slice(&0x037fu16.to_le_bytes());
+    }
+    if get("mxcsr").is_none() {
+        fx[24..28].copy_from_slice(&0x1f80u32.to_le_bytes());
+    }
+    Ok(Regs {
+        gpr,
+        rip: c.pc,
+        fs_base: word("fs_base").unwrap_or(0),
+        gs_base: word("gs_base").unwrap_or(0),
+        fx,
+    })
+}
+
+/// The restorer's work on descriptors, and what it cannot redo.
+fn descriptors(inp: &Inputs, notes: &mut Vec<String>) -> Vec<FdOp> {
+    let c = inp.capture;
+    let mut ops = Vec::new();
+    for fd in 0..3 {
+        if !c.fds.iter().any(|d| d.fd == fd) {
+            ops.push(FdOp::Close { fd });
+        }
+    }
+    for d in &c.fds {
+        let what = format!("fd {} ({} {})", d.fd, d.kind.word(), d.path);
+        let write_only = d.flags & 3 == 1;
+        match d.kind {
+            FdKind::File if d.copied => {
+                let path = (inp.copied)(d.fd);
+                let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                ops.push(FdOp::Content {
+                    fd: d.fd,
+                    blob: (path, 0, len),
+                    offset: d.offset.unwrap_or(0),
+                });
+            }
+            _ if d.fd == 0 && d.path != "/dev/null" && inp.stdin_stream.is_some() => {
+                let path = inp.stdin_stream.expect("checked").to_path_buf();
+                let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                let from = c.stdin_consumed.unwrap_or(0).min(len);
+                ops.push(FdOp::Content {
+                    fd: 0,
+                    blob: (path, from, len - from),
+                    offset: 0,
+                });
+            }
+            // The caller's stdout and stderr, whatever they are.
+            _ if d.fd == 1 || d.fd == 2 => {}
+            FdKind::File if write_only => {
+                let path = inp.outputs.join(format!("fd-{}.out", d.fd));
+                // O_WRONLY | O_CREAT | O_TRUNC, and O_APPEND as it was.
+                let flags = 1 | 0o100 | 0o1000 | (d.flags & 0o2000);
+                ops.push(FdOp::Open {
+                    fd: d.fd,
+                    path,
+                    flags,
+                    offset: d.offset,
+                });
+            }
+            FdKind::Char | FdKind::Dir => ops.push(FdOp::Open {
+                fd: d.fd,
+                path: PathBuf::from(&d.path),
+                // The access mode and O_APPEND/O_NONBLOCK/O_DIRECTORY as they were.
+                flags: d.flags & (3 | 0o2000 | 0o4000 | 0o200000),
+                offset: None,
+            }),
+            _ => notes.push(format!("{what}: not restored (left closed)")),
+        }
+    }
+    notes.extend(
+        c.sigactions
+            .iter()
+            .filter(|a| a.signal == 5 || a.signal == 31)
+            .map(|a| {
+                format!(
+                    "signal {}: the program's handler is replaced by the checkpoint's own",
+                    a.signal
+                )
+            }),
+    );
+    ops
+}
+
+/// The captured mappings; the end marker's instruction must be in an executable one (the
+/// restorer writes its int3 there before it restores the protections).
+fn areas(c: &Capture, end_pc: u64) -> Result<Vec<Area>, CheckpointError> {
+    if !(c.maps.iter()).any(|m| m.start <= end_pc && end_pc < m.end && m.prot & 4 != 0) {
+        return Err(CheckpointError::Invalid(format!(
+            "the end marker's instruction {end_pc:#x} is in no executable mapping of the capture"
+        )));
+    }
+    Ok(c.maps
+        .iter()
+        .map(|m| Area {
+            start: m.start,
+            len: m.end - m.start,
+            prot: m.prot,
+        })
+        .collect())
+}
+
+/// Up to `n` bytes of captured memory from `addr` on, stopping at the first byte not kept.
+fn bytes_at(inp: &Inputs, addr: u64, n: u64) -> Result<Vec<u8>, CheckpointError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(inp.memory).map_err(io(inp.memory))?;
+    let mut out = Vec::new();
+    let mut at = addr;
+    while (out.len() as u64) < n {
+        let Some(run) = (inp.capture.data.iter()).find(|r| r.addr <= at && at < r.addr + r.len)
+        else {
+            break;
+        };
+        let take = (run.addr + run.len - at).min(n - out.len() as u64);
+        let mut b = vec![0u8; take as usize];
+        f.seek(SeekFrom::Start(run.offset + at - run.addr))
+            .and_then(|_| f.read_exact(&mut b))
+            .map_err(io(inp.memory))?;
+        out.extend(b);
+        at += take;
+    }
+    if out.is_empty() {
+        return Err(CheckpointError::Invalid(format!(
+            "the end marker's instruction {addr:#x} is not in the captured memory"
+        )));
+    }
+    Ok(out)
+}
+
+/// Builds one checkpoint into `out`.
+pub fn build(inp: &Inputs, out: &mut impl Write) -> Result<Built, CheckpointError> {
+    let c = inp.capture;
+    if inp.end_count == 0 {
+        return Err(CheckpointError::Invalid(
+            "the end marker's count from the checkpoint is 0 (it ran before the start)".into(),
+        ));
+    }
+    let mem_len = std::fs::metadata(inp.memory).map_err(io(inp.memory))?.len();
+    if let Some(r) = c.data.iter().find(|r| r.offset + r.len > mem_len) {
+        return Err(CheckpointError::Invalid(format!(
+            "{}: {} bytes, but the capture keeps {:#x} bytes at offset {:#x}: truncated",
+            inp.memory.display(),
+            mem_len,
+            r.len,
+            r.offset
+        )));
+    }
+    let mut notes: Vec<String> = c.problems.clone();
+    let fds = descriptors(inp, &mut notes);
+    let restore = Restore {
+        areas: areas(c, inp.end_pc)?,
+        runs: c
+            .data
+            .iter()
+            .map(|r| (r.addr, (inp.memory.to_path_buf(), r.offset, r.len)))
+            .collect(),
+        fds,
+        cwd: c.cwd.clone(),
+        sigactions: c
+            .sigactions
+            .iter()
+            .filter(|a| a.signal != 5 && a.signal != 31)
+            .copied()
+            .collect(),
+        sigmask: c.sigmask & !((1 << 4) | (1 << 30)),
+        regs: registers(c)?,
+        end_pc: inp.end_pc,
+        end_count: inp.end_count,
+        end_code: bytes_at(inp, inp.end_pc, 16)?,
+        cpu_seconds: inp.cpu_seconds,
+    };
+    let mut out = crate::Fingerprinting::new(out);
+    let placed = crate::elf::write(&restore, &mut out)?;
+    Ok(Built {
+        notes,
+        memory_bytes: c.data.iter().map(|r| r.len).sum(),
+        restorer: placed.segment,
+        reached: placed.reached,
+        runs: placed.runs,
+        fingerprint: out.hash,
+    })
+}

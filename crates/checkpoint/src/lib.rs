@@ -1,0 +1,114 @@
+//! Executable checkpoints of x86-64 Linux processes (`bbv checkpoint`).
+//!
+//! A checkpoint is a static ELF with no interpreter: a small restorer, generated here as
+//! machine code, then the captured process's non-zero pages and the bytes of the files it had
+//! open. Run natively or under `qemu-x86_64`, the restorer
+//!
+//! 1. maps every captured mapping at its address (`MAP_FIXED_NOREPLACE`: an address this
+//!    process already uses is reported, never overwritten) and the kept pages over them from
+//!    its own file, then gives each mapping its protections;
+//! 2. recreates the descriptors: a file the region may read gets its captured bytes (a memfd
+//!    at the same number and offset), stdin from a pipe or terminal the bytes the run read from
+//!    it after the capture, a file open for writing a file in the checkpoint's folder; stdout
+//!    and stderr stay the caller's;
+//! 3. restores the working directory, the signal dispositions and mask, the TLS base, the
+//!    x87/SSE state and the general registers, and jumps to the captured instruction;
+//! 4. stops at the region's end: an `int3` on the end marker's instruction counts its
+//!    executions (each one before the last runs a moved copy of the instruction) and the
+//!    process exits 0 at the count the profile names. A program that exits by itself before
+//!    then exits 101 (a seccomp filter traps its exit natively), and a CPU-time limit ends one
+//!    that runs off course (SIGXCPU).
+//!
+//! What QEMU's register API cannot give is set as the ABI leaves it at a call boundary (the
+//! arithmetic flags, computed lazily by QEMU, clear; the x87 tag word empty; AVX's upper halves
+//! zero); `bbv checkpoint --check` shows whether a region noticed.
+
+mod displace;
+mod elf;
+mod emit;
+mod image;
+mod restorer;
+
+pub use image::{build, Built, Inputs};
+
+/// What can go wrong building a checkpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The capture cannot make a checkpoint.
+    #[error("{0}")]
+    Invalid(String),
+    /// The restorer could not be assembled (a bug).
+    #[error("assembling the restorer: {0}")]
+    Assemble(String),
+}
+
+impl From<iced_x86::IcedError> for CheckpointError {
+    fn from(e: iced_x86::IcedError) -> Self {
+        CheckpointError::Assemble(e.to_string())
+    }
+}
+
+/// Exit status of a checkpoint that could not restore the process (a message says why).
+pub const EXIT_RESTORE_FAILED: i32 = 100;
+/// Exit status of a checkpoint whose program exited before the region's end.
+pub const EXIT_EARLY: i32 = 101;
+/// Exit status of a checkpoint that got a SIGTRAP not its own.
+pub const EXIT_FOREIGN_TRAP: i32 = 102;
+
+const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// FNV-1a, 64 bits: what `checkpoints.json` records of each file, so that `--check` refuses a
+/// checkpoint changed since (a copy cut short, a disk error).
+pub fn fingerprint(mut r: impl std::io::Read) -> std::io::Result<u64> {
+    let mut h = FNV_START;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            return Ok(h);
+        }
+        h = fnv(h, &buf[..n]);
+    }
+}
+
+/// A writer that fingerprints what goes through it, as [`fingerprint`] would read it back.
+pub(crate) struct Fingerprinting<'a, W: std::io::Write> {
+    pub out: &'a mut W,
+    pub hash: u64,
+}
+
+impl<W: std::io::Write> std::io::Write for Fingerprinting<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.hash = fnv(self.hash, &buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+impl<'a, W: std::io::Write> Fingerprinting<'a, W> {
+    pub(crate) fn new(out: &'a mut W) -> Self {
+        Fingerprinting {
+            out,
+            hash: FNV_START,
+        }
+    }
+}

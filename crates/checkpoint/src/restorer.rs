@@ -1,0 +1,110 @@
+//! The restorer: machine code that rebuilds the captured process and jumps into it, and the
+//! handlers that stop it at the region's end. Straight-line code per mapping and descriptor
+//! (a table-driven loop would be shorter, but this is read once and runs once).
+
+use bbv_plugin_contract::checkpoint::SigAction;
+
+/// A file's bytes the checkpoint carries: (path, start, length).
+pub(crate) type Blob = (std::path::PathBuf, u64, u64);
+
+/// A mapping to make: [start, start + len) with mmap's protections.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Area {
+    pub start: u64,
+    pub len: u64,
+    pub prot: u32,
+}
+
+/// What the restorer does with one descriptor.
+#[derive(Clone, Debug)]
+pub(crate) enum FdOp {
+    /// A memfd holding `blob`'s bytes, at `offset`.
+    Content { fd: i32, blob: Blob, offset: u64 },
+    /// open(path, flags), then lseek to `offset`.
+    Open {
+        fd: i32,
+        path: std::path::PathBuf,
+        flags: u32,
+        offset: Option<u64>,
+    },
+    /// Closed at the capture.
+    Close { fd: i32 },
+}
+
+/// The registers the jump restores.
+pub(crate) struct Regs {
+    /// rax, rbx, rcx, rdx, rsi, rdi, rbp, rsp, r8-r15.
+    pub gpr: [u64; 16],
+    pub rip: u64,
+    pub fs_base: u64,
+    pub gs_base: u64,
+    /// An FXSAVE area.
+    pub fx: [u8; 512],
+}
+
+/// Everything the restorer restores.
+pub(crate) struct Restore {
+    pub areas: Vec<Area>,
+    /// (guest address, bytes) of the kept pages.
+    pub runs: Vec<(u64, Blob)>,
+    pub fds: Vec<FdOp>,
+    pub cwd: String,
+    pub sigactions: Vec<SigAction>,
+    pub sigmask: u64,
+    pub regs: Regs,
+    pub end_pc: u64,
+    pub end_count: u64,
+    /// The end instruction's bytes (at least 15, or to the end of its mapping).
+    pub end_code: Vec<u8>,
+    pub cpu_seconds: u64,
+}
+
+/// Where the restorer finds things in its own file: the file offset of every blob, in the
+/// order [`Restore::blobs`] lists them.
+pub(crate) struct Layout {
+    pub base: u64,
+    pub blob_offsets: Vec<u64>,
+}
+
+impl Restore {
+    /// The file bytes the checkpoint carries, in file order: kept pages, then descriptors'.
+    pub fn blobs(&self) -> Vec<&Blob> {
+        let mut v: Vec<&Blob> = self.runs.iter().map(|(_, b)| b).collect();
+        for op in &self.fds {
+            if let FdOp::Content { blob, .. } = op {
+                v.push(blob);
+            }
+        }
+        v
+    }
+}
+
+/// exit_group, which the seccomp filter watches.
+pub(crate) const SYS_EXIT_GROUP: i32 = 231;
+
+/// The seccomp filter: exit and exit_group trap (SIGSYS) unless made from [lo, hi) (the
+/// restorer's own code), so that a program ending before its region's end is told apart.
+pub(crate) fn filter(lo: u64, hi: u64) -> Vec<u8> {
+    let ins = |code: u16, jt: u8, jf: u8, k: u32| {
+        let mut v = code.to_le_bytes().to_vec();
+        v.extend([jt, jf]);
+        v.extend(k.to_le_bytes());
+        v
+    };
+    let (ld, jeq, jge, ret) = (0x20, 0x15, 0x35, 0x06);
+    [
+        ins(ld, 0, 0, 4),
+        ins(jeq, 0, 9, 0xc000_003e),
+        ins(ld, 0, 0, 0),
+        ins(jeq, 1, 0, SYS_EXIT_GROUP as u32),
+        ins(jeq, 0, 6, 60),
+        ins(ld, 0, 0, 12),
+        ins(jeq, 0, 3, (lo >> 32) as u32),
+        ins(ld, 0, 0, 8),
+        ins(jge, 0, 1, lo as u32),
+        ins(jge, 0, 1, hi as u32),
+        ins(ret, 0, 0, 0x0003_0000),
+        ins(ret, 0, 0, 0x7fff_0000),
+    ]
+    .concat()
+}

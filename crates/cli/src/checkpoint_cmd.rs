@@ -1,0 +1,86 @@
+//! `bbv checkpoint DIR -- PROG ARGS` and `bbv checkpoint --check CKDIR`: thin wrappers over
+//! bbv-pipeline's checkpoint step.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+/// `bbv checkpoint`.
+#[derive(clap::Args, Debug)]
+pub struct CheckpointArgs {
+    /// Run every checkpoint of CKDIR under QEMU with bbv's collector and compare each with
+    /// the profile (check.json); exit 0 when all reach their end within the tolerance.
+    #[arg(long, value_name = "CKDIR", conflicts_with_all = ["output", "no_warmup"])]
+    pub check: Option<PathBuf>,
+    /// The checkpoints' folder (default DIR/checkpoints).
+    #[arg(short = 'o', value_name = "CKDIR")]
+    pub output: Option<PathBuf>,
+    /// Start each checkpoint at its region, not at its warmup.
+    #[arg(long)]
+    pub no_warmup: bool,
+    /// CPU seconds after which a checkpoint that ran off course stops itself (SIGXCPU).
+    #[arg(long, default_value_t = 600)]
+    pub cpu_seconds: u64,
+    /// Largest |deviation| of a length accepted, in percent.
+    #[arg(long, value_name = "PCT", default_value_t = 1.0)]
+    pub tolerance: f64,
+    #[command(flatten)]
+    pub launch: crate::collect_cmd::LaunchArgs,
+    /// A `bbv run` output directory, then `--` and the program profiled with its arguments.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "DIR -- PROG ARGS"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `bbv checkpoint`: exits as `bbv replay` (0, 1 for a marker missed, 2 on bad input).
+pub fn checkpoint(a: CheckpointArgs) -> Result<u8> {
+    if let Some(dir) = a.check {
+        let req = bbv_pipeline::checkpoint_check::CheckRequest {
+            dir,
+            qemu: a.launch.qemu,
+            plugin: a.launch.plugin,
+            tolerance_pct: a.tolerance,
+        };
+        let report = bbv_pipeline::checkpoint_check::check(&req)?;
+        eprint!("{}", report.table());
+        return Ok(if report.passed() { 0 } else { 1 });
+    }
+    let mut words = a.command.into_iter();
+    let dir = PathBuf::from(
+        words
+            .next()
+            .context("no run directory: bbv checkpoint DIR -- PROG")?,
+    );
+    // `run_replay` says so when no program follows.
+    let command: Vec<OsString> = words.skip_while(|w| w == "--").collect();
+    let out = a.output.unwrap_or_else(|| dir.join("checkpoints"));
+    let spec = bbv_pipeline::checkpoint::CheckpointSpec {
+        dir: std::path::absolute(&out)?,
+        warmup: !a.no_warmup,
+        cpu_seconds: a.cpu_seconds,
+    };
+    let replay = crate::regions_cmd::ReplayArgs {
+        dir,
+        json: false,
+        tolerance: a.tolerance,
+        launch: a.launch,
+        command,
+    };
+    let extra = crate::regions_cmd::Extra {
+        checkpoint: Some(spec),
+        ..Default::default()
+    };
+    let (outcome, passed) = crate::regions_cmd::run_replay(replay, extra)?;
+    match outcome.checkpoints {
+        Some(Ok(c)) => {
+            eprint!("{}", c.text());
+            Ok(if passed { 0 } else { 1 })
+        }
+        Some(Err(e)) => Err(e.into()),
+        None => bail!("the replay ended before any checkpoint could be built"),
+    }
+}

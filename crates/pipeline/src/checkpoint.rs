@@ -1,0 +1,407 @@
+//! `bbv checkpoint`: a replay that captures the process at each region's warmup start (or
+//! start) and turns every capture into a static ELF that starts there and stops at the
+//! region's end ([`bbv_checkpoint`]). The ELFs and `checkpoints.json` appear only when every
+//! region was captured and built.
+
+use std::path::{Path, PathBuf};
+
+use bbv_files::AtomicFiles;
+use bbv_plugin_contract::checkpoint::Capture;
+use bbv_plugin_contract::files;
+use serde::{Deserialize, Serialize};
+
+use crate::regions::region_id;
+use crate::rundir::Summary;
+use crate::PipelineError;
+
+/// What `bbv checkpoint` asks for besides the replay.
+#[derive(Clone, Debug)]
+pub struct CheckpointSpec {
+    /// The checkpoints' folder.
+    pub dir: PathBuf,
+    /// Start at each region's warmup (false: at the region itself, `--no-warmup`).
+    pub warmup: bool,
+    /// CPU seconds after which a checkpoint stops itself (a region gone off course).
+    pub cpu_seconds: u64,
+}
+
+/// A marker as counted from a checkpoint's start.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CountedMarker {
+    /// The image's file name.
+    pub image: String,
+    /// The instruction's offset in it (link-time address).
+    pub offset: String,
+    /// Its guest address in the checkpoint.
+    pub address: String,
+    /// Where that address lies in the checkpoint's file (how QEMU's plugin names it there).
+    pub file_offset: String,
+    /// Executions from the checkpoint's first instruction, that one included.
+    pub count: u64,
+}
+
+/// The command lines that run a checkpoint.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Commands {
+    /// Natively (exit 0 at the region's end).
+    pub native: String,
+    /// Under QEMU user mode.
+    pub qemu: String,
+    /// In gem5's syscall-emulation mode (documented, not tested).
+    pub gem5: String,
+}
+
+impl Commands {
+    fn of(elf: &str, cpu: Option<&str>) -> Commands {
+        Commands {
+            native: elf.to_string(),
+            qemu: match cpu {
+                Some(cpu) => format!("qemu-x86_64 -cpu {cpu} {elf}"),
+                None => format!("qemu-x86_64 {elf}"),
+            },
+            gem5: format!("gem5.opt configs/deprecated/example/se.py --cmd={elf}"),
+        }
+    }
+}
+
+/// One region's checkpoint (`checkpoints.json`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RegionCheckpoint {
+    /// Region id (cluster + 1).
+    pub id: usize,
+    /// SimPoint's cluster.
+    pub cluster: usize,
+    /// SimPoint's weight.
+    pub weight: f64,
+    /// Instructions of the cluster's intervals over the region's.
+    pub multiplier: f64,
+    /// The ELF's file name in the checkpoints' folder.
+    pub file: String,
+    /// Where it starts: the warmup's marker (or the region's), count 1.
+    pub start: CountedMarker,
+    /// Where the region starts (after the warmup).
+    pub region_start: CountedMarker,
+    /// Where it stops: the region's end marker.
+    pub end: CountedMarker,
+    /// Instructions before the region (0 with `--no-warmup`).
+    pub warmup_instructions: u64,
+    /// Instructions of the region, as profiled.
+    pub region_instructions: u64,
+    /// Instructions of the profiled run before the checkpoint's start.
+    pub start_instruction: u64,
+    /// Bytes of memory the checkpoint maps from its file (zero pages are left out).
+    pub memory_bytes: u64,
+    /// The ELF's size.
+    pub file_bytes: u64,
+    /// Its FNV-1a fingerprint (`--check` refuses a file that changed).
+    pub fingerprint: String,
+    /// The restorer's segment [start, end): code there is the checkpoint's own.
+    pub restorer: [String; 2],
+    /// What it cannot restore as it was (descriptors left closed, ...).
+    pub notes: Vec<String>,
+    /// How to run it.
+    pub commands: Commands,
+}
+
+/// Every checkpoint (`checkpoints.json`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointReport {
+    /// The checkpoints' folder.
+    pub dir: PathBuf,
+    /// The run directory the regions are of.
+    pub run: PathBuf,
+    /// The profiled program's build id.
+    pub build_id: Option<String>,
+    /// The QEMU the run was profiled and checkpointed with.
+    pub qemu: String,
+    /// CPU seconds after which a checkpoint stops itself.
+    pub cpu_seconds: u64,
+    /// Per region, in the run's order.
+    pub regions: Vec<RegionCheckpoint>,
+}
+
+impl CheckpointReport {
+    /// What `bbv checkpoint` prints: each region's file, sizes and notes.
+    pub fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut t = String::new();
+        for r in &self.regions {
+            let _ = writeln!(
+                t,
+                "region {}: {} ({} MB of memory, {} MB file)",
+                r.id,
+                r.file,
+                r.memory_bytes >> 20,
+                r.file_bytes >> 20
+            );
+            for n in &r.notes {
+                let _ = writeln!(t, "  note: {n}");
+            }
+        }
+        let _ = writeln!(
+            t,
+            "{} checkpoints in {} (checkpoints.json: how to run each)",
+            self.regions.len(),
+            self.dir.display()
+        );
+        t
+    }
+}
+
+/// A checkpointing replay under way: the capture list the plugin reads.
+pub struct Checkpointing {
+    spec: CheckpointSpec,
+    /// The plugin's `checkpoint=FILE`.
+    pub file: PathBuf,
+    /// Per region: the event that captures it.
+    events: Vec<usize>,
+}
+
+/// The marker instructions and events of a replay, as it numbered them.
+pub struct MarkerPlan<'a> {
+    /// Per marker index: (image, link-time offset).
+    pub pcs: Vec<(&'a str, u64)>,
+    /// (marker index, count, event).
+    pub targets: &'a [(usize, u64, usize)],
+}
+
+impl Checkpointing {
+    /// Writes the capture list into `work`.
+    pub fn start(
+        spec: &CheckpointSpec,
+        s: &Summary,
+        work: &Path,
+    ) -> Result<Checkpointing, PipelineError> {
+        if s.regions_mode == "looppoint" {
+            return Err(PipelineError::Invalid(
+                "the regions are LoopPoint slices of several threads: a checkpoint restores one \
+                 thread (every thread's registers, its TLS and the futexes between them would be \
+                 needed; docs/checkpoint.md); profile with --regions intervals"
+                    .into(),
+            ));
+        }
+        let n = s.points.len();
+        let events: Vec<usize> = (0..n)
+            .map(|r| match (&s.points[r].warmup, spec.warmup) {
+                (Some(_), true) => 2 * n + r,
+                _ => 2 * r,
+            })
+            .collect();
+        let file = work.join("captures");
+        let text: String = events.iter().map(|e| format!("capture {e}\n")).collect();
+        std::fs::write(&file, text).map_err(|e| PipelineError::io(&file, e))?;
+        Ok(Checkpointing {
+            spec: spec.clone(),
+            file,
+            events,
+        })
+    }
+
+    /// Builds every region's checkpoint from what the replay `c` collected, all or none.
+    pub fn finish(
+        self,
+        run: &Path,
+        s: &Summary,
+        plan: &MarkerPlan,
+        c: &bbv_collect::Collected,
+    ) -> Result<CheckpointReport, PipelineError> {
+        let addresses = marker_addresses(c.dir.path())?;
+        let events = c.events()?;
+        let dir = &self.spec.dir;
+        std::fs::create_dir_all(dir).map_err(|e| PipelineError::io(dir, e))?;
+        let dir = std::fs::canonicalize(dir).map_err(|e| PipelineError::io(dir, e))?;
+        let mut files = AtomicFiles::default();
+        let mut regions = Vec::new();
+        for r in 0..s.points.len() {
+            let at = Where {
+                s,
+                plan,
+                events: &events,
+                addresses: &addresses,
+                plugin_dir: c.dir.path(),
+                dir: &dir,
+            };
+            regions.push(self.region(r, &at, &mut files)?);
+        }
+        let report = CheckpointReport {
+            dir: dir.clone(),
+            run: std::path::absolute(run).map_err(|e| PipelineError::io(run, e))?,
+            build_id: s.program.build_id.clone(),
+            qemu: s.qemu.clone(),
+            cpu_seconds: self.spec.cpu_seconds,
+            regions,
+        };
+        files.write(&dir.join("checkpoints.json"), |w| {
+            serde_json::to_writer_pretty(&mut *w, &report)?;
+            std::io::Write::write_all(w, b"\n")
+        })?;
+        files.write(&dir.join(BLOCKS), |w| write_blocks(c, w))?;
+        files.commit()?;
+        Ok(report)
+    }
+
+    /// Builds region `r`'s checkpoint into `files`.
+    fn region(
+        &self,
+        r: usize,
+        at: &Where,
+        files: &mut AtomicFiles,
+    ) -> Result<RegionCheckpoint, PipelineError> {
+        let (s, p) = (at.s, &at.s.points[r]);
+        let event = self.events[r];
+        let id = region_id(p);
+        let state = at.plugin_dir.join(files::checkpoint_state(event as u32));
+        if !state.exists() {
+            return Err(PipelineError::Invalid(format!(
+                "region {id}: the process was not captured (its {} marker was not reached)",
+                if event >= 2 * s.points.len() {
+                    "warmup"
+                } else {
+                    "start"
+                }
+            )));
+        }
+        let capture = Capture::read(&state).map_err(|e| PipelineError::Invalid(e.to_string()))?;
+        // Marker m's executions from the checkpoint's start, of `total` over the run.
+        let before = |m: usize| {
+            (capture.hits.iter())
+                .find(|h| h.0 as usize == m)
+                .map_or(0, |h| h.1)
+        };
+        let (start_marker, _) = at.marker_of(event)?;
+        let (rs_marker, rs_total) = at.marker_of(2 * r)?;
+        let (end_marker, end_total) = at.marker_of(2 * r + 1)?;
+        let address = |m: usize| {
+            at.addresses.get(&m).copied().ok_or_else(|| {
+                PipelineError::Invalid(format!("region {id}: a marker of it was never reached"))
+            })
+        };
+        let end_pc = address(end_marker)?;
+        let outputs = at.dir.join(format!("region-{id}.files"));
+        std::fs::create_dir_all(&outputs).map_err(|e| PipelineError::io(&outputs, e))?;
+        let stdin = at.plugin_dir.join(files::STDIN);
+        let copied = |fd: i32| at.plugin_dir.join(files::checkpoint_file(event as u32, fd));
+        let inputs = bbv_checkpoint::Inputs {
+            capture: &capture,
+            memory: &at.plugin_dir.join(files::checkpoint_memory(event as u32)),
+            copied: &copied,
+            stdin_stream: stdin.exists().then_some(stdin.as_path()),
+            end_pc,
+            end_count: end_total.saturating_sub(before(end_marker)),
+            outputs: &outputs,
+            cpu_seconds: self.spec.cpu_seconds,
+        };
+        let name = format!("region-{id}.elf");
+        let path = at.dir.join(&name);
+        let (mut built, mut file_bytes) = (None, 0);
+        files.write(&path, |w| {
+            use std::os::unix::fs::PermissionsExt;
+            w.get_ref()
+                .set_permissions(std::fs::Permissions::from_mode(0o755))?;
+            built = Some(bbv_checkpoint::build(&inputs, w).map_err(std::io::Error::other)?);
+            std::io::Write::flush(w)?;
+            file_bytes = w.get_ref().metadata()?.len();
+            Ok(())
+        })?;
+        let built = built.expect("written");
+        let marker = |m: usize, count: u64, address: u64| CountedMarker {
+            image: at.plan.pcs[m].0.to_string(),
+            offset: format!("{:#x}", at.plan.pcs[m].1),
+            address: format!("{address:#x}"),
+            file_offset: format!("{:#x}", built.file_offset(address).unwrap_or(0)),
+            count,
+        };
+        let elf = path.display().to_string();
+        Ok(RegionCheckpoint {
+            id,
+            cluster: p.cluster,
+            weight: p.weight,
+            multiplier: p.multiplier,
+            file: name,
+            start: marker(start_marker, 1, capture.pc),
+            region_start: marker(rs_marker, rs_total - before(rs_marker), address(rs_marker)?),
+            end: marker(end_marker, inputs.end_count, end_pc),
+            // As the pass measured it: a warmup from the program's start that shares the
+            // region's start marker is none.
+            warmup_instructions: (at.events.get(&(2 * r)))
+                .map_or(0, |e| e.0.saturating_sub(capture.instructions)),
+            region_instructions: p.length,
+            start_instruction: capture.instructions,
+            memory_bytes: built.memory_bytes,
+            file_bytes,
+            fingerprint: format!("{:016x}", built.fingerprint),
+            restorer: [
+                format!("{:#x}", built.restorer.0),
+                format!("{:#x}", built.restorer.1),
+            ],
+            notes: built.notes,
+            commands: Commands::of(&elf, s.cpu.as_deref()),
+        })
+    }
+}
+
+/// The table of the replay's blocks in `blocks.tsv`: `RUNTIME BYTES IMAGE OFFSET` (hex), so
+/// that `--check` names the code it runs from the checkpoints' file as the profile does.
+pub const BLOCKS: &str = "blocks.tsv";
+
+fn write_blocks(c: &bbv_collect::Collected, w: &mut impl std::io::Write) -> std::io::Result<()> {
+    for b in &c.blocks {
+        if let Some(i) = b.image {
+            writeln!(
+                w,
+                "{:x}\t{}\t{}\t{:x}",
+                b.runtime_address,
+                b.bytes,
+                c.images[i].name(),
+                b.address
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// What building a region's checkpoint reads besides its capture.
+struct Where<'a> {
+    s: &'a Summary,
+    events: &'a bbv_collect::Events,
+    plan: &'a MarkerPlan<'a>,
+    addresses: &'a std::collections::HashMap<usize, u64>,
+    plugin_dir: &'a Path,
+    dir: &'a Path,
+}
+
+impl Where<'_> {
+    /// The marker and count of event `ev`.
+    fn marker_of(&self, ev: usize) -> Result<(usize, u64), PipelineError> {
+        (self.plan.targets.iter())
+            .find(|t| t.2 == ev)
+            .map(|t| (t.0, t.1))
+            .ok_or_else(|| PipelineError::Invalid(format!("no marker for event {ev}")))
+    }
+}
+
+/// Marker index -> guest address, from `checkpoint.markers`.
+fn marker_addresses(
+    plugin_dir: &Path,
+) -> Result<std::collections::HashMap<usize, u64>, PipelineError> {
+    let path = plugin_dir.join(files::CHECKPOINT_MARKERS);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(PipelineError::io(&path, e)),
+    };
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let (m, a) = l.split_once(' ').unwrap_or((l, ""));
+            match (m.parse(), u64::from_str_radix(a, 16)) {
+                (Ok(m), Ok(a)) => Ok((m, a)),
+                _ => Err(PipelineError::Invalid(format!(
+                    "{}:{}: expected MARKER HEX",
+                    path.display(),
+                    i + 1
+                ))),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,301 @@
+//! `bbv checkpoint --check CKDIR`: runs every checkpoint under QEMU with bbv's collector
+//! watching three of its instructions (its first, the region's start, the region's end) and
+//! compares each with the profile: the end reached, the instructions from the start to the
+//! end, and the region's vector against the profiled interval's.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use bbv_files::AtomicFiles;
+use serde::Serialize;
+
+use crate::checkpoint::{CheckpointReport, RegionCheckpoint, BLOCKS};
+use crate::replay::{filtered_between, keyed, l1, points_profile, Key};
+use crate::rundir;
+use crate::PipelineError;
+
+/// What `--check` asks for.
+#[derive(Clone, Debug)]
+pub struct CheckRequest {
+    /// The checkpoints' folder.
+    pub dir: PathBuf,
+    /// QEMU to use instead of the one on PATH.
+    pub qemu: Option<PathBuf>,
+    /// Plugin library to use.
+    pub plugin: Option<PathBuf>,
+    /// Largest |deviation| accepted, in percent.
+    pub tolerance_pct: f64,
+}
+
+/// One checkpoint's check (`check.json`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CheckedRegion {
+    /// Region id.
+    pub id: usize,
+    /// The end marker was reached at its count.
+    pub reached_end: bool,
+    /// Instructions from the checkpoint's start to the region's end in the profile (warmup
+    /// included).
+    pub profile_length: u64,
+    /// The same in the checkpoint's run (the restorer's own instructions left out).
+    pub checkpoint_length: Option<u64>,
+    /// 100 x (checkpoint - profile) / profile.
+    pub deviation_pct: Option<f64>,
+    /// L1 distance (0..2) between the region's vector in the checkpoint's run and the profiled
+    /// interval's, blocks matched by (image, offset).
+    pub bbv_l1: Option<f64>,
+    /// The checkpoint's exit status under QEMU.
+    pub exit_status: i32,
+    /// What the checkpoint could not restore as it was (from checkpoints.json).
+    pub notes: Vec<String>,
+}
+
+/// Every checkpoint's check.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CheckReport {
+    /// Largest |deviation| accepted.
+    pub tolerance_pct: f64,
+    /// Per region.
+    pub regions: Vec<CheckedRegion>,
+}
+
+impl CheckReport {
+    /// Every end reached within the tolerance.
+    pub fn passed(&self) -> bool {
+        self.regions.iter().all(|r| {
+            r.reached_end
+                && r.deviation_pct
+                    .is_some_and(|d| d.abs() <= self.tolerance_pct)
+        })
+    }
+
+    /// The table `--check` prints.
+    pub fn table(&self) -> String {
+        let mut s = String::from(
+            "region  end  profile length  checkpoint length  deviation    bbv L1  status\n",
+        );
+        for r in &self.regions {
+            let _ = writeln!(
+                s,
+                "{:>6}  {:>3}  {:>14}  {:>17}  {:>9}  {:>8}  {:>6}",
+                r.id,
+                if r.reached_end { "yes" } else { "NO" },
+                r.profile_length,
+                r.checkpoint_length.map_or("-".into(), |n| n.to_string()),
+                r.deviation_pct.map_or("-".into(), |d| format!("{d:+.4}%")),
+                r.bbv_l1.map_or("-".into(), |d| format!("{d:.4}")),
+                r.exit_status,
+            );
+            for n in &r.notes {
+                let _ = writeln!(s, "        note: {n}");
+            }
+        }
+        let verdict = match self.passed() {
+            true => "every checkpoint reached its end within the tolerance",
+            false => "FAILED: a checkpoint missed its end or its length is off",
+        };
+        let _ = writeln!(s, "{verdict} (tolerance {}%)", self.tolerance_pct);
+        s
+    }
+}
+
+fn bad(path: &Path, what: impl std::fmt::Display) -> PipelineError {
+    PipelineError::Invalid(format!("{}: {what}", path.display()))
+}
+
+/// Reads `checkpoints.json` and checks every file it names is the one written.
+fn load(dir: &Path) -> Result<CheckpointReport, PipelineError> {
+    let path = dir.join("checkpoints.json");
+    let text = bbv_files::input::read_text(&path, 64 << 20)?;
+    let report: CheckpointReport = serde_json::from_str(&text)
+        .map_err(|e| bad(&path, format!("not a bbv checkpoint folder's index: {e}")))?;
+    for r in &report.regions {
+        let elf = dir.join(&r.file);
+        let f = std::fs::File::open(&elf).map_err(|e| PipelineError::io(&elf, e))?;
+        let len = f.metadata().map_err(|e| PipelineError::io(&elf, e))?.len();
+        let print = bbv_checkpoint::fingerprint(std::io::BufReader::new(f))
+            .map_err(|e| PipelineError::io(&elf, e))?;
+        if len != r.file_bytes || format!("{print:016x}") != r.fingerprint {
+            return Err(bad(
+                &elf,
+                format!(
+                    "{len} bytes, fingerprint {print:016x}; checkpoints.json says {} bytes, {}: \
+                     the checkpoint changed since bbv checkpoint wrote it",
+                    r.file_bytes, r.fingerprint
+                ),
+            ));
+        }
+    }
+    Ok(report)
+}
+
+fn hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()
+}
+
+/// The checkpoint pass's blocks: (runtime address, bytes, image, link-time offset), sorted.
+fn pass_blocks(dir: &Path) -> Result<Vec<(u64, u64, String, u64)>, PipelineError> {
+    let path = dir.join(BLOCKS);
+    let text = bbv_files::input::read_text(&path, 1 << 30)?;
+    let mut v = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let row = match f[..] {
+            [a, n, image, o] => (|| Some((hex(a)?, n.parse().ok()?, image.to_string(), hex(o)?)))(),
+            _ => None,
+        };
+        v.push(row.ok_or_else(|| {
+            bad(
+                &path,
+                format!("line {}: expected RUNTIME BYTES IMAGE OFFSET", i + 1),
+            )
+        })?);
+    }
+    v.sort_unstable_by_key(|b| b.0);
+    Ok(v)
+}
+
+/// The profile's name of the block holding runtime address `a`: the pass's block that holds
+/// it. A checkpoint's run cuts blocks where the pass did not (its int3 on the end instruction
+/// ends one), so its pieces count toward the block they are part of, as in the profile.
+fn key_at(pass: &[(u64, u64, String, u64)], a: u64) -> Option<Key> {
+    let i = pass.partition_point(|b| b.0 <= a).checked_sub(1)?;
+    let (start, bytes, image, offset) = &pass[i];
+    (a < start + bytes.max(&1)).then(|| (image.clone(), *offset))
+}
+
+/// Runs `--check`; `Err` = bad input, found before anything ran.
+pub fn check(req: &CheckRequest) -> Result<CheckReport, PipelineError> {
+    let report = load(&req.dir)?;
+    let s = rundir::read_summary(&report.run)?;
+    let blocks = rundir::read_blocks(&report.run.join("blocks.tsv"))?;
+    let profile = points_profile(&report.run, &s, blocks.len())?;
+    let profile_keys: Vec<Option<Key>> = blocks
+        .iter()
+        .map(|b| b.image.clone().map(|i| (i, b.offset)))
+        .collect();
+    let pass = pass_blocks(&req.dir)?;
+    let mut regions = Vec::new();
+    for r in &report.regions {
+        let point = s
+            .points
+            .iter()
+            .find(|p| crate::regions::region_id(p) == r.id);
+        let vector = point.and_then(|p| profile.kept.get(&p.interval));
+        let want = vector.map(|v| keyed(v, &profile_keys));
+        regions.push(run_one(req, &report.dir, r, &pass, want.as_ref())?);
+    }
+    let out = CheckReport {
+        tolerance_pct: req.tolerance_pct,
+        regions,
+    };
+    let mut files = AtomicFiles::default();
+    files.write(&req.dir.join("check.json"), |w| {
+        serde_json::to_writer_pretty(&mut *w, &out)?;
+        std::io::Write::write_all(w, b"\n")
+    })?;
+    files.commit()?;
+    Ok(out)
+}
+
+/// Runs one checkpoint under the collector.
+fn run_one(
+    req: &CheckRequest,
+    dir: &Path,
+    r: &RegionCheckpoint,
+    pass: &[(u64, u64, String, u64)],
+    want: Option<&HashMap<Key, u64>>,
+) -> Result<CheckedRegion, PipelineError> {
+    let work = tempfile::Builder::new()
+        .prefix(".bbv-check-")
+        .tempdir()
+        .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
+    // Events: 0 the checkpoint's first instruction, 1 the region's start, 2 its end.
+    let mut text = String::new();
+    let mut index: Vec<&str> = Vec::new();
+    for (event, m) in [&r.start, &r.region_start, &r.end].into_iter().enumerate() {
+        let i = match index.iter().position(|o| *o == m.file_offset) {
+            Some(i) => i,
+            None => {
+                let off = m.file_offset.trim_start_matches("0x");
+                let _ = writeln!(text, "pc {} {off} {}", index.len(), r.file);
+                index.push(&m.file_offset);
+                index.len() - 1
+            }
+        };
+        let _ = writeln!(text, "target {i} {} {event}", m.count);
+    }
+    // Marker lines first, then targets, as the plugin reads them.
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_by_key(|l| !l.starts_with("pc "));
+    let markers = work.path().join("markers");
+    std::fs::write(&markers, lines.join("\n") + "\n")
+        .map_err(|e| PipelineError::io(&markers, e))?;
+    let request = bbv_collect::Request {
+        program: dir.join(&r.file).display().to_string(),
+        args: Vec::new(),
+        qemu: req.qemu.clone(),
+        plugin: req.plugin.clone(),
+        cpu: None,
+        sysroot: None,
+        counting: bbv_collect::PluginConfig {
+            interval: u64::MAX / 4,
+            count_only: true,
+            markers: Some(markers),
+            ..Default::default()
+        },
+        work_dir: work.path().to_path_buf(),
+    };
+    let outcome = bbv_collect::prepare(request)?.run()?;
+    let exit_status = outcome.status.code();
+    let c = outcome.collected?;
+    let events = c.events()?;
+    let (lo, hi) = (
+        hex(&r.restorer[0]).unwrap_or(0),
+        hex(&r.restorer[1]).unwrap_or(0),
+    );
+    // The restorer's code (its handlers, the moved end instruction) is not the program's.
+    let counted: Vec<bool> = (c.blocks.iter())
+        .map(|b| !(lo..hi).contains(&b.runtime_address))
+        .collect();
+    let between = |a: usize, b: usize| match (events.get(&a), events.get(&b)) {
+        (Some(x), Some(y)) => Some(filtered_between(x, y, &counted)),
+        _ => None,
+    };
+    let checkpoint_length = between(0, 2);
+    let profile_length = r.warmup_instructions + r.region_instructions;
+    let keys: Vec<Option<Key>> = (c.blocks.iter())
+        .zip(&counted)
+        .map(|(b, &ok)| {
+            if ok {
+                key_at(pass, b.runtime_address)
+            } else {
+                None
+            }
+        })
+        .collect();
+    let bbv_l1 = match (events.get(&1), events.get(&2), want) {
+        (Some(a), Some(b), Some(want)) => {
+            let before: HashMap<u32, u64> = a.1.iter().copied().collect();
+            let diff: Vec<(u32, u64)> = (b.1.iter())
+                .filter(|(id, _)| counted.get(*id as usize - 1).copied().unwrap_or(false))
+                .map(|&(id, n)| (id, n - before.get(&id).copied().unwrap_or(0).min(n)))
+                .filter(|x| x.1 > 0)
+                .collect();
+            Some(l1(&keyed(&diff, &keys), want))
+        }
+        _ => None,
+    };
+    Ok(CheckedRegion {
+        id: r.id,
+        reached_end: events.contains_key(&2) && exit_status == 0,
+        profile_length,
+        checkpoint_length,
+        deviation_pct: checkpoint_length
+            .map(|l| 100.0 * (l as f64 - profile_length as f64) / profile_length.max(1) as f64),
+        bbv_l1,
+        exit_status,
+        notes: r.notes.clone(),
+    })
+}

@@ -1,0 +1,268 @@
+//! Checkpoints (`checkpoint=FILE`, `bbv checkpoint`): when a capture event fires on thread 1,
+//! writes the process's registers, memory and kernel-visible state into the plugin's folder
+//! (`checkpoint.E`, `checkpoint.E.mem`, `checkpoint.E.fdN`; the format is
+//! [`bbv_plugin_contract::checkpoint`]).
+//!
+//! Registers come from QEMU's register API (plugin API v3, QEMU 9.1 and later), read in the
+//! marker's callback, which QEMU then makes with the registers synced.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use bbv_plugin_contract::checkpoint::{Capture, Descriptor, FdKind, Run};
+use bbv_plugin_contract::files;
+
+use crate::guest::{self, Guest};
+
+struct Plan {
+    events: HashSet<u32>,
+    dir: PathBuf,
+}
+
+static PLAN: OnceLock<Plan> = OnceLock::new();
+
+/// Reads the capture list (`capture EVENT` lines) and starts following the guest's state.
+pub fn init(dir: &Path, file: &Path) -> Result<(), String> {
+    if cfg!(feature = "api-v1") {
+        return Err("checkpoints read the guest's registers: they need QEMU 9.1 or later".into());
+    }
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("reading the capture list {}: {e}", file.display()))?;
+    let mut events = HashSet::new();
+    for (i, line) in text.lines().enumerate() {
+        let e = line
+            .strip_prefix("capture ")
+            .and_then(|e| e.parse().ok())
+            .ok_or_else(|| format!("{}:{}: expected capture EVENT", file.display(), i + 1))?;
+        events.insert(e);
+    }
+    guest::init(&dir.join(files::STDIN))?;
+    PLAN.set(Plan {
+        events,
+        dir: dir.to_path_buf(),
+    })
+    .map_err(|_| "checkpoints set up twice".to_string())
+}
+
+/// Marker `marker` is at guest address `vaddr` (first translation): one line in
+/// `checkpoint.markers`.
+pub fn note_marker(marker: u32, vaddr: u64) {
+    static NOTED: std::sync::Mutex<Option<HashSet<u32>>> = std::sync::Mutex::new(None);
+    let Some(plan) = PLAN.get() else { return };
+    let mut noted = NOTED.lock().unwrap_or_else(|e| e.into_inner());
+    if !noted.get_or_insert_with(HashSet::new).insert(marker) {
+        return;
+    }
+    let path = plan.dir.join(files::CHECKPOINT_MARKERS);
+    let line = format!("{marker} {vaddr:x}\n");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(e) = written {
+        crate::report_error(&format!("writing {}: {e}", path.display()));
+    }
+}
+
+/// Whether checkpoints are being taken.
+pub fn active() -> bool {
+    PLAN.get().is_some()
+}
+
+/// Whether marker event `event` captures the process.
+pub fn wants(event: u32) -> bool {
+    PLAN.get().is_some_and(|p| p.events.contains(&event))
+}
+
+/// Registers as QEMU's register API gives them: (name, bytes).
+pub type Registers = Vec<(String, Vec<u8>)>;
+
+/// The guest's first instruction: the loader's mappings, from its stack pointer
+/// (`registers`, read there).
+pub fn first_instruction(registers: Registers) {
+    if PLAN.get().is_none() {
+        return;
+    }
+    let Some(rsp) = registers
+        .into_iter()
+        .find(|(n, _)| n == "rsp")
+        .and_then(|(_, b)| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)))
+    else {
+        guest::with(|g| g.problems.push("no rsp register from QEMU".into()));
+        return;
+    };
+    let base = guest::GUEST_BASE.load(std::sync::atomic::Ordering::Relaxed);
+    let stack = crate::maps::area_at(rsp.wrapping_add(base))
+        .map(|(s, e)| (s.wrapping_sub(base), e.wrapping_sub(base)));
+    guest::with(|g| g.start(rsp, stack));
+}
+
+/// A system call starts on `vcpu`.
+pub fn syscall(vcpu: u32, nr: i64, args: [u64; 6]) {
+    guest::with(|g| g.syscall(vcpu, nr, args));
+}
+
+/// It returns.
+pub fn syscall_ret(vcpu: u32, ret: i64) {
+    guest::with(|g| g.syscall_ret(vcpu, ret));
+}
+
+/// Where the process stands when a capture event fires.
+pub struct Moment {
+    /// The marker instruction, not yet run.
+    pub pc: u64,
+    /// Thread 1's instructions before it.
+    pub instructions: u64,
+    /// (marker, executions before this instruction).
+    pub hits: Vec<(u32, u64)>,
+    /// More than one thread runs.
+    pub several: bool,
+}
+
+/// Captures the process at marker event `event`, with `registers` read there.
+pub fn capture(event: u32, at: Moment, registers: Registers) {
+    let Some(plan) = PLAN.get() else { return };
+    let Moment {
+        pc,
+        instructions,
+        hits,
+        several,
+    } = at;
+    let result = guest::with(|g| -> std::io::Result<()> {
+        let mut c = Capture {
+            pc,
+            instructions,
+            registers,
+            maps: g.areas.list(),
+            hits,
+            sigmask: g.sigmask,
+            brk: g.brk,
+            sigactions: g.actions.values().copied().collect(),
+            cwd: std::env::current_dir()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            problems: g.problems.clone(),
+            ..Capture::default()
+        };
+        if several {
+            c.problems
+                .push("several threads run: a checkpoint restores thread 1 only".into());
+        }
+        for m in g.shared_writable() {
+            c.problems.push(format!(
+                "shared writable mapping {m}: the checkpoint's copy is private"
+            ));
+        }
+        c.data = memory(g, &c, &plan.dir.join(files::checkpoint_memory(event)))?;
+        c.fds = descriptors(g, event, &plan.dir, &mut c.problems);
+        if g.stdin_recorded() {
+            c.stdin_consumed = Some(g.stdin_bytes);
+        }
+        let text = c.to_text();
+        bbv_files::write_atomic(
+            &plan.dir.join(files::checkpoint_state(event)),
+            text.as_bytes(),
+        )
+        .map_err(std::io::Error::other)
+    });
+    if let Some(Err(e)) = result {
+        crate::report_error(&format!("writing checkpoint {event}: {e}"));
+    }
+}
+
+/// Writes the non-zero pages of every readable mapping, returning where each run went.
+fn memory(g: &Guest, c: &Capture, path: &Path) -> std::io::Result<Vec<Run>> {
+    const CHUNK: usize = 1 << 20;
+    const PAGE: usize = 4096;
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
+    let mut runs: Vec<Run> = Vec::new();
+    let mut offset = 0u64;
+    let mut buf = vec![0u8; CHUNK];
+    for m in c.maps.iter().filter(|m| m.prot & 1 != 0) {
+        let mut at = m.start;
+        while at < m.end {
+            let len = ((m.end - at) as usize).min(CHUNK);
+            let chunk = &mut buf[..len];
+            if !g.read_into(at, chunk) {
+                // Page by page: a file mapping past its file's end reads as nothing.
+                for (i, page) in chunk.chunks_mut(PAGE).enumerate() {
+                    if !g.read_into(at + (i * PAGE) as u64, page) {
+                        page.fill(0);
+                    }
+                }
+            }
+            for (i, page) in chunk.chunks(PAGE).enumerate() {
+                if page.iter().all(|&b| b == 0) {
+                    continue;
+                }
+                let addr = at + (i * PAGE) as u64;
+                out.write_all(page)?;
+                match runs.last_mut() {
+                    Some(r) if r.addr + r.len == addr && r.offset + r.len == offset => {
+                        r.len += PAGE as u64
+                    }
+                    _ => runs.push(Run {
+                        addr,
+                        len: PAGE as u64,
+                        offset,
+                    }),
+                }
+                offset += PAGE as u64;
+            }
+            at += len as u64;
+        }
+    }
+    out.into_inner().map_err(|e| e.into_error())?.sync_data()?;
+    Ok(runs)
+}
+
+/// The guest's open descriptors; regular files it can read are copied.
+fn descriptors(g: &Guest, event: u32, dir: &Path, problems: &mut Vec<String>) -> Vec<Descriptor> {
+    let mut out = Vec::new();
+    for &fd in &g.fds {
+        // SAFETY: fcntl and fstat on a descriptor number; a closed one answers EBADF.
+        let (flags, mode) = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            let mut st: libc::stat = std::mem::zeroed();
+            if flags < 0 || libc::fstat(fd, &mut st) != 0 {
+                continue;
+            }
+            (flags as u32, st.st_mode & libc::S_IFMT)
+        };
+        let kind = match mode {
+            libc::S_IFREG => FdKind::File,
+            libc::S_IFCHR => FdKind::Char,
+            libc::S_IFIFO => FdKind::Pipe,
+            libc::S_IFSOCK => FdKind::Socket,
+            libc::S_IFDIR => FdKind::Dir,
+            _ => FdKind::Other,
+        };
+        // SAFETY: lseek without moving.
+        let offset = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) };
+        let path = guest::fd_path(fd);
+        let readable = flags & libc::O_ACCMODE as u32 != libc::O_WRONLY as u32;
+        let copied = kind == FdKind::File
+            && readable
+            && std::fs::copy(
+                format!("/proc/self/fd/{fd}"),
+                dir.join(files::checkpoint_file(event, fd)),
+            )
+            .is_ok();
+        if kind == FdKind::File && readable && !copied {
+            problems.push(format!("fd {fd} ({path}): its file could not be copied"));
+        }
+        out.push(Descriptor {
+            fd,
+            flags,
+            offset: u64::try_from(offset).ok(),
+            kind,
+            copied,
+            path: path.replace('\n', "?"),
+        });
+    }
+    out
+}
