@@ -133,27 +133,12 @@ pub fn report(a: ReportArgs) -> Result<()> {
 
 /// `bbv trace`: the replay's exit statuses; 1 also when a region could not be traced whole.
 pub fn trace(a: TraceArgs) -> Result<u8> {
-    if a.tail < 1000 {
-        bail!(
-            "--tail {}: at least 1000 records (ChampSim reads ahead of retirement)",
-            a.tail
-        );
-    }
-    if a.xz_preset > 9 {
-        bail!("--xz-preset {}: 0 to 9", a.xz_preset);
-    }
-    let out = a
-        .output
-        .clone()
-        .unwrap_or_else(|| a.replay.dir.join("traces"));
-    let spec = bbv_pipeline::trace::TraceSpec {
-        dir: std::path::absolute(&out)?,
-        tail: a.tail,
-        preset: (!a.raw).then_some(a.xz_preset),
-    };
+    let out = a.output.unwrap_or_else(|| a.replay.dir.join("traces"));
+    let preset = (!a.raw).then_some(a.xz_preset);
+    let spec = bbv_pipeline::trace::TraceSpec::new(std::path::absolute(&out)?, a.tail, preset)?;
     let extra = Extra {
         trace: Some(spec),
-        checkpoint: None,
+        ..Default::default()
     };
     let (outcome, passed) = run_replay(a.replay, extra)?;
     match outcome.traces {

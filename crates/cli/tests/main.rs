@@ -2,6 +2,7 @@
 
 mod cc_cli;
 mod champsim_cli;
+mod checkpoint_cli;
 mod collect_cli;
 mod common;
 mod fuzz_cli;

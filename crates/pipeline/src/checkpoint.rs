@@ -205,10 +205,27 @@ impl Checkpointing {
         plan: &MarkerPlan,
         c: &bbv_collect::Collected,
     ) -> Result<CheckpointReport, PipelineError> {
+        let dir = self.spec.dir.clone();
+        let fresh = !dir.exists();
+        std::fs::create_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
+        let built = self.build_all(run, s, plan, c);
+        if built.is_err() && fresh {
+            // Nothing of a failed command stays behind, not even its folder.
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        built
+    }
+
+    fn build_all(
+        self,
+        run: &Path,
+        s: &Summary,
+        plan: &MarkerPlan,
+        c: &bbv_collect::Collected,
+    ) -> Result<CheckpointReport, PipelineError> {
         let addresses = marker_addresses(c.dir.path())?;
         let events = c.events()?;
         let dir = &self.spec.dir;
-        std::fs::create_dir_all(dir).map_err(|e| PipelineError::io(dir, e))?;
         let dir = std::fs::canonicalize(dir).map_err(|e| PipelineError::io(dir, e))?;
         let mut files = AtomicFiles::default();
         let mut regions = Vec::new();
@@ -237,6 +254,10 @@ impl Checkpointing {
         })?;
         files.write(&dir.join(BLOCKS), |w| write_blocks(c, w))?;
         files.commit()?;
+        for r in &report.regions {
+            let out = dir.join(format!("region-{}.files", r.id));
+            std::fs::create_dir_all(&out).map_err(|e| PipelineError::io(&out, e))?;
+        }
         Ok(report)
     }
 
@@ -277,8 +298,8 @@ impl Checkpointing {
             })
         };
         let end_pc = address(end_marker)?;
+        // Made once every checkpoint is in place.
         let outputs = at.dir.join(format!("region-{id}.files"));
-        std::fs::create_dir_all(&outputs).map_err(|e| PipelineError::io(&outputs, e))?;
         let stdin = at.plugin_dir.join(files::STDIN);
         let copied = |fd: i32| at.plugin_dir.join(files::checkpoint_file(event as u32, fd));
         let inputs = bbv_checkpoint::Inputs {

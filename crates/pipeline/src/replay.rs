@@ -373,16 +373,17 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         .collected
         .map_err(PipelineError::from)
         .and_then(|c| {
-            if let Some(ck) = checkpointing {
+            let events = c.events()?;
+            let report = replay_report(req, &s, &blocks, &profile, &c, &events)?;
+            events_seen = Some(events);
+            // Checkpoints only of a replay that followed the profile.
+            if let Some(ck) = checkpointing.filter(|_| report.passed()) {
                 let plan = crate::checkpoint::MarkerPlan {
                     pcs: plan.pcs.iter().map(|p| (p.0.as_str(), p.1)).collect(),
                     targets: &plan.targets,
                 };
                 checkpoints = Some(ck.finish(&req.dir, &s, &plan, &c));
             }
-            let events = c.events()?;
-            let report = replay_report(req, &s, &blocks, &profile, &c, &events)?;
-            events_seen = Some(events);
             Ok(report)
         });
     let traces = tracing.map(|t| t.finish(&req.dir, &s, events_seen.as_ref()));

@@ -51,6 +51,21 @@ pub struct TraceSpec {
     pub preset: Option<u32>,
 }
 
+impl TraceSpec {
+    /// A spec, its tail and preset checked.
+    pub fn new(dir: PathBuf, tail: u64, preset: Option<u32>) -> Result<TraceSpec, PipelineError> {
+        if tail < 1000 {
+            return Err(PipelineError::Invalid(format!(
+                "--tail {tail}: at least 1000 records (ChampSim reads ahead of retirement)"
+            )));
+        }
+        if let Some(p) = preset.filter(|&p| p > 9) {
+            return Err(PipelineError::Invalid(format!("--xz-preset {p}: 0 to 9")));
+        }
+        Ok(TraceSpec { dir, tail, preset })
+    }
+}
+
 /// One region's trace (`regions.json`).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct RegionTrace {

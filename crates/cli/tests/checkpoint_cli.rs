@@ -1,0 +1,284 @@
+//! `bbv checkpoint`: executable checkpoints of a real program's regions (a file and stdin read
+//! in pieces, stdout, TLS, the heap, floating point, a signal handler), profiled and captured
+//! under the QEMU 10 scripts/build-qemu builds, each run to its end natively and under both
+//! QEMUs, checked by `--check` (whose figures the test recomputes), and the bad inputs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::common::{assert_status, bbv, guest_env, json};
+use crate::qemu10_cli::qemu10;
+
+/// The guest, its input file and its stdin lines, built in `dir`.
+fn guest(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/ckpt.c");
+    let exe = dir.join("ckpt");
+    let out = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-lm")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Bytes that steer the guest's work (its allocation sizes follow them).
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let bytes: Vec<u8> = (0..120_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(dir.join("input.bin"), bytes).unwrap();
+    let lines: String = (0..3000)
+        .map(|i| format!("line {i} {}\n", "x".repeat(i % 37)))
+        .collect();
+    std::fs::write(dir.join("lines.txt"), lines).unwrap();
+    exe
+}
+
+/// bbv with `args` in `dir`, the guest's stdin `lines.txt`, in a fixed environment.
+fn bbv_in(dir: &Path, args: &[&str]) -> Output {
+    let mut c = bbv();
+    guest_env(&mut c)
+        .current_dir(dir)
+        .args(args)
+        .stdin(std::fs::File::open(dir.join("lines.txt")).unwrap())
+        .output()
+        .unwrap()
+}
+
+fn q10() -> String {
+    qemu10().join("qemu-x86_64").display().to_string()
+}
+
+/// `bbv run` of the guest under QEMU 10 into `dir/run`.
+fn profile(dir: &Path, rounds: &str) {
+    let q = q10();
+    let out = bbv_in(
+        dir,
+        &[
+            "run",
+            "--qemu",
+            &q,
+            "--interval",
+            "2000000",
+            "--warmup",
+            "4000000",
+            "-o",
+            "run",
+            "--",
+            "./ckpt",
+            "input.bin",
+            rounds,
+        ],
+    );
+    assert_status(&out, 0);
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn checkpoints_reach_their_ends_natively_and_under_qemu() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path();
+    guest(dir);
+    profile(dir, "600");
+    let q = q10();
+    let out = bbv_in(
+        dir,
+        &[
+            "checkpoint",
+            "--qemu",
+            &q,
+            "run",
+            "--",
+            "./ckpt",
+            "input.bin",
+            "600",
+        ],
+    );
+    assert_status(&out, 0);
+    let ck = dir.join("run/checkpoints");
+    let index = json(&ck.join("checkpoints.json"));
+    let regions = index["regions"].as_array().unwrap();
+    let summary = json(&dir.join("run/summary.json"));
+    assert_eq!(regions.len(), summary["points"].as_array().unwrap().len());
+    for r in regions {
+        let elf = ck.join(r["file"].as_str().unwrap());
+        assert!(r["notes"].as_array().unwrap().is_empty(), "{r}");
+        // Natively, stdin closed off: the checkpoint brings the bytes its region reads.
+        for (how, mut c) in [
+            ("natively", Command::new(&elf)),
+            ("under QEMU 10", Command::new(qemu10().join("qemu-x86_64"))),
+            ("under QEMU 7.2", Command::new("qemu-x86_64")),
+        ] {
+            if !how.starts_with("natively") {
+                c.arg(&elf);
+            }
+            let o = c.stdin(Stdio::null()).current_dir("/").output().unwrap();
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{} {how}: {}",
+                elf.display(),
+                stderr(&o)
+            );
+        }
+    }
+    let check = bbv_in(
+        dir,
+        &["checkpoint", "--qemu", &q, "--check", "run/checkpoints"],
+    );
+    assert_status(&check, 0);
+    let report = json(&ck.join("check.json"));
+    let mut l1_sum = 0.0;
+    let checked = report["regions"].as_array().unwrap();
+    assert_eq!(checked.len(), regions.len());
+    for c in checked {
+        assert_eq!(c["reached_end"], true, "{c}");
+        // The length's deviation from the files, not the tool's own figure.
+        let id = c["id"].as_u64().unwrap();
+        let r = regions
+            .iter()
+            .find(|r| r["id"].as_u64() == Some(id))
+            .unwrap();
+        let want =
+            r["warmup_instructions"].as_u64().unwrap() + r["region_instructions"].as_u64().unwrap();
+        assert_eq!(c["profile_length"].as_u64(), Some(want));
+        let got = c["checkpoint_length"].as_u64().unwrap() as f64;
+        let dev = 100.0 * (got - want as f64) / want as f64;
+        assert!(
+            dev.abs() < 0.1,
+            "region {id}: {got} instructions for {want}"
+        );
+        l1_sum += c["bbv_l1"].as_f64().unwrap();
+    }
+    assert!(
+        l1_sum / (checked.len() as f64) < 0.05,
+        "mean BBV L1 {}",
+        l1_sum / checked.len() as f64
+    );
+}
+
+#[test]
+fn bad_input_is_refused_and_nothing_is_written() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path();
+    guest(dir);
+    profile(dir, "200");
+    let q = q10();
+    let ck = dir.join("run/checkpoints");
+    let refused = |args: &[&str], code: i32, says: &str| {
+        let o = bbv_in(dir, args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        assert!(!ck.exists(), "{args:?} left {}", ck.display());
+    };
+    // Not a run directory; another program; another QEMU; a QEMU without registers.
+    refused(
+        &["checkpoint", "--qemu", &q, "lines.txt", "--", "./ckpt"],
+        2,
+        "`bbv run` output",
+    );
+    std::fs::copy("/bin/true", dir.join("other")).unwrap();
+    refused(
+        &["checkpoint", "--qemu", &q, "run", "--", "./other"],
+        2,
+        "build id",
+    );
+    refused(
+        &[
+            "checkpoint",
+            "--qemu",
+            "/usr/bin/qemu-x86_64",
+            "run",
+            "--",
+            "./ckpt",
+            "input.bin",
+            "200",
+        ],
+        2,
+        "9.1",
+    );
+    // Profiled under another QEMU (as its summary says).
+    let summary = dir.join("run/summary.json");
+    let text = std::fs::read_to_string(&summary).unwrap();
+    let other = text.replace(json(&summary)["qemu"].as_str().unwrap(), "7.2.22");
+    std::fs::write(&summary, other).unwrap();
+    refused(
+        &[
+            "checkpoint",
+            "--qemu",
+            &q,
+            "run",
+            "--",
+            "./ckpt",
+            "input.bin",
+            "200",
+        ],
+        2,
+        "profiled under QEMU 7.2.22",
+    );
+    std::fs::write(&summary, text).unwrap();
+    // Markers not reached: the program stops early.
+    refused(
+        &[
+            "checkpoint",
+            "--qemu",
+            &q,
+            "run",
+            "--",
+            "./ckpt",
+            "input.bin",
+            "3",
+        ],
+        1,
+        "no checkpoints written",
+    );
+    let out = bbv_in(
+        dir,
+        &[
+            "checkpoint",
+            "--qemu",
+            &q,
+            "run",
+            "--",
+            "./ckpt",
+            "input.bin",
+            "200",
+        ],
+    );
+    assert_status(&out, 0);
+    // A checkpoint changed since, an index cut short: refused before anything runs.
+    let index = json(&ck.join("checkpoints.json"));
+    let elf = ck.join(index["regions"][0]["file"].as_str().unwrap());
+    let mut bytes = std::fs::read(&elf).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&elf, &bytes).unwrap();
+    let o = bbv_in(
+        dir,
+        &["checkpoint", "--qemu", &q, "--check", "run/checkpoints"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("changed since"), "{}", stderr(&o));
+    assert!(!ck.join("check.json").exists());
+    let text = std::fs::read_to_string(ck.join("checkpoints.json")).unwrap();
+    std::fs::write(ck.join("checkpoints.json"), &text[..text.len() / 2]).unwrap();
+    let o = bbv_in(
+        dir,
+        &["checkpoint", "--qemu", &q, "--check", "run/checkpoints"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("checkpoints.json"), "{}", stderr(&o));
+    assert!(!ck.join("check.json").exists());
+}
