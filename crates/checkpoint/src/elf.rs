@@ -16,24 +16,44 @@ fn page_up(n: u64) -> u64 {
     n.div_ceil(PAGE) * PAGE
 }
 
-/// A base for the restorer: 16 MiB-aligned, free of every captured mapping (with a page to
-/// spare), inside one 4 GiB span (its seccomp filter compares the low 32 bits of addresses).
+/// Whether [b, b + size) keeps a page clear of every captured mapping.
+fn clear(r: &Restore, b: u64, size: u64) -> bool {
+    r.areas
+        .iter()
+        .all(|a| a.start + a.len + PAGE <= b || b + size + PAGE <= a.start)
+}
+
+/// A base for the restorer, free of every captured mapping, inside one 4 GiB span (its
+/// seccomp filter compares the low 32 bits of addresses), and below the captured mappings
+/// where there is room: the break of a process (the kernel's or QEMU's) starts after its
+/// program's segment, and the heap's brk calls must find it below the heap to fail as glibc
+/// expects where the checkpoint's handler cannot serve them (under QEMU).
 fn choose_base(r: &Restore, size: u64) -> Result<u64, CheckpointError> {
-    const STEP: u64 = 16 << 20;
-    let free = |b: u64| {
-        b >= 0x1000_0000
-            && (b >> 32) == ((b + size) >> 32)
-            && r.areas
-                .iter()
-                .all(|a| a.start + a.len + PAGE <= b || b + size + PAGE <= a.start)
-    };
-    // Near the end instruction first: its moved copy keeps rel32 reach to what it refers to.
-    let near = r.end_pc & !(STEP - 1);
-    (1..96u64)
-        .flat_map(|k| [near.wrapping_sub(k * STEP), near.wrapping_add(k * STEP)])
+    const STEP: u64 = 64 << 10;
+    let fits = |b: u64| b >= 0x10_0000 && (b >> 32) == ((b + size) >> 32) && clear(r, b, size);
+    let lowest = r.areas.iter().map(|a| a.start).min().unwrap_or(0x4000_0000);
+    let top = lowest.saturating_sub(size + 2 * PAGE) & !(STEP - 1);
+    (0..=top / STEP)
+        .map(|k| top - k * STEP)
         .chain((0x2_0000_0000u64..0x7000_0000_0000).step_by(STEP as usize))
-        .find(|&b| free(b))
+        .find(|&b| fits(b))
         .ok_or_else(|| CheckpointError::Invalid("no free address for the restorer".into()))
+}
+
+/// A free page within rel32 reach of the end instruction, for its moved copy.
+fn choose_slot(r: &Restore, base: u64, size: u64) -> Result<u64, CheckpointError> {
+    let near = r.end_pc & !(PAGE - 1);
+    (1..(1u64 << 18))
+        .flat_map(|k| [near.wrapping_sub(k * PAGE), near.wrapping_add(k * PAGE)])
+        .find(|&p| {
+            p >= 0x10_0000 && clear(r, p, PAGE) && (p + 2 * PAGE <= base || base + size + PAGE <= p)
+        })
+        .ok_or_else(|| {
+            CheckpointError::Invalid(format!(
+                "no free page within reach of the end instruction at {:#x}",
+                r.end_pc
+            ))
+        })
 }
 
 fn header(entry: u64, base: u64, seg_len: u64) -> Vec<u8> {
@@ -73,6 +93,8 @@ pub(crate) struct Placed {
     pub segment: (u64, u64),
     /// The handler's exit at the region's end.
     pub reached: u64,
+    /// The moved end instruction's page.
+    pub slot: u64,
     /// Where each run of kept pages lies in the file: (guest address, bytes, file offset).
     pub runs: Vec<(u64, u64, u64)>,
 }
@@ -84,21 +106,29 @@ pub(crate) fn write(r: &Restore, out: &mut impl Write) -> Result<Placed, Checkpo
     let far = Layout {
         base: 0x2_0000_0000,
         blob_offsets: vec![1 << 40; blobs.len()],
+        slot: 1 << 46,
+        moved: vec![0; SLOT as usize],
     };
-    let seg_len = page_up(assemble(r, &far, far.base + (1 << 30))?.code.len() as u64 + SLOT + 64);
+    let seg_len = page_up(assemble(r, &far, far.base + (1 << 30))?.code.len() as u64 + 64);
     let base = choose_base(r, seg_len)?;
+    let slot = choose_slot(r, base, seg_len)?;
+    let mut moved = displaced(&r.end_code, r.end_pc, slot)?;
+    moved.resize(SLOT as usize, 0xcc);
     let mut at = SEGMENT_OFFSET + seg_len;
     let mut blob_offsets = Vec::with_capacity(blobs.len());
     for b in &blobs {
         blob_offsets.push(at);
         at = page_up(at + b.2);
     }
-    let layout = Layout { base, blob_offsets };
+    let layout = Layout {
+        base,
+        blob_offsets,
+        slot,
+        moved,
+    };
     let layout = &layout;
-    let mut code = displaced(&r.end_code, r.end_pc, base)?;
-    code.resize(SLOT as usize, 0xcc);
     let assembled = assemble(r, layout, base + seg_len)?;
-    code.extend(assembled.code);
+    let code = assembled.code;
     if code.len() as u64 > seg_len {
         return Err(CheckpointError::Assemble(format!(
             "the restorer grew from {seg_len} to {} bytes",
@@ -106,7 +136,7 @@ pub(crate) fn write(r: &Restore, out: &mut impl Write) -> Result<Placed, Checkpo
         )));
     }
     let mut w = Counted { out, written: 0 };
-    w.put(&header(base + SLOT, base, seg_len))?;
+    w.put(&header(base, base, seg_len))?;
     w.pad_to(SEGMENT_OFFSET)?;
     w.put(&code)?;
     for (b, &off) in blobs.iter().zip(&layout.blob_offsets) {
@@ -133,6 +163,7 @@ pub(crate) fn write(r: &Restore, out: &mut impl Write) -> Result<Placed, Checkpo
     Ok(Placed {
         segment: (base, base + seg_len),
         reached: assembled.reached,
+        slot,
         runs: (r.runs.iter().zip(&layout.blob_offsets))
             .map(|((addr, (_, _, len)), &off)| (*addr, *len, off))
             .collect(),

@@ -5,7 +5,7 @@
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
 
-use crate::restorer::{filter, FdOp, Layout, Restore, SYS_EXIT_GROUP};
+use crate::restorer::{filter, FdOp, Layout, Restore, FILTER_LEN, SYS_BRK, SYS_EXIT_GROUP};
 use crate::{CheckpointError, EXIT_EARLY, EXIT_FOREIGN_TRAP, EXIT_RESTORE_FAILED};
 
 const SYS_WRITE: i32 = 1;
@@ -39,8 +39,7 @@ pub(crate) struct Assembled {
     pub reached: u64,
 }
 
-/// Assembles the restorer to run at `layout.base` + [`crate::displace::SLOT`] (the moved end
-/// instruction takes the slot before it), its segment ending at `code_end`.
+/// Assembles the restorer to run at `layout.base`, its segment ending at `code_end`.
 pub(crate) fn assemble(
     r: &Restore,
     layout: &Layout,
@@ -49,13 +48,15 @@ pub(crate) fn assemble(
     let mut e = Emit::new(r, layout)?;
     e.open_self()?;
     e.mappings()?;
+    e.slot()?;
     e.descriptors()?;
     e.process()?;
     e.jump()?;
-    e.handlers(layout.base)?;
+    e.handlers(layout.slot)?;
+    e.brk()?;
     e.failures()?;
     e.data(layout.base, code_end)?;
-    e.finish(layout.base + crate::displace::SLOT)
+    e.finish(layout.base)
 }
 
 /// Labels of the code's targets and data.
@@ -82,6 +83,9 @@ struct Labels {
     tls: CodeLabel,
     count: CodeLabel,
     reached: CodeLabel,
+    moved: CodeLabel,
+    on_brk: CodeLabel,
+    brk: CodeLabel,
 }
 
 /// The assembler, what it restores and the texts its messages print.
@@ -91,6 +95,8 @@ struct Emit<'a> {
     l: Labels,
     /// File offsets of the blobs not yet used, in order.
     blobs: std::vec::IntoIter<u64>,
+    slot: u64,
+    moved: Vec<u8>,
     texts: Vec<(CodeLabel, Vec<u8>)>,
 }
 
@@ -123,12 +129,17 @@ impl<'a> Emit<'a> {
             tls: l(),
             count: l(),
             reached: l(),
+            moved: l(),
+            on_brk: l(),
+            brk: l(),
         };
         Ok(Emit {
             a,
             r,
             l,
             blobs: layout.blob_offsets.clone().into_iter(),
+            slot: layout.slot,
+            moved: layout.moved.clone(),
             texts: Vec::new(),
         })
     }
@@ -235,6 +246,32 @@ impl<'a> Emit<'a> {
             a.test(rax, rax)?;
             a.jnz(l.protect)?;
         }
+        Ok(())
+    }
+
+    /// The page near the end instruction with its moved copy, executable.
+    pub fn slot(&mut self) -> Step {
+        let (a, l) = (&mut self.a, &self.l);
+        a.mov(rdi, self.slot)?;
+        a.mov(esi, 4096)?;
+        a.mov(edx, 3)?;
+        a.mov(r10d, 0x22 | 0x10_0000)?;
+        a.mov(r8, -1i64)?;
+        a.xor(r9d, r9d)?;
+        a.mov(eax, SYS_MMAP)?;
+        a.syscall()?;
+        a.cmp(rax, rdi)?;
+        a.jne(l.taken)?;
+        a.lea(rsi, ptr(l.moved))?;
+        a.mov(ecx, self.moved.len() as u32)?;
+        a.rep().movsb()?;
+        a.mov(rdi, self.slot)?;
+        a.mov(esi, 4096)?;
+        a.mov(edx, 5)?;
+        a.mov(eax, SYS_MPROTECT)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.jnz(l.protect)?;
         Ok(())
     }
 
@@ -460,7 +497,7 @@ impl<'a> Emit<'a> {
     /// SIGTRAP: the end marker's int3; before its last count the instruction runs from its
     /// moved copy at the segment's start. SIGSYS: the program exiting early. The restorer
     /// for both.
-    pub fn handlers(&mut self, base: u64) -> Step {
+    pub fn handlers(&mut self, slot: u64) -> Step {
         let foreign = self.a.create_label();
         let (a, l, r) = (&mut self.a, &mut self.l, self.r);
         a.set_label(&mut l.on_trap)?;
@@ -472,7 +509,7 @@ impl<'a> Emit<'a> {
         a.mov(rax, r.end_count)?;
         a.cmp(qword_ptr(l.count), rax)?;
         a.jae(l.reached)?;
-        a.mov(rax, base)?;
+        a.mov(rax, slot)?;
         a.mov(qword_ptr(rdx) + UC_RIP, rax)?;
         a.ret()?;
         a.set_label(&mut l.reached)?;
@@ -483,14 +520,76 @@ impl<'a> Emit<'a> {
         self.here(foreign)?;
         self.say("bbv checkpoint: a SIGTRAP that is not the end marker's\n")?;
         self.exit(EXIT_FOREIGN_TRAP)?;
-        let on_sys = self.l.on_sys;
+        let (on_sys, on_brk) = (self.l.on_sys, self.l.on_brk);
         self.here(on_sys)?;
+        // siginfo's si_syscall (at 24): brk is served, anything else is an early exit.
+        self.a.cmp(dword_ptr(rsi) + 24, SYS_BRK)?;
+        self.a.je(on_brk)?;
         self.say("bbv checkpoint: the program exited before the region's end marker\n")?;
         self.exit(EXIT_EARLY)?;
         let (a, l) = (&mut self.a, &mut self.l);
         a.set_label(&mut l.sigreturn)?;
         a.mov(eax, SYS_RT_SIGRETURN)?;
         a.syscall()?;
+        Ok(())
+    }
+
+    /// brk, trapped: the captured heap's break moves as the kernel's would (pages mapped or
+    /// unmapped above it), and ucontext's rax gets the break.
+    pub fn brk(&mut self) -> Step {
+        const UC_RDI: i32 = 40 + 8 * 8;
+        const UC_RAX: i32 = 40 + 13 * 8;
+        let (mut grow, mut shrink, mut done) = (
+            self.a.create_label(),
+            self.a.create_label(),
+            self.a.create_label(),
+        );
+        let (a, l) = (&mut self.a, &mut self.l);
+        a.set_label(&mut l.on_brk)?;
+        a.mov(r12, rdx)?;
+        a.mov(r13, qword_ptr(rdx) + UC_RDI)?; // asked for
+        a.lea(r14, ptr(l.brk))?;
+        a.mov(rbx, qword_ptr(r14))?; // [break, heap start]
+        a.cmp(r13, qword_ptr(r14) + 8)?;
+        a.jb(done)?; // 0 or below the heap: the break as it is
+        let page_up = |a: &mut CodeAssembler, dst: AsmRegister64, src: AsmRegister64| -> Step {
+            a.lea(dst, qword_ptr(src) + 4095)?;
+            a.and(dst, -4096)?;
+            Ok(())
+        };
+        page_up(a, r8, rbx)?; // old top
+        page_up(a, r9, r13)?; // new top
+        a.cmp(r9, r8)?;
+        a.ja(grow)?;
+        a.jb(shrink)?;
+        a.mov(qword_ptr(r14), r13)?;
+        a.jmp(done)?;
+        a.set_label(&mut grow)?;
+        a.mov(rdi, r8)?;
+        a.mov(rsi, r9)?;
+        a.sub(rsi, r8)?;
+        a.mov(edx, 3)?;
+        a.mov(r10d, 0x22 | 0x10_0000)?;
+        a.mov(r15, r8)?;
+        a.mov(r8, -1i64)?;
+        a.xor(r9d, r9d)?;
+        a.mov(eax, SYS_MMAP)?;
+        a.syscall()?;
+        a.cmp(rax, r15)?;
+        a.jne(done)?; // taken: the break stays, as the kernel's would
+        a.mov(qword_ptr(r14), r13)?;
+        a.jmp(done)?;
+        a.set_label(&mut shrink)?;
+        a.mov(rdi, r9)?;
+        a.mov(rsi, r8)?;
+        a.sub(rsi, r9)?;
+        a.mov(eax, 11)?; // munmap
+        a.syscall()?;
+        a.mov(qword_ptr(r14), r13)?;
+        a.set_label(&mut done)?;
+        a.mov(rax, qword_ptr(r14))?;
+        a.mov(qword_ptr(r12) + UC_RAX, rax)?;
+        a.ret()?;
         Ok(())
     }
 
@@ -565,7 +664,10 @@ impl<'a> Emit<'a> {
         // SA_SIGINFO | SA_RESTORER; the handlers' addresses are stored at run time.
         let flags = 4 | 0x0400_0000;
         put(a, &mut l.own, &[0, flags, 0, 0, 0, flags, 0, 0])?;
-        put(a, &mut l.prog, &[12, 0])?;
+        put(a, &mut l.prog, &[FILTER_LEN, 0])?;
+        put(a, &mut l.brk, &[r.brk, r.heap_start])?;
+        a.set_label(&mut l.moved)?;
+        a.db(&self.moved)?;
         a.set_label(&mut l.bpf)?;
         a.db(&filter(lo, hi))?;
         put(a, &mut l.count, &[0])?;

@@ -36,8 +36,9 @@ pub struct Built {
     pub notes: Vec<String>,
     /// Bytes of memory kept.
     pub memory_bytes: u64,
-    /// The restorer's segment [start, end): code there is the checkpoint's, not the program's.
-    pub restorer: (u64, u64),
+    /// The restorer's segment and the moved end instruction's page, [start, end) each: code
+    /// there is the checkpoint's, not the program's.
+    pub restorer: Vec<(u64, u64)>,
     /// The instruction whose execution means the region's end was reached.
     pub reached: u64,
     /// Kept pages in the file: (guest address, bytes, file offset).
@@ -276,6 +277,12 @@ pub fn build(inp: &Inputs, out: &mut impl Write) -> Result<Built, CheckpointErro
         end_pc: inp.end_pc,
         end_count: inp.end_count,
         end_code: bytes_at(inp, inp.end_pc, 16)?,
+        brk: c.brk,
+        heap_start: (c.maps.iter())
+            .filter(|m| m.name == "[heap]")
+            .map(|m| m.start)
+            .min()
+            .unwrap_or(c.brk),
         cpu_seconds: inp.cpu_seconds,
     };
     let mut out = crate::Fingerprinting::new(out);
@@ -283,7 +290,7 @@ pub fn build(inp: &Inputs, out: &mut impl Write) -> Result<Built, CheckpointErro
     Ok(Built {
         notes,
         memory_bytes: c.data.iter().map(|r| r.len).sum(),
-        restorer: placed.segment,
+        restorer: vec![placed.segment, (placed.slot, placed.slot + 4096)],
         reached: placed.reached,
         runs: placed.runs,
         fingerprint: out.hash,

@@ -56,6 +56,9 @@ pub(crate) struct Restore {
     pub end_count: u64,
     /// The end instruction's bytes (at least 15, or to the end of its mapping).
     pub end_code: Vec<u8>,
+    /// The program break, and where its heap starts.
+    pub brk: u64,
+    pub heap_start: u64,
     pub cpu_seconds: u64,
 }
 
@@ -64,6 +67,9 @@ pub(crate) struct Restore {
 pub(crate) struct Layout {
     pub base: u64,
     pub blob_offsets: Vec<u64>,
+    /// The page near the end instruction that holds its moved copy, and the copy.
+    pub slot: u64,
+    pub moved: Vec<u8>,
 }
 
 impl Restore {
@@ -82,8 +88,10 @@ impl Restore {
 /// exit_group, which the seccomp filter watches.
 pub(crate) const SYS_EXIT_GROUP: i32 = 231;
 
-/// The seccomp filter: exit and exit_group trap (SIGSYS) unless made from [lo, hi) (the
-/// restorer's own code), so that a program ending before its region's end is told apart.
+/// The seccomp filter: brk traps (SIGSYS; the handler keeps the captured heap's break, which
+/// the kernel's, placed after the checkpoint's own segment, cannot), and so do exit and
+/// exit_group unless made from [lo, hi) (the restorer's own code), so that a program ending
+/// before its region's end is told apart.
 pub(crate) fn filter(lo: u64, hi: u64) -> Vec<u8> {
     let ins = |code: u16, jt: u8, jf: u8, k: u32| {
         let mut v = code.to_le_bytes().to_vec();
@@ -94,8 +102,9 @@ pub(crate) fn filter(lo: u64, hi: u64) -> Vec<u8> {
     let (ld, jeq, jge, ret) = (0x20, 0x15, 0x35, 0x06);
     [
         ins(ld, 0, 0, 4),
-        ins(jeq, 0, 9, 0xc000_003e),
+        ins(jeq, 0, 10, 0xc000_003e),
         ins(ld, 0, 0, 0),
+        ins(jeq, 7, 0, SYS_BRK as u32),
         ins(jeq, 1, 0, SYS_EXIT_GROUP as u32),
         ins(jeq, 0, 6, 60),
         ins(ld, 0, 0, 12),
@@ -108,3 +117,8 @@ pub(crate) fn filter(lo: u64, hi: u64) -> Vec<u8> {
     ]
     .concat()
 }
+
+/// Instructions in [`filter`].
+pub(crate) const FILTER_LEN: u64 = 13;
+/// brk, which the filter traps.
+pub(crate) const SYS_BRK: i32 = 12;

@@ -95,8 +95,9 @@ pub struct RegionCheckpoint {
     pub file_bytes: u64,
     /// Its FNV-1a fingerprint (`--check` refuses a file that changed).
     pub fingerprint: String,
-    /// The restorer's segment [start, end): code there is the checkpoint's own.
-    pub restorer: [String; 2],
+    /// The restorer's segment and the moved end instruction's page, [start, end) each: code
+    /// there is the checkpoint's own.
+    pub restorer: Vec<[String; 2]>,
     /// What it cannot restore as it was (descriptors left closed, ...).
     pub notes: Vec<String>,
     /// How to run it.
@@ -188,7 +189,14 @@ impl Checkpointing {
             })
             .collect();
         let file = work.join("captures");
-        let text: String = events.iter().map(|e| format!("capture {e}\n")).collect();
+        // The first of a region's warmup and start markers captures it (its warmup may start
+        // at the program's entry, after a region that begins in the loader's work).
+        let text: String = (events.iter().enumerate())
+            .map(|(r, &e)| match e == 2 * r {
+                true => format!("capture {e}\n"),
+                false => format!("capture {e} {}\n", 2 * r),
+            })
+            .collect();
         std::fs::write(&file, text).map_err(|e| PipelineError::io(&file, e))?;
         Ok(Checkpointing {
             spec: spec.clone(),
@@ -224,6 +232,7 @@ impl Checkpointing {
         c: &bbv_collect::Collected,
     ) -> Result<CheckpointReport, PipelineError> {
         let addresses = marker_addresses(c.dir.path())?;
+
         let events = c.events()?;
         let dir = &self.spec.dir;
         let dir = std::fs::canonicalize(dir).map_err(|e| PipelineError::io(dir, e))?;
@@ -289,8 +298,14 @@ impl Checkpointing {
                 .find(|h| h.0 as usize == m)
                 .map_or(0, |h| h.1)
         };
-        let (start_marker, _) = at.marker_of(event)?;
         let (rs_marker, rs_total) = at.marker_of(2 * r)?;
+        // Captured at the warmup's marker, or at the region's when that ran first.
+        let start_marker = match before(rs_marker) + 1 == rs_total
+            && at.addresses.get(&rs_marker) == Some(&capture.pc)
+        {
+            true => rs_marker,
+            false => at.marker_of(event)?.0,
+        };
         let (end_marker, end_total) = at.marker_of(2 * r + 1)?;
         let address = |m: usize| {
             at.addresses.get(&m).copied().ok_or_else(|| {
@@ -351,10 +366,9 @@ impl Checkpointing {
             memory_bytes: built.memory_bytes,
             file_bytes,
             fingerprint: format!("{:016x}", built.fingerprint),
-            restorer: [
-                format!("{:#x}", built.restorer.0),
-                format!("{:#x}", built.restorer.1),
-            ],
+            restorer: (built.restorer.iter())
+                .map(|(a, b)| [format!("{a:#x}"), format!("{b:#x}")])
+                .collect(),
             notes: built.notes,
             commands: Commands::of(&elf, s.cpu.as_deref()),
         })

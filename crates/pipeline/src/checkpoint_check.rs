@@ -251,13 +251,16 @@ fn run_one(
     let exit_status = outcome.status.code();
     let c = outcome.collected?;
     let events = c.events()?;
-    let (lo, hi) = (
-        hex(&r.restorer[0]).unwrap_or(0),
-        hex(&r.restorer[1]).unwrap_or(0),
-    );
+    let ours: Vec<(u64, u64)> = (r.restorer.iter())
+        .map(|[a, b]| (hex(a).unwrap_or(0), hex(b).unwrap_or(0)))
+        .collect();
     // The restorer's code (its handlers, the moved end instruction) is not the program's.
     let counted: Vec<bool> = (c.blocks.iter())
-        .map(|b| !(lo..hi).contains(&b.runtime_address))
+        .map(|b| {
+            !ours
+                .iter()
+                .any(|&(lo, hi)| (lo..hi).contains(&b.runtime_address))
+        })
         .collect();
     let between = |a: usize, b: usize| match (events.get(&a), events.get(&b)) {
         (Some(x), Some(y)) => Some(filtered_between(x, y, &counted)),

@@ -6,11 +6,11 @@
 //! Registers come from QEMU's register API (plugin API v3, QEMU 9.1 and later), read in the
 //! marker's callback, which QEMU then makes with the registers synced.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use bbv_plugin_contract::checkpoint::{Capture, Descriptor, FdKind, Run};
 use bbv_plugin_contract::files;
@@ -18,7 +18,12 @@ use bbv_plugin_contract::files;
 use crate::guest::{self, Guest};
 
 struct Plan {
-    events: HashSet<u32>,
+    /// Event -> the capture it takes (named by its first event): a region's warmup marker
+    /// may run after its start marker (a region that begins in the loader's work, a warmup
+    /// from the program's entry), so the first of them captures.
+    events: HashMap<u32, u32>,
+    /// Captures taken.
+    taken: Mutex<HashSet<u32>>,
     dir: PathBuf,
 }
 
@@ -31,17 +36,27 @@ pub fn init(dir: &Path, file: &Path) -> Result<(), String> {
     }
     let text = std::fs::read_to_string(file)
         .map_err(|e| format!("reading the capture list {}: {e}", file.display()))?;
-    let mut events = HashSet::new();
+    let mut events = HashMap::new();
     for (i, line) in text.lines().enumerate() {
-        let e = line
-            .strip_prefix("capture ")
-            .and_then(|e| e.parse().ok())
-            .ok_or_else(|| format!("{}:{}: expected capture EVENT", file.display(), i + 1))?;
-        events.insert(e);
+        let bad = || {
+            format!(
+                "{}:{}: expected capture EVENT [EVENT]",
+                file.display(),
+                i + 1
+            )
+        };
+        let list: Vec<u32> = (line.strip_prefix("capture ").ok_or_else(bad)?.split(' '))
+            .map(|e| e.parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        let first = *list.first().ok_or_else(bad)?;
+        for e in list {
+            events.insert(e, first);
+        }
     }
     guest::init(&dir.join(files::STDIN))?;
     PLAN.set(Plan {
         events,
+        taken: Mutex::new(HashSet::new()),
         dir: dir.to_path_buf(),
     })
     .map_err(|_| "checkpoints set up twice".to_string())
@@ -73,9 +88,12 @@ pub fn active() -> bool {
     PLAN.get().is_some()
 }
 
-/// Whether marker event `event` captures the process.
-pub fn wants(event: u32) -> bool {
-    PLAN.get().is_some_and(|p| p.events.contains(&event))
+/// The capture marker event `event` takes, if it takes one now (each is taken once).
+pub fn wants(event: u32) -> Option<u32> {
+    let p = PLAN.get()?;
+    let capture = *p.events.get(&event)?;
+    let mut taken = p.taken.lock().unwrap_or_else(|e| e.into_inner());
+    taken.insert(capture).then_some(capture)
 }
 
 /// Registers as QEMU's register API gives them: (name, bytes).

@@ -192,7 +192,7 @@ pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void, registers: impl Fn() -> 
         let _ = writeln!(text, "{event} {position}{body}");
         if recording {
             crate::record::event(event);
-            if checkpoint::wants(event) {
+            if let Some(capture) = checkpoint::wants(event) {
                 let hits = (m.hits.iter().enumerate())
                     .map(|(j, h)| {
                         let h = h.load(Ordering::Relaxed);
@@ -205,7 +205,7 @@ pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void, registers: impl Fn() -> 
                     hits,
                     several: !thread::single(),
                 };
-                checkpoint::capture(event, at, registers());
+                checkpoint::capture(capture, at, registers());
             }
         }
     }
