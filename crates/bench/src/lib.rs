@@ -5,6 +5,7 @@
 //! that runs it (as a child process) on real programs, and errors are `anyhow`'s, for people.
 
 mod cc;
+mod checkpoint;
 mod collect;
 mod gpu;
 mod gpu_cfg;
@@ -222,6 +223,23 @@ pub enum BenchCommand {
         #[arg(long, value_name = "PATH")]
         qemu: Option<PathBuf>,
     },
+    /// `bbv checkpoint` against `bbv replay` on gzip -9 (QEMU 9.1 or later): its time over the
+    /// replay's with the file system's cost of writing as many bytes beside it (target: at most
+    /// 1.3x the replay plus that), and the checkpoints' size against the memory they keep.
+    Checkpoint {
+        /// Megabytes of text gzip compresses (1: about 150 million instructions).
+        #[arg(long, default_value_t = 1.0)]
+        mb: f64,
+        /// Rounds (the fastest of each is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the runs (a temporary folder is made and removed there).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+        /// QEMU 9.1 or later (default: the one scripts/build-qemu builds).
+        #[arg(long, value_name = "PATH")]
+        qemu: Option<PathBuf>,
+    },
     /// `bbv gpu run` against the plain run (needs an NVIDIA GPU): the test kernels and, where
     /// python3 imports torch, PyTorch forward passes (target: at most 10x for runs of a second
     /// or more).
@@ -321,5 +339,11 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             dir,
             qemu,
         } => trace::run(mb, runs, &dir, qemu.as_deref()),
+        BenchCommand::Checkpoint {
+            mb,
+            runs,
+            dir,
+            qemu,
+        } => checkpoint::run(mb, runs, &dir, qemu.as_deref()),
     }
 }

@@ -100,7 +100,7 @@ const RECORD: u64 = 64;
 
 /// Seconds to write `bytes` zeros into a new file at `path` in 1 MB pieces (then removed): what
 /// the file system alone costs for a trace of that size.
-fn write_bytes(path: &Path, bytes: u64) -> Result<f64> {
+pub(crate) fn write_bytes(path: &Path, bytes: u64) -> Result<f64> {
     use std::io::Write;
     let piece = vec![0u8; 1 << 20];
     let start = std::time::Instant::now();

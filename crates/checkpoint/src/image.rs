@@ -293,6 +293,6 @@ pub fn build(inp: &Inputs, out: &mut impl Write) -> Result<Built, CheckpointErro
         restorer: vec![placed.segment, (placed.slot, placed.slot + 4096)],
         reached: placed.reached,
         runs: placed.runs,
-        fingerprint: out.hash,
+        fingerprint: out.hash(),
     })
 }

@@ -63,39 +63,72 @@ pub const EXIT_EARLY: i32 = 101;
 /// Exit status of a checkpoint that got a SIGTRAP not its own.
 pub const EXIT_FOREIGN_TRAP: i32 = 102;
 
-const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
 
-fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
-    for &b in bytes {
-        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+/// FNV-1a's step over 8-byte little-endian words, the last partial word byte by byte: a
+/// fingerprint that reads a checkpoint at memory speed, the same however the bytes are cut.
+struct Fnv {
+    h: u64,
+    pending: Vec<u8>,
 }
 
-/// FNV-1a, 64 bits: what `checkpoints.json` records of each file, so that `--check` refuses a
-/// checkpoint changed since (a copy cut short, a disk error).
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv {
+            h: 0xcbf2_9ce4_8422_2325,
+            pending: Vec::with_capacity(8),
+        }
+    }
+
+    fn update(&mut self, mut bytes: &[u8]) {
+        if !self.pending.is_empty() {
+            let take = (8 - self.pending.len()).min(bytes.len());
+            self.pending.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.pending.len() < 8 {
+                return;
+            }
+            let w = u64::from_le_bytes(self.pending[..].try_into().expect("8 bytes"));
+            self.h = (self.h ^ w).wrapping_mul(FNV_PRIME);
+            self.pending.clear();
+        }
+        let words = bytes.chunks_exact(8);
+        self.pending.extend_from_slice(words.remainder());
+        for w in words {
+            let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            self.h = (self.h ^ w).wrapping_mul(FNV_PRIME);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        (self.pending.iter()).fold(self.h, |h, &b| (h ^ b as u64).wrapping_mul(FNV_PRIME))
+    }
+}
+
+/// What `checkpoints.json` records of each file ([`Fnv`], 64 bits), so that `--check` refuses
+/// a checkpoint changed since (a copy cut short, a disk error).
 pub fn fingerprint(mut r: impl std::io::Read) -> std::io::Result<u64> {
-    let mut h = FNV_START;
+    let mut f = Fnv::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = r.read(&mut buf)?;
         if n == 0 {
-            return Ok(h);
+            return Ok(f.finish());
         }
-        h = fnv(h, &buf[..n]);
+        f.update(&buf[..n]);
     }
 }
 
 /// A writer that fingerprints what goes through it, as [`fingerprint`] would read it back.
 pub(crate) struct Fingerprinting<'a, W: std::io::Write> {
     pub out: &'a mut W,
-    pub hash: u64,
+    fnv: Fnv,
 }
 
 impl<W: std::io::Write> std::io::Write for Fingerprinting<'_, W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.out.write(buf)?;
-        self.hash = fnv(self.hash, &buf[..n]);
+        self.fnv.update(&buf[..n]);
         Ok(n)
     }
 
@@ -108,7 +141,34 @@ impl<'a, W: std::io::Write> Fingerprinting<'a, W> {
     pub(crate) fn new(out: &'a mut W) -> Self {
         Fingerprinting {
             out,
-            hash: FNV_START,
+            fnv: Fnv::new(),
         }
+    }
+
+    /// The fingerprint of everything written.
+    pub(crate) fn hash(&self) -> u64 {
+        self.fnv.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fingerprint_does_not_depend_on_how_the_bytes_are_cut() {
+        let bytes: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let whole = fingerprint(&bytes[..]).unwrap();
+        for cut in [1, 3, 8, 13, 999] {
+            let mut sink = Vec::new();
+            let mut w = Fingerprinting::new(&mut sink);
+            for piece in bytes.chunks(cut) {
+                std::io::Write::write_all(&mut w, piece).unwrap();
+            }
+            assert_eq!(w.hash(), whole, "pieces of {cut}");
+        }
+        let mut other = bytes.clone();
+        other[500] ^= 1;
+        assert_ne!(fingerprint(&other[..]).unwrap(), whole);
     }
 }

@@ -27,11 +27,14 @@ pub struct CheckpointArgs {
     pub tolerance: f64,
     #[command(flatten)]
     pub launch: crate::collect_cmd::LaunchArgs,
-    /// A `bbv run` output directory, then `--` and the program profiled with its arguments.
+    /// A `bbv run` output directory.
+    #[arg(required_unless_present = "check")]
+    pub dir: Option<PathBuf>,
+    /// The program (the one profiled) and its arguments, after `--`.
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
-        value_name = "DIR -- PROG ARGS"
+        value_name = "PROG ARGS"
     )]
     pub command: Vec<OsString>,
 }
@@ -49,14 +52,10 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<u8> {
         eprint!("{}", report.table());
         return Ok(if report.passed() { 0 } else { 1 });
     }
-    let mut words = a.command.into_iter();
-    let dir = PathBuf::from(
-        words
-            .next()
-            .context("no run directory: bbv checkpoint DIR -- PROG")?,
-    );
-    // `run_replay` says so when no program follows.
-    let command: Vec<OsString> = words.skip_while(|w| w == "--").collect();
+    let dir = a
+        .dir
+        .context("no run directory: bbv checkpoint DIR -- PROG ARGS")?;
+    let command = a.command;
     let out = a.output.unwrap_or_else(|| dir.join("checkpoints"));
     let spec = bbv_pipeline::checkpoint::CheckpointSpec {
         dir: std::path::absolute(&out)?,

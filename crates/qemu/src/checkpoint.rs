@@ -234,7 +234,7 @@ fn memory(g: &Guest, c: &Capture, path: &Path) -> std::io::Result<Vec<Run>> {
             at += len as u64;
         }
     }
-    out.into_inner().map_err(|e| e.into_error())?.sync_data()?;
+    out.into_inner().map_err(|e| e.into_error())?;
     Ok(runs)
 }
 
