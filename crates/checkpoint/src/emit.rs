@@ -26,6 +26,7 @@ const SYS_ARCH_PRCTL: i32 = 158;
 const SYS_SETRLIMIT: i32 = 160;
 const SYS_SECCOMP: i32 = 317;
 const SYS_MEMFD_CREATE: i32 = 319;
+const SYS_PIPE2: i32 = 293;
 
 /// The descriptor the restorer reads its own file through: above any the process had.
 const EXE_FD: i32 = 1000;
@@ -295,6 +296,7 @@ impl<'a> Emit<'a> {
                     flags,
                     offset,
                 } => self.open(*fd, path, *flags, *offset)?,
+                FdOp::Pipe { read, write } => self.pipe(*read, *write)?,
             }
         }
         self.a.mov(rdi, r15)?;
@@ -361,6 +363,51 @@ impl<'a> Emit<'a> {
             self.seek(fd, o)?;
         }
         self.here(next)
+    }
+
+    /// A new pipe at the numbers `read` and `write` (with their flags): its ends first moved
+    /// above every number the process uses, so that neither lands on the other's number.
+    fn pipe(&mut self, read: (i32, u32), write: (i32, u32)) -> Step {
+        let (a, l) = (&mut self.a, &self.l);
+        a.lea(rdi, ptr(l.sendfile_offset))?;
+        a.xor(esi, esi)?;
+        a.mov(eax, SYS_PIPE2)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.jnz(l.fd)?;
+        for (at, reg) in [(0, r12), (4, r13)] {
+            a.lea(rdi, ptr(l.sendfile_offset))?;
+            a.mov(edi, dword_ptr(rdi) + at)?;
+            a.mov(r14, rdi)?;
+            a.xor(esi, esi)?; // F_DUPFD
+            a.mov(edx, EXE_FD + 1)?;
+            a.mov(eax, SYS_FCNTL)?;
+            a.syscall()?;
+            a.test(rax, rax)?;
+            a.js(l.fd)?;
+            a.mov(reg, rax)?;
+            a.mov(rdi, r14)?;
+            a.mov(eax, SYS_CLOSE)?;
+            a.syscall()?;
+        }
+        for (reg, (fd, flags)) in [(r12, read), (r13, write)] {
+            let (a, l) = (&mut self.a, &self.l);
+            a.mov(rdi, reg)?;
+            a.mov(esi, fd)?;
+            a.mov(eax, SYS_DUP2)?;
+            a.syscall()?;
+            a.test(rax, rax)?;
+            a.js(l.fd)?;
+            a.mov(rdi, reg)?;
+            a.mov(eax, SYS_CLOSE)?;
+            a.syscall()?;
+            a.mov(edi, fd)?;
+            a.mov(esi, 4)?; // F_SETFL
+            a.mov(edx, flags & 0o4000)?; // O_NONBLOCK
+            a.mov(eax, SYS_FCNTL)?;
+            a.syscall()?;
+        }
+        Ok(())
     }
 
     /// Moves the descriptor in r12 to number `fd` (dup2, close), unless it already is.

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use bbv_plugin_contract::checkpoint::{Capture, FdKind};
+use bbv_plugin_contract::checkpoint::{Capture, Descriptor, FdKind};
 
 use crate::restorer::{Area, FdOp, Regs, Restore};
 use crate::CheckpointError;
@@ -132,7 +132,15 @@ fn descriptors(inp: &Inputs, notes: &mut Vec<String>) -> Vec<FdOp> {
             ops.push(FdOp::Close { fd });
         }
     }
-    for d in &c.fds {
+    let pipes = pipe_pairs(c);
+    for &(r, w) in &pipes {
+        ops.push(FdOp::Pipe {
+            read: (r.fd, r.flags),
+            write: (w.fd, w.flags),
+        });
+    }
+    let paired = |fd: i32| pipes.iter().any(|(r, w)| r.fd == fd || w.fd == fd);
+    for d in c.fds.iter().filter(|d| !paired(d.fd)) {
         let what = format!("fd {} ({} {})", d.fd, d.kind.word(), d.path);
         let write_only = d.flags & 3 == 1;
         match d.kind {
@@ -190,6 +198,21 @@ fn descriptors(inp: &Inputs, notes: &mut Vec<String>) -> Vec<FdOp> {
             }),
     );
     ops
+}
+
+/// Pipes whose read end and write end the process both holds (a self-pipe): (read, write).
+fn pipe_pairs(c: &Capture) -> Vec<(&Descriptor, &Descriptor)> {
+    let ends = |mode: u32| {
+        (c.fds.iter()).filter(move |d| d.kind == FdKind::Pipe && d.fd > 2 && d.flags & 3 == mode)
+    };
+    let mut pairs: Vec<(&Descriptor, &Descriptor)> = Vec::new();
+    for r in ends(0) {
+        let taken = |w: &Descriptor| pairs.iter().any(|p| p.1.fd == w.fd);
+        if let Some(w) = ends(1).find(|w| w.path == r.path && !taken(w)) {
+            pairs.push((r, w));
+        }
+    }
+    pairs
 }
 
 /// The captured mappings; the end marker's instruction must be in an executable one (the

@@ -29,6 +29,9 @@ pub(crate) enum FdOp {
     },
     /// Closed at the capture.
     Close { fd: i32 },
+    /// A pipe with both ends in the process: a new, empty one at both numbers, each end with
+    /// its O_NONBLOCK as it was.
+    Pipe { read: (i32, u32), write: (i32, u32) },
 }
 
 /// The registers the jump restores.

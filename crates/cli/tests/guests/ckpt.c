@@ -1,7 +1,8 @@
 /* A guest for `bbv checkpoint`: phases that read a file (argv[1]) and stdin in pieces, write
- * stdout, keep state in thread-local storage and on the heap, compute in floating point and
- * take signals in a handler of their own, so that a checkpoint taken anywhere must restore all
- * of these to reach its region's end with the same instructions. */
+ * stdout, keep state in thread-local storage and on the heap, compute in floating point, pass
+ * a byte through a pipe of their own and take signals in a handler of their own, so that a
+ * checkpoint taken anywhere must restore all of these to reach its region's end with the same
+ * instructions. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 static __thread unsigned long tls_sum = 7;
 static volatile sig_atomic_t caught;
 static double *table;
+static int self_pipe[2];
 
 static void on_usr1(int sig) { caught += sig; }
 
@@ -44,6 +46,10 @@ static unsigned long round_of(FILE *in, int round) {
     free(scratch);
     if (round % 16 == 0)
         raise(SIGUSR1);
+    unsigned char token = (unsigned char)h;
+    if (write(self_pipe[1], &token, 1) != 1 || read(self_pipe[0], &token, 1) != 1)
+        abort();
+    h += token;
     tls_sum = h;
     return h;
 }
@@ -63,6 +69,10 @@ int main(int argc, char **argv) {
     sa.sa_handler = on_usr1;
     sigaction(SIGUSR1, &sa, 0);
     table = calloc(1024, sizeof *table);
+    if (pipe(self_pipe) != 0) {
+        perror("pipe");
+        return 2;
+    }
     int rounds = atoi(argv[2]);
     unsigned long h = 0;
     for (int r = 0; r < rounds; r++) {
