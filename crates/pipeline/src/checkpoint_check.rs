@@ -199,18 +199,9 @@ pub fn check(req: &CheckRequest) -> Result<CheckReport, PipelineError> {
     Ok(out)
 }
 
-/// Runs one checkpoint under the collector.
-fn run_one(
-    req: &CheckRequest,
-    dir: &Path,
-    r: &RegionCheckpoint,
-    pass: &[(u64, u64, String, u64)],
-    want: Option<&HashMap<Key, u64>>,
-) -> Result<CheckedRegion, PipelineError> {
-    let work = tempfile::Builder::new()
-        .prefix(".bbv-check-")
-        .tempdir()
-        .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
+/// The plugin's marker file for checkpoint `r`: events 0 (its first instruction), 1 (the
+/// region's start) and 2 (its end), the instructions named by their offset in its own file.
+fn write_markers(r: &RegionCheckpoint, markers: &Path) -> Result<(), PipelineError> {
     // Events: 0 the checkpoint's first instruction, 1 the region's start, 2 its end.
     let mut text = String::new();
     let mut index: Vec<&str> = Vec::new();
@@ -229,9 +220,23 @@ fn run_one(
     // Marker lines first, then targets, as the plugin reads them.
     let mut lines: Vec<&str> = text.lines().collect();
     lines.sort_by_key(|l| !l.starts_with("pc "));
+    std::fs::write(markers, lines.join("\n") + "\n").map_err(|e| PipelineError::io(markers, e))
+}
+
+/// Runs one checkpoint under the collector.
+fn run_one(
+    req: &CheckRequest,
+    dir: &Path,
+    r: &RegionCheckpoint,
+    pass: &[(u64, u64, String, u64)],
+    want: Option<&HashMap<Key, u64>>,
+) -> Result<CheckedRegion, PipelineError> {
+    let work = tempfile::Builder::new()
+        .prefix(".bbv-check-")
+        .tempdir()
+        .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
     let markers = work.path().join("markers");
-    std::fs::write(&markers, lines.join("\n") + "\n")
-        .map_err(|e| PipelineError::io(&markers, e))?;
+    write_markers(r, &markers)?;
     let request = bbv_collect::Request {
         program: dir.join(&r.file).display().to_string(),
         args: Vec::new(),
@@ -282,7 +287,10 @@ fn run_one(
         (Some(a), Some(b), Some(want)) => {
             let before: HashMap<u32, u64> = a.1.iter().copied().collect();
             let diff: Vec<(u32, u64)> = (b.1.iter())
-                .filter(|(id, _)| counted.get(*id as usize - 1).copied().unwrap_or(false))
+                .filter(|(id, _)| {
+                    let i = (*id as usize).checked_sub(1);
+                    i.and_then(|i| counted.get(i)).copied().unwrap_or(false)
+                })
                 .map(|&(id, n)| (id, n - before.get(&id).copied().unwrap_or(0).min(n)))
                 .filter(|x| x.1 > 0)
                 .collect();

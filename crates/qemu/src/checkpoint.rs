@@ -192,50 +192,87 @@ pub fn capture(event: u32, at: Moment, registers: Registers) {
     }
 }
 
-/// Writes the non-zero pages of every readable mapping, returning where each run went.
+/// Where the kept pages go: the memory file and the runs so far.
+struct Kept {
+    out: BufWriter<File>,
+    runs: Vec<Run>,
+    offset: u64,
+}
+
+impl Kept {
+    /// Keeps the non-zero pages of `bytes`, read from guest address `addr`.
+    fn pages(&mut self, addr: u64, bytes: &[u8]) -> std::io::Result<()> {
+        for (i, page) in bytes.chunks(PAGE).enumerate() {
+            if page.iter().all(|&b| b == 0) {
+                continue;
+            }
+            let at = addr + (i * PAGE) as u64;
+            self.out.write_all(page)?;
+            match self.runs.last_mut() {
+                Some(r) if r.addr + r.len == at && r.offset + r.len == self.offset => {
+                    r.len += PAGE as u64
+                }
+                _ => self.runs.push(Run {
+                    addr: at,
+                    len: PAGE as u64,
+                    offset: self.offset,
+                }),
+            }
+            self.offset += PAGE as u64;
+        }
+        Ok(())
+    }
+}
+
+const PAGE: usize = 4096;
+
+/// Writes the non-zero pages of every readable mapping, returning where each run went. Pages
+/// of anonymous memory never touched (not resident: a dictionary reserved, a stack's depth)
+/// are zeros, left unread.
 fn memory(g: &Guest, c: &Capture, path: &Path) -> std::io::Result<Vec<Run>> {
     const CHUNK: usize = 1 << 20;
-    const PAGE: usize = 4096;
-    let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
-    let mut runs: Vec<Run> = Vec::new();
-    let mut offset = 0u64;
+    let mut kept = Kept {
+        out: BufWriter::with_capacity(1 << 20, File::create(path)?),
+        runs: Vec::new(),
+        offset: 0,
+    };
     let mut buf = vec![0u8; CHUNK];
     for m in c.maps.iter().filter(|m| m.prot & 1 != 0) {
+        let anonymous = m.name.starts_with('[');
         let mut at = m.start;
         while at < m.end {
             let len = ((m.end - at) as usize).min(CHUNK);
-            let chunk = &mut buf[..len];
-            if !g.read_into(at, chunk) {
-                // Page by page: a file mapping past its file's end reads as nothing.
-                for (i, page) in chunk.chunks_mut(PAGE).enumerate() {
-                    if !g.read_into(at + (i * PAGE) as u64, page) {
-                        page.fill(0);
+            let resident = match anonymous {
+                true => guest::resident(at, len),
+                false => vec![true; len / PAGE],
+            };
+            // Runs of resident pages, each read whole (page by page where that fails: a file
+            // mapping past its file's end reads as nothing).
+            let mut i = 0;
+            while i < resident.len() {
+                let n = resident[i..]
+                    .iter()
+                    .take_while(|&&r| r == resident[i])
+                    .count();
+                if resident[i] {
+                    let from = at + (i * PAGE) as u64;
+                    let piece = &mut buf[..n * PAGE];
+                    if !g.read_into(from, piece) {
+                        for (j, page) in piece.chunks_mut(PAGE).enumerate() {
+                            if !g.read_into(from + (j * PAGE) as u64, page) {
+                                page.fill(0);
+                            }
+                        }
                     }
+                    kept.pages(from, piece)?;
                 }
-            }
-            for (i, page) in chunk.chunks(PAGE).enumerate() {
-                if page.iter().all(|&b| b == 0) {
-                    continue;
-                }
-                let addr = at + (i * PAGE) as u64;
-                out.write_all(page)?;
-                match runs.last_mut() {
-                    Some(r) if r.addr + r.len == addr && r.offset + r.len == offset => {
-                        r.len += PAGE as u64
-                    }
-                    _ => runs.push(Run {
-                        addr,
-                        len: PAGE as u64,
-                        offset,
-                    }),
-                }
-                offset += PAGE as u64;
+                i += n;
             }
             at += len as u64;
         }
     }
-    out.into_inner().map_err(|e| e.into_error())?;
-    Ok(runs)
+    kept.out.into_inner().map_err(|e| e.into_error())?;
+    Ok(kept.runs)
 }
 
 /// The guest's open descriptors; regular files it can read are copied.

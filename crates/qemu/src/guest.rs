@@ -359,7 +359,7 @@ impl Guest {
             0 | 19 if a[0] == 0 && ret > 0 => self.record_stdin(p.nr, a, r),
             9 => {
                 // mmap(addr, len, prot, flags, fd, off)
-                let anon = a[3] & 0x20 != 0 || a[4] as i64 == -1;
+                let anon = a[3] & 0x20 != 0 || a[4] as i32 == -1;
                 let name = if anon {
                     "[anon]".to_string()
                 } else {
@@ -515,6 +515,18 @@ fn returns_fd(nr: i64) -> bool {
             | 434
             | 437
     )
+}
+
+/// Per page of guest memory [addr, addr + len) (whole pages): whether it is resident. Where
+/// the kernel cannot say, every page is.
+pub fn resident(addr: u64, len: usize) -> Vec<bool> {
+    let pages = len / PAGE as usize;
+    let host = addr.wrapping_add(GUEST_BASE.load(Ordering::Relaxed));
+    let mut vec = vec![0u8; pages];
+    // SAFETY: mincore only reads the page tables of [host, host + len) and writes one byte per
+    // page into vec.
+    let ok = unsafe { libc::mincore(host as *mut libc::c_void, len, vec.as_mut_ptr()) } == 0;
+    vec.iter().map(|&b| !ok || b & 1 != 0).collect()
 }
 
 /// The path of the host descriptor `fd` (the guest's own number in user mode).
