@@ -162,6 +162,23 @@ fn checkpoints_reach_their_ends_natively_and_under_qemu() {
         );
         l1_sum += c["bbv_l1"].as_f64().unwrap();
     }
+    // Checkpointed again into the same folder: nothing of the earlier ones stays beside the new.
+    std::fs::write(ck.join("region-99.elf"), b"another run's").unwrap();
+    let again = bbv_in(
+        dir,
+        &[
+            "checkpoint",
+            "--qemu",
+            &q,
+            "run",
+            "--",
+            "./ckpt",
+            "input.bin",
+            "600",
+        ],
+    );
+    assert_status(&again, 0);
+    assert!(!ck.join("region-99.elf").exists() && !ck.join("check.json").exists());
     assert!(
         l1_sum / (checked.len() as f64) < 0.05,
         "mean BBV L1 {}",

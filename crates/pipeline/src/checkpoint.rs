@@ -267,6 +267,7 @@ impl Checkpointing {
             let out = dir.join(format!("region-{}.files", r.id));
             std::fs::create_dir_all(&out).map_err(|e| PipelineError::io(&out, e))?;
         }
+        remove_stale(&dir, &report)?;
         Ok(report)
     }
 
@@ -413,6 +414,33 @@ impl Where<'_> {
             .map(|t| (t.0, t.1))
             .ok_or_else(|| PipelineError::Invalid(format!("no marker for event {ev}")))
     }
+}
+
+/// Removes what an earlier `bbv checkpoint` into the same folder left that this one did not
+/// write (another run's regions) and the check of the earlier checkpoints, so that the folder
+/// never mixes two.
+fn remove_stale(dir: &Path, report: &CheckpointReport) -> Result<(), PipelineError> {
+    let ours = |name: &str| {
+        report
+            .regions
+            .iter()
+            .any(|r| name == r.file || name == format!("region-{}.files", r.id))
+    };
+    let entries = std::fs::read_dir(dir).map_err(|e| PipelineError::io(dir, e))?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        let gone = match name.as_str() {
+            "check.json" => std::fs::remove_file(&path),
+            n if n.starts_with("region-") && !ours(n) => match path.is_dir() {
+                true => std::fs::remove_dir_all(&path),
+                false => std::fs::remove_file(&path),
+            },
+            _ => Ok(()),
+        };
+        gone.map_err(|e| PipelineError::io(&path, e))?;
+    }
+    Ok(())
 }
 
 /// Marker index -> guest address, from `checkpoint.markers`.
