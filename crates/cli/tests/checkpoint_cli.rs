@@ -124,7 +124,17 @@ fn checkpoints_reach_their_ends_natively_and_under_qemu() {
             if !how.starts_with("natively") {
                 c.arg(&elf);
             }
-            let o = c.stdin(Stdio::null()).current_dir("/").output().unwrap();
+            let run = |c: &mut Command| c.stdin(Stdio::null()).current_dir("/").output().unwrap();
+            let mut o = run(&mut c);
+            // An address the checkpoint needs that this process's own mappings took (exit 100,
+            // said so; QEMU's lie where the host's randomization puts them): run it again, as
+            // `--check` does and the message advises.
+            for _ in 0..2 {
+                if o.status.code() != Some(100) {
+                    break;
+                }
+                o = run(&mut c);
+            }
             assert_eq!(
                 o.status.code(),
                 Some(0),
@@ -259,7 +269,7 @@ fn bad_input_is_refused_and_nothing_is_written() {
             "3",
         ],
         1,
-        "no checkpoints written",
+        "a marker was missed",
     );
     let out = bbv_in(
         dir,

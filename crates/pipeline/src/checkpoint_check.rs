@@ -252,7 +252,16 @@ fn run_one(
         },
         work_dir: work.path().to_path_buf(),
     };
-    let outcome = bbv_collect::prepare(request)?.run()?;
+    // QEMU's own mappings (its translation buffer among them) lie where the host's address
+    // randomization puts them and can take an address the checkpoint needs (it exits 100,
+    // saying so): another run places them elsewhere.
+    let mut outcome = bbv_collect::prepare(request.clone())?.run()?;
+    for _ in 0..2 {
+        if outcome.status.code() != bbv_checkpoint::EXIT_RESTORE_FAILED {
+            break;
+        }
+        outcome = bbv_collect::prepare(request.clone())?.run()?;
+    }
     let exit_status = outcome.status.code();
     let c = outcome.collected?;
     let events = c.events()?;

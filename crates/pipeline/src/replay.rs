@@ -87,6 +87,11 @@ pub struct ReplayReport {
 }
 
 impl ReplayReport {
+    /// Every marker reached.
+    pub fn reached_all(&self) -> bool {
+        (self.regions.iter()).all(|r| r.start_found && r.end_found && r.warmup_found != Some(false))
+    }
+
     /// Every marker reached and every deviation within the tolerance.
     pub fn passed(&self) -> bool {
         self.regions.iter().all(|r| {
@@ -376,8 +381,8 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             let events = c.events()?;
             let report = replay_report(req, &s, &blocks, &profile, &c, &events)?;
             events_seen = Some(events);
-            // Checkpoints only of a replay that followed the profile.
-            if let Some(ck) = checkpointing.filter(|_| report.passed()) {
+            // Checkpoints only of a replay that reached every marker.
+            if let Some(ck) = checkpointing.filter(|_| report.reached_all()) {
                 let plan = crate::checkpoint::MarkerPlan {
                     pcs: plan.pcs.iter().map(|p| (p.0.as_str(), p.1)).collect(),
                     targets: &plan.targets,
