@@ -60,6 +60,53 @@ pub(crate) fn assemble(
     e.finish(layout.base)
 }
 
+/// close(reg).
+fn close(a: &mut CodeAssembler, reg: AsmRegister64) -> Step {
+    a.mov(rdi, reg)?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.syscall()?;
+    Ok(())
+}
+
+/// A fresh anonymous read-write mapping at [addr, addr + len), never over another: on a
+/// taken address, to `taken`.
+fn map_fresh(a: &mut CodeAssembler, addr: u64, len: u64, taken: CodeLabel) -> Step {
+    a.mov(rdi, addr)?;
+    a.mov(rsi, len)?;
+    a.mov(edx, 3)?;
+    a.mov(r10d, 0x22 | 0x10_0000)?; // MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE
+    a.mov(r8, -1i64)?;
+    a.xor(r9d, r9d)?;
+    a.mov(eax, SYS_MMAP)?;
+    a.syscall()?;
+    a.cmp(rax, rdi)?;
+    a.jne(taken)?;
+    Ok(())
+}
+
+/// mprotect(addr, len, prot); on failure, to `fail`.
+fn protect(a: &mut CodeAssembler, addr: u64, len: u64, prot: u32, fail: CodeLabel) -> Step {
+    a.mov(rdi, addr)?;
+    a.mov(rsi, len)?;
+    a.mov(edx, prot)?;
+    a.mov(eax, SYS_MPROTECT)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jnz(fail)?;
+    Ok(())
+}
+
+/// dup2(reg, fd) (on failure, to `fail`), then close(reg).
+fn dup_onto(a: &mut CodeAssembler, reg: AsmRegister64, fd: i32, fail: CodeLabel) -> Step {
+    a.mov(rdi, reg)?;
+    a.mov(esi, fd)?;
+    a.mov(eax, SYS_DUP2)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(fail)?;
+    close(a, reg)
+}
+
 /// Labels of the code's targets and data.
 struct Labels {
     taken: CodeLabel,
@@ -198,10 +245,7 @@ impl<'a> Emit<'a> {
         a.test(rax, rax)?;
         a.js(l.exe)?;
         a.mov(r15, rax)?;
-        a.mov(rdi, r12)?;
-        a.mov(eax, SYS_CLOSE)?;
-        a.syscall()?;
-        Ok(())
+        close(a, r12)
     }
 
     /// The mappings, writable while the kept pages go over them from our file; the int3 on
@@ -209,17 +253,7 @@ impl<'a> Emit<'a> {
     pub fn mappings(&mut self) -> Step {
         let r = self.r;
         for area in &r.areas {
-            let (a, l) = (&mut self.a, &self.l);
-            a.mov(rdi, area.start)?;
-            a.mov(rsi, area.len)?;
-            a.mov(edx, 3)?;
-            a.mov(r10d, 0x22 | 0x10_0000)?; // MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE
-            a.mov(r8, -1i64)?;
-            a.xor(r9d, r9d)?;
-            a.mov(eax, SYS_MMAP)?;
-            a.syscall()?;
-            a.cmp(rax, rdi)?;
-            a.jne(l.taken)?;
+            map_fresh(&mut self.a, area.start, area.len, self.l.taken)?;
         }
         for (addr, (_, _, len)) in &r.runs {
             let off = self.blobs.next().expect("one offset per blob");
@@ -239,13 +273,7 @@ impl<'a> Emit<'a> {
         a.mov(rdi, r.end_pc)?;
         a.mov(byte_ptr(rdi), 0xcc)?;
         for area in &r.areas {
-            a.mov(rdi, area.start)?;
-            a.mov(rsi, area.len)?;
-            a.mov(edx, area.prot)?;
-            a.mov(eax, SYS_MPROTECT)?;
-            a.syscall()?;
-            a.test(rax, rax)?;
-            a.jnz(l.protect)?;
+            protect(a, area.start, area.len, area.prot, l.protect)?;
         }
         Ok(())
     }
@@ -253,27 +281,11 @@ impl<'a> Emit<'a> {
     /// The page near the end instruction with its moved copy, executable.
     pub fn slot(&mut self) -> Step {
         let (a, l) = (&mut self.a, &self.l);
-        a.mov(rdi, self.slot)?;
-        a.mov(esi, 4096)?;
-        a.mov(edx, 3)?;
-        a.mov(r10d, 0x22 | 0x10_0000)?;
-        a.mov(r8, -1i64)?;
-        a.xor(r9d, r9d)?;
-        a.mov(eax, SYS_MMAP)?;
-        a.syscall()?;
-        a.cmp(rax, rdi)?;
-        a.jne(l.taken)?;
+        map_fresh(a, self.slot, 4096, l.taken)?;
         a.lea(rsi, ptr(l.moved))?;
         a.mov(ecx, self.moved.len() as u32)?;
         a.rep().movsb()?;
-        a.mov(rdi, self.slot)?;
-        a.mov(esi, 4096)?;
-        a.mov(edx, 5)?;
-        a.mov(eax, SYS_MPROTECT)?;
-        a.syscall()?;
-        a.test(rax, rax)?;
-        a.jnz(l.protect)?;
-        Ok(())
+        protect(a, self.slot, 4096, 5, l.protect)
     }
 
     /// Each descriptor as it was, then our file closed.
@@ -299,10 +311,7 @@ impl<'a> Emit<'a> {
                 FdOp::Pipe { read, write } => self.pipe(*read, *write)?,
             }
         }
-        self.a.mov(rdi, r15)?;
-        self.a.mov(eax, SYS_CLOSE)?;
-        self.a.syscall()?;
-        Ok(())
+        close(&mut self.a, r15)
     }
 
     /// A memfd holding the next blob's `len` bytes, as descriptor `fd` at `offset`.
@@ -386,21 +395,11 @@ impl<'a> Emit<'a> {
             a.test(rax, rax)?;
             a.js(l.fd)?;
             a.mov(reg, rax)?;
-            a.mov(rdi, r14)?;
-            a.mov(eax, SYS_CLOSE)?;
-            a.syscall()?;
+            close(a, r14)?;
         }
         for (reg, (fd, flags)) in [(r12, read), (r13, write)] {
             let (a, l) = (&mut self.a, &self.l);
-            a.mov(rdi, reg)?;
-            a.mov(esi, fd)?;
-            a.mov(eax, SYS_DUP2)?;
-            a.syscall()?;
-            a.test(rax, rax)?;
-            a.js(l.fd)?;
-            a.mov(rdi, reg)?;
-            a.mov(eax, SYS_CLOSE)?;
-            a.syscall()?;
+            dup_onto(a, reg, fd, l.fd)?;
             a.mov(edi, fd)?;
             a.mov(esi, 4)?; // F_SETFL
             a.mov(edx, flags & 0o4000)?; // O_NONBLOCK
@@ -416,15 +415,7 @@ impl<'a> Emit<'a> {
         let (a, l) = (&mut self.a, &self.l);
         a.cmp(r12, fd)?;
         a.je(same)?;
-        a.mov(rdi, r12)?;
-        a.mov(esi, fd)?;
-        a.mov(eax, SYS_DUP2)?;
-        a.syscall()?;
-        a.test(rax, rax)?;
-        a.js(l.fd)?;
-        a.mov(rdi, r12)?;
-        a.mov(eax, SYS_CLOSE)?;
-        a.syscall()?;
+        dup_onto(a, r12, fd, l.fd)?;
         self.here(same)
     }
 

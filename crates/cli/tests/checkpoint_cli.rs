@@ -82,6 +82,20 @@ fn profile(dir: &Path, rounds: &str) {
     assert_status(&out, 0);
 }
 
+/// `bbv checkpoint` of the run in `run` under `qemu`, the guest doing `rounds` rounds.
+fn checkpointing<'a>(qemu: &'a str, rounds: &'a str) -> [&'a str; 8] {
+    [
+        "checkpoint",
+        "--qemu",
+        qemu,
+        "run",
+        "--",
+        "./ckpt",
+        "input.bin",
+        rounds,
+    ]
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -93,19 +107,7 @@ fn checkpoints_reach_their_ends_natively_and_under_qemu() {
     guest(dir);
     profile(dir, "600");
     let q = q10();
-    let out = bbv_in(
-        dir,
-        &[
-            "checkpoint",
-            "--qemu",
-            &q,
-            "run",
-            "--",
-            "./ckpt",
-            "input.bin",
-            "600",
-        ],
-    );
+    let out = bbv_in(dir, &checkpointing(&q, "600"));
     assert_status(&out, 0);
     let ck = dir.join("run/checkpoints");
     let index = json(&ck.join("checkpoints.json"));
@@ -174,19 +176,7 @@ fn checkpoints_reach_their_ends_natively_and_under_qemu() {
     }
     // Checkpointed again into the same folder: nothing of the earlier ones stays beside the new.
     std::fs::write(ck.join("region-99.elf"), b"another run's").unwrap();
-    let again = bbv_in(
-        dir,
-        &[
-            "checkpoint",
-            "--qemu",
-            &q,
-            "run",
-            "--",
-            "./ckpt",
-            "input.bin",
-            "600",
-        ],
-    );
+    let again = bbv_in(dir, &checkpointing(&q, "600"));
     assert_status(&again, 0);
     assert!(!ck.join("region-99.elf").exists() && !ck.join("check.json").exists());
     assert!(
@@ -222,68 +212,17 @@ fn bad_input_is_refused_and_nothing_is_written() {
         2,
         "build id",
     );
-    refused(
-        &[
-            "checkpoint",
-            "--qemu",
-            "/usr/bin/qemu-x86_64",
-            "run",
-            "--",
-            "./ckpt",
-            "input.bin",
-            "200",
-        ],
-        2,
-        "9.1",
-    );
+    refused(&checkpointing("/usr/bin/qemu-x86_64", "200"), 2, "9.1");
     // Profiled under another QEMU (as its summary says).
     let summary = dir.join("run/summary.json");
     let text = std::fs::read_to_string(&summary).unwrap();
     let other = text.replace(json(&summary)["qemu"].as_str().unwrap(), "7.2.22");
     std::fs::write(&summary, other).unwrap();
-    refused(
-        &[
-            "checkpoint",
-            "--qemu",
-            &q,
-            "run",
-            "--",
-            "./ckpt",
-            "input.bin",
-            "200",
-        ],
-        2,
-        "profiled under QEMU 7.2.22",
-    );
+    refused(&checkpointing(&q, "200"), 2, "profiled under QEMU 7.2.22");
     std::fs::write(&summary, text).unwrap();
     // Markers not reached: the program stops early.
-    refused(
-        &[
-            "checkpoint",
-            "--qemu",
-            &q,
-            "run",
-            "--",
-            "./ckpt",
-            "input.bin",
-            "3",
-        ],
-        1,
-        "a marker was missed",
-    );
-    let out = bbv_in(
-        dir,
-        &[
-            "checkpoint",
-            "--qemu",
-            &q,
-            "run",
-            "--",
-            "./ckpt",
-            "input.bin",
-            "200",
-        ],
-    );
+    refused(&checkpointing(&q, "3"), 1, "a marker was missed");
+    let out = bbv_in(dir, &checkpointing(&q, "200"));
     assert_status(&out, 0);
     // A checkpoint changed since, an index cut short: refused before anything runs.
     let index = json(&ck.join("checkpoints.json"));

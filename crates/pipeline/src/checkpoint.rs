@@ -205,18 +205,20 @@ impl Checkpointing {
         })
     }
 
-    /// Builds every region's checkpoint from what the replay `c` collected, all or none.
+    /// Builds every region's checkpoint from what the replay `c` collected (its `events`
+    /// already read), all or none.
     pub fn finish(
         self,
         run: &Path,
         s: &Summary,
         plan: &MarkerPlan,
         c: &bbv_collect::Collected,
+        events: &bbv_collect::Events,
     ) -> Result<CheckpointReport, PipelineError> {
         let dir = self.spec.dir.clone();
         let fresh = !dir.exists();
         std::fs::create_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
-        let built = self.build_all(run, s, plan, c);
+        let built = self.build_all(run, s, plan, c, events);
         if built.is_err() && fresh {
             // Nothing of a failed command stays behind, not even its folder.
             let _ = std::fs::remove_dir_all(&dir);
@@ -230,10 +232,9 @@ impl Checkpointing {
         s: &Summary,
         plan: &MarkerPlan,
         c: &bbv_collect::Collected,
+        events: &bbv_collect::Events,
     ) -> Result<CheckpointReport, PipelineError> {
         let addresses = marker_addresses(c.dir.path())?;
-
-        let events = c.events()?;
         let dir = &self.spec.dir;
         let dir = std::fs::canonicalize(dir).map_err(|e| PipelineError::io(dir, e))?;
         let mut files = AtomicFiles::default();
@@ -242,7 +243,7 @@ impl Checkpointing {
             let at = Where {
                 s,
                 plan,
-                events: &events,
+                events,
                 addresses: &addresses,
                 plugin_dir: c.dir.path(),
                 dir: &dir,

@@ -380,15 +380,15 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         .and_then(|c| {
             let events = c.events()?;
             let report = replay_report(req, &s, &blocks, &profile, &c, &events)?;
-            events_seen = Some(events);
             // Checkpoints only of a replay that reached every marker.
             if let Some(ck) = checkpointing.filter(|_| report.reached_all()) {
                 let plan = crate::checkpoint::MarkerPlan {
                     pcs: plan.pcs.iter().map(|p| (p.0.as_str(), p.1)).collect(),
                     targets: &plan.targets,
                 };
-                checkpoints = Some(ck.finish(&req.dir, &s, &plan, &c));
+                checkpoints = Some(ck.finish(&req.dir, &s, &plan, &c, &events));
             }
+            events_seen = Some(events);
             Ok(report)
         });
     let traces = tracing.map(|t| t.finish(&req.dir, &s, events_seen.as_ref()));

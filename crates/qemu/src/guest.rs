@@ -204,11 +204,8 @@ pub fn with<R>(f: impl FnOnce(&mut Guest) -> R) -> Option<R> {
 impl Guest {
     /// Reads guest memory; None where any of it is not mapped.
     pub fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let mem = self.mem.as_ref()?;
         let mut buf = vec![0u8; len];
-        let host = addr.checked_add(GUEST_BASE.load(Ordering::Relaxed))?;
-        mem.read_exact_at(&mut buf, host).ok()?;
-        Some(buf)
+        self.read_into(addr, &mut buf).then_some(buf)
     }
 
     fn word(&self, addr: u64) -> Option<u64> {
