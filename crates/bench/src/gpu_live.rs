@@ -1,7 +1,7 @@
 //! `bbv bench gpu-live` (needs an NVIDIA GPU): `bbv gpu run`'s slowdown against the plain run,
 //! per workload, measured side by side (plain and counted runs interleaved, median of --runs):
-//! the test kernels beside bbv (`cuda-kernels`, built by scripts/cupti) and PyTorch forward
-//! passes (tools/cupti/torch_forward.py, when python3 imports torch). Beside the process's wall
+//! the test kernels beside bbv (`cuda-kernels`, built by scripts/cupti) and 5 and 50 PyTorch
+//! forward passes (tools/cupti/torch_forward.py, when python3 imports torch). Beside the process's wall
 //! time: the program's own time under the counting (from summary.json), bbv's work after it,
 //! and the sum of the launches' time from launch to completion.
 
@@ -26,16 +26,22 @@ pub fn run(runs: usize, dir: &Path, repo: &Path) -> Result<()> {
         bail!("{} does not exist: run scripts/cupti", kernels.display());
     }
     workloads.push(("test kernels".into(), vec![kernels.display().to_string()]));
+    // The runs start in a temporary folder, so a relative --repo (the default ".") must not stay
+    // relative.
+    let repo = std::path::absolute(repo)?;
     let torch = repo.join("tools/cupti/torch_forward.py");
     let has_torch = std::process::Command::new("python3")
         .args(["-c", "import torch"])
         .status()
         .is_ok_and(|s| s.success());
     if has_torch && torch.is_file() {
-        workloads.push((
-            "PyTorch forward passes".into(),
-            vec!["python3".into(), torch.display().to_string(), "5".into()],
-        ));
+        // Few passes: the process is mostly Python and module loading; many: mostly launches.
+        for steps in ["5", "50"] {
+            workloads.push((
+                format!("PyTorch, {steps} forward passes"),
+                vec!["python3".into(), torch.display().to_string(), steps.into()],
+            ));
+        }
     } else {
         println!("(no PyTorch here: its workload is left out)");
     }

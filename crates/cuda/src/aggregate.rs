@@ -114,7 +114,7 @@ pub struct LaunchCounts {
     /// Instructions counted at an offset the disassembly lacks, or in a cubin it could not read
     /// (their counts are kept in the totals, outside any block).
     pub unplaced: u64,
-    /// Blocks whose instructions do not all have the same warp-level count.
+    /// Blocks whose counts disagree with the CFG ([`uneven_blocks`]).
     pub uneven_blocks: u64,
     /// Instructions of a kernel whose cubin could not be disassembled: kept per PC, in blocks
     /// cut where PCs stop being consecutive (no opcodes, no static leaders).
@@ -189,30 +189,94 @@ pub fn aggregate(run: &LiveRun, code: &Code) -> Result<Vec<LaunchCounts>, CudaEr
             }
         }
         if let Some(k) = kernel {
-            a.uneven_blocks = uneven_blocks(&k.cfg, &a.pcs.counts);
+            a.uneven_blocks = uneven_blocks(k, &a.pcs.counts);
         }
         out.push(a);
     }
     Ok(out)
 }
 
-/// Blocks in which some instruction's warp-level count differs from the block's first: within a
-/// block a warp runs every instruction or none (a count of every instruction, predicated-off
-/// ones included), so each is a disagreement between the CFG and the counts.
-pub fn uneven_blocks(cfg: &Cfg, counts: &BTreeMap<u64, u64>) -> u64 {
+/// Opcodes at which the lanes of a warp that arrived apart (each diverged group on its own)
+/// wait for each other: each group executes them, the reunited warp what follows.
+const RECONVERGENCE: [&str; 2] = ["WARPSYNC", "BSYNC"];
+
+/// Blocks whose counts disagree with the CFG. Within a block a warp runs every instruction or
+/// none (counts include predicated-off instructions), so each instruction's warp-level count
+/// equals the one before it, except right after a reconvergence instruction (`WARPSYNC`,
+/// `BSYNC`), where it may drop: a warp whose lanes arrived in several groups ran what came
+/// before once per group (cuBLAS's `WARPSYNC.ALL` heading a block after a loop the lanes
+/// left at different trips, seen on an H200).
+pub fn uneven_blocks(kernel: &Kernel, counts: &BTreeMap<u64, u64>) -> u64 {
+    let count = |offset: u64| counts.get(&offset).copied().unwrap_or(0);
+    let reconverges = |offset: u64| {
+        let insns = &kernel.function.instructions;
+        insns
+            .binary_search_by_key(&offset, |i| i.offset)
+            .is_ok_and(|i| RECONVERGENCE.contains(&insns[i].base()))
+    };
     let mut uneven = 0;
-    for b in &cfg.blocks {
-        let first = counts.get(&b.start).copied().unwrap_or(0);
-        let even = (0..u64::from(b.size)).all(|i| {
-            counts
-                .get(&(b.start + i * sass::INSTRUCTION_BYTES))
-                .copied()
-                .unwrap_or(0)
-                == first
+    for b in &kernel.cfg.blocks {
+        let offsets: Vec<u64> = (0..u64::from(b.size))
+            .map(|i| b.start + i * sass::INSTRUCTION_BYTES)
+            .collect();
+        let even = offsets.windows(2).all(|w| {
+            let (before, after) = (count(w[0]), count(w[1]));
+            after == before || (after < before && reconverges(w[0]))
         });
         if !even {
             uneven += 1;
         }
     }
     uneven
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// The shape of cuBLAS's `sgemm_largek_lds64` around its 0x17a0 (an H200 run's counts): a
+    /// loop the lanes leave at different trips, then a block headed by `WARPSYNC.ALL`.
+    const LISTING: &str = "\
+.section .text.k,\"ax\",@progbits
+        /*0000*/                   LDG.E R2, desc[UR4][R4.64] ;
+.L_x_0:
+        /*0010*/                   ISETP.NE.AND P0, PT, R2, RZ, PT ;
+        /*0020*/               @P0 BRA `(.L_x_0) ;
+        /*0030*/                   WARPSYNC.ALL ;
+        /*0040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0050*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0060*/                   EXIT ;
+";
+
+    fn kernel() -> Kernel {
+        let f = sass::parse(LISTING, Path::new("t")).unwrap().remove(0);
+        Kernel {
+            cfg: sass::cfg(&f),
+            function: f,
+        }
+    }
+
+    fn uneven(counts: &[(u64, u64)]) -> u64 {
+        uneven_blocks(&kernel(), &counts.iter().copied().collect())
+    }
+
+    #[test]
+    fn counts_drop_only_after_a_reconvergence_instruction() {
+        let k = kernel();
+        let starts: Vec<u64> = k.cfg.blocks.iter().map(|b| b.start).collect();
+        assert_eq!(starts, [0x00, 0x10, 0x30]);
+        let loop_ = [(0x00, 4), (0x10, 40), (0x20, 40)];
+        // Groups that left the loop apart each ran WARPSYNC: the count may drop after it.
+        let tail = [(0x30, 9), (0x40, 4), (0x50, 4), (0x60, 4)];
+        assert_eq!(uneven(&[&loop_[..], &tail[..]].concat()), 0);
+        // A drop after any other instruction, or a rise anywhere, disagrees with the CFG.
+        let tail = [(0x30, 4), (0x40, 4), (0x50, 5), (0x60, 5)];
+        assert_eq!(uneven(&[&loop_[..], &tail[..]].concat()), 1);
+        let tail = [(0x30, 9), (0x40, 4), (0x50, 4), (0x60, 2)];
+        assert_eq!(uneven(&[&loop_[..], &tail[..]].concat()), 1);
+        assert_eq!(uneven(&[(0x00, 4), (0x10, 40), (0x20, 39)]), 1);
+        // Blocks never run are even.
+        assert_eq!(uneven(&[]), 0);
+    }
 }
