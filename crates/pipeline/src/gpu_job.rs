@@ -207,3 +207,66 @@ fn outcome_report(live: &Live, wall: f64, dir: &Path) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// The H200 run of the test kernels, with `records` added before its `done`.
+    fn run_with(records: &str) -> (tempfile::TempDir, PathBuf) {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cuda/tests/data/h200/raw");
+        let t = tempfile::tempdir().unwrap();
+        let raw = t.path().join("raw");
+        std::fs::create_dir_all(raw.join("cubins")).unwrap();
+        let cubin = "cubins/4e5b5de8.cubin";
+        std::fs::copy(data.join(cubin), raw.join(cubin)).unwrap();
+        let text = std::fs::read_to_string(data.join("launches.txt")).unwrap();
+        let text = text.replacen("done ", &format!("{records}done "), 1);
+        std::fs::write(raw.join("launches.txt"), text).unwrap();
+        let dir = t.path().to_path_buf();
+        (t, dir)
+    }
+
+    #[test]
+    fn cupti_refusing_is_printed_and_gives_exit_status_1() {
+        let nvdisasm = tools::nvdisasm().expect("nvdisasm (scripts/gpu-tools installs it)");
+        let why = "cuptiSassMetricsEnable: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES";
+        let (_t, dir) = run_with(&format!("error {why}\n"));
+        let live = Live::load(&dir, &nvdisasm).unwrap();
+        let report = outcome_report(&live, 1.0, &dir);
+        assert!(
+            report.contains(&format!("error: CUPTI: {why}\n")),
+            "{report}"
+        );
+        assert!(report.contains("16 launches counted"), "{report}");
+        let outcome = |code: i32, refused: bool| GpuRunOutcome {
+            status: ExitStatus::from_raw(code << 8),
+            report: String::new(),
+            cupti_failed: refused,
+        };
+        assert_eq!(outcome(0, !live.run.errors.is_empty()).exit_code(), 1);
+        // The program's own failure wins; no refusal, its status as it is.
+        assert_eq!(outcome(3, true).exit_code(), 3);
+        assert_eq!(outcome(0, false).exit_code(), 0);
+        let killed = GpuRunOutcome {
+            status: ExitStatus::from_raw(9),
+            report: String::new(),
+            cupti_failed: true,
+        };
+        assert_eq!(killed.exit_code(), 137);
+    }
+
+    #[test]
+    fn a_program_without_kernels_is_a_note() {
+        let nvdisasm = tools::nvdisasm().expect("nvdisasm (scripts/gpu-tools installs it)");
+        let t = tempfile::tempdir().unwrap();
+        let live = Live::load(t.path(), &nvdisasm).unwrap();
+        let report = outcome_report(&live, 0.0, t.path());
+        assert!(
+            report.starts_with("note: the program never initialised CUDA"),
+            "{report}"
+        );
+        assert!(!report.contains("error"), "{report}");
+    }
+}
