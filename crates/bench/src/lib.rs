@@ -188,9 +188,9 @@ pub enum BenchCommand {
         /// `bbv run --every-k`: SimPoint's BIC rule over every k, not its binary search.
         #[arg(long = "every-k")]
         every_k: bool,
-        /// How `bbv run` picks each cluster's point (`--pick`): metrics (the interval whose L2
+        /// How `bbv run` picks each cluster's point (`--pick`): strata, metrics (the interval whose L2
         /// misses and mispredictions are nearest its cluster's mean) or centroid (SimPoint's).
-        #[arg(long, value_name = "metrics|centroid", default_value = "metrics", value_parser = ["metrics", "centroid"])]
+        #[arg(long, value_name = "metrics|centroid|strata", default_value = "metrics", value_parser = ["metrics", "centroid", "strata"])]
         pick: String,
         /// Multiplies the inputs (1: about 50 million instructions for gzip).
         #[arg(long, default_value_t = 1.0)]
@@ -198,6 +198,10 @@ pub enum BenchCommand {
         /// Only these programs (gzip, xz, sqlite3, python3; default: all).
         #[arg(long, value_delimiter = ',', value_parser = ["gzip", "xz", "sqlite3", "python3"])]
         only: Vec<String>,
+        /// `bbv simulate --champsim`: another ChampSim build, e.g. the heartbeat one that
+        /// tools/champsim/intervals.py reads (with BBV_BENCH_KEEP=1 to keep the runs).
+        #[arg(long, value_name = "PATH")]
+        champsim: Option<PathBuf>,
         /// Where to write the runs (a temporary folder is made and removed there).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
@@ -319,6 +323,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             pick,
             scale,
             only,
+            champsim,
             dir,
         } => simulate::run(
             simulate::Choice {
@@ -328,6 +333,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 target_error,
                 every_k,
                 pick,
+                champsim,
             },
             scale,
             &only,

@@ -21,6 +21,8 @@ pub struct Choice {
     pub every_k: bool,
     /// `--pick`: metrics or centroid.
     pub pick: String,
+    /// `bbv simulate --champsim`.
+    pub champsim: Option<std::path::PathBuf>,
 }
 
 impl Choice {
@@ -141,7 +143,11 @@ fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<f64> {
     run.extend(choice.args());
     step(run)?;
     step(vec!["trace".into(), d.clone()])?;
-    let sim_seconds = step(vec!["simulate".into(), d.clone(), "--full".into()])?;
+    let mut simulate = vec!["simulate".into(), d.clone(), "--full".into()];
+    if let Some(c) = &choice.champsim {
+        simulate.extend(["--champsim".into(), c.to_string_lossy().into_owned()]);
+    }
+    let sim_seconds = step(simulate)?;
     let read = |name: &str| -> Result<serde_json::Value> {
         let text = std::fs::read_to_string(dir.join(name))?;
         Ok(serde_json::from_str(&text)?)

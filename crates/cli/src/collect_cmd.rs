@@ -155,10 +155,11 @@ pub struct RunArgs {
     /// rule; implies --validate.
     #[arg(long = "target-error", value_name = "PCT", value_parser = percent)]
     pub target_error: Option<f64>,
-    /// Each cluster's point: the interval nearest its centre (centroid, SimPoint 3.2's), or
-    /// the one whose L2 misses and branch mispredictions (bbv's model) lie nearest the
-    /// cluster's mean (metrics; implies --validate; closer CPI estimates on ChampSim).
-    #[arg(long, value_name = "centroid|metrics", default_value = "centroid", value_parser = ["centroid", "metrics"])]
+    /// Each cluster's point: the interval nearest its centre (centroid, SimPoint 3.2's), the
+    /// one whose L2 misses and branch mispredictions (bbv's model) lie nearest the cluster's
+    /// mean (metrics), or clusters cut into strata of like CPI estimate, a point each (strata;
+    /// the closest ChampSim estimates). metrics and strata imply --validate.
+    #[arg(long, value_name = "centroid|metrics|strata", default_value = "centroid", value_parser = ["centroid", "metrics", "strata"])]
     pub pick: String,
     /// Cluster the main thread's intervals (main) or every thread's together (all).
     #[arg(long, value_name = "main|all", default_value = "main", value_parser = ["main", "all"])]
@@ -221,10 +222,10 @@ impl RunArgs {
             output: self.output.clone(),
             validate: self.validate,
             target_error: self.target_error,
-            pick: if self.pick == "metrics" {
-                Pick::Metrics
-            } else {
-                Pick::Centroid
+            pick: match self.pick.as_str() {
+                "metrics" => Pick::Metrics,
+                "strata" => Pick::Strata,
+                _ => Pick::Centroid,
             },
             threads_all: self.threads == "all",
             warmup: self.warmup,

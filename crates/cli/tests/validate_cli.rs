@@ -319,6 +319,87 @@ fn typical_scores(dir: &Path) -> Vec<(usize, f64, f64)> {
     out
 }
 
+/// The first-order CPI estimate `--pick strata` ranks intervals by (docs/run.md).
+fn cpi_estimate(row: &HashMap<String, f64>) -> f64 {
+    0.5 + (10.0 * row["l1d_misses"] + 70.0 * row["l2_misses"] + 16.0 * row["branch_mispredicts"])
+        / row["instructions"]
+}
+
+/// `strata`'s clusters against the centroid run `centroid` of the same program: each a part of
+/// one cluster, cut only where the cluster's estimates spread by more than 15%, within it
+/// unless a single interval; points and weights as docs/run.md says.
+fn assert_strata(centroid: &Path, strata: &Path) {
+    let rows = csv_rows(&strata.join("metrics.csv"));
+    let est: Vec<f64> = rows.iter().map(cpi_estimate).collect();
+    let insns: Vec<f64> = rows.iter().map(|r| r["instructions"]).collect();
+    let labels = |d: &Path| -> Vec<usize> {
+        pairs(&d.join("simpoint.labels"))
+            .into_iter()
+            .map(|(l, _)| l as usize)
+            .collect()
+    };
+    let (cl, sl) = (labels(centroid), labels(strata));
+    assert_eq!(cl.len(), est.len());
+    let weight_of = |d: &Path| -> HashMap<usize, f64> {
+        pairs(&d.join("simpoint.weights"))
+            .into_iter()
+            .map(|(w, c)| (c, w))
+            .collect()
+    };
+    let (cw, sw) = (weight_of(centroid), weight_of(strata));
+    let cv = |m: &[usize]| {
+        let w: f64 = m.iter().map(|&i| insns[i]).sum();
+        let mean = m.iter().map(|&i| insns[i] * est[i]).sum::<f64>() / w;
+        let var = m
+            .iter()
+            .map(|&i| insns[i] * (est[i] - mean).powi(2))
+            .sum::<f64>()
+            / w;
+        (mean, var.sqrt() / mean)
+    };
+    let mut cut = 0;
+    for (&c, &weight) in &cw {
+        let members: Vec<usize> = (0..cl.len()).filter(|&i| cl[i] == c).collect();
+        let parts: std::collections::BTreeSet<usize> = members.iter().map(|&i| sl[i]).collect();
+        assert_eq!(
+            parts.len() > 1,
+            cv(&members).1 > 0.15,
+            "cluster {c}: {parts:?}"
+        );
+        cut += usize::from(parts.len() > 1);
+        let total: f64 = members.iter().map(|&i| insns[i]).sum();
+        for s in parts {
+            let m: Vec<usize> = (0..sl.len()).filter(|&i| sl[i] == s).collect();
+            assert!(
+                m.iter().all(|&i| cl[i] == c),
+                "stratum {s} outside cluster {c}"
+            );
+            let (mean, spread) = cv(&m);
+            assert!(m.len() == 1 || spread <= 0.15, "stratum {s}: {spread}");
+            let share = m.iter().map(|&i| insns[i]).sum::<f64>() / total;
+            let w = sw[&s] / sw.values().sum::<f64>();
+            assert!(
+                (w - weight * share).abs() < 2e-5,
+                "stratum {s}: {w} vs {}",
+                weight * share
+            );
+            let (point, _) = pairs(&strata.join("simpoint.simpoints"))
+                .into_iter()
+                .find(|&(_, c2)| c2 == s)
+                .unwrap();
+            let best = m
+                .iter()
+                .map(|&i| (est[i] - mean).abs())
+                .fold(f64::INFINITY, f64::min);
+            assert!(
+                (est[point as usize] - mean).abs() <= best + 1e-12,
+                "stratum {s}"
+            );
+        }
+    }
+    eprintln!("--pick strata cut {cut} of {} clusters", cw.len());
+}
+
 /// Checks `dir/validation.json` against [`recompute`] and returns it.
 pub(crate) fn assert_validation_recomputes(dir: &Path) -> serde_json::Value {
     let v = json(&dir.join("validation.json"));
@@ -415,6 +496,14 @@ fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
         );
         assert!(score <= centroid_score, "cluster {c}");
     }
+    // --pick strata: every cluster of the centroid run cut into strata of like CPI estimate
+    // (recomputed here from metrics.csv), each stratum's point nearest its mean and its weight
+    // its cluster's shared by instructions; the estimates recomputed from the files.
+    let text = run("s", &["--pick", "strata"]);
+    assert!(text.contains("cut into strata"), "{text}");
+    let st = dir.path().join("s");
+    assert_eq!(assert_validation_recomputes(&st)["pick"], "strata");
+    assert_strata(&d, &st);
     // --every-k: SimPoint's rule over k = 1..8 (`bbv simpoint -k 1:8` writes the same files),
     // every k in bic.csv, and the summary says so.
     run("e", &["--every-k"]);

@@ -11,6 +11,7 @@ use bbv_simpoint::{
 
 use crate::validate::{self, Clusters, KRow, Pick, Validation};
 use bbv_files::AtomicFiles;
+use bbv_rundir::strata;
 
 use crate::PipelineError;
 
@@ -169,10 +170,18 @@ fn validate_runs(
         .iter()
         .map(|r| PostResult::new(data, &r.centres))
         .collect();
-    if v.pick == Pick::Metrics {
-        for post in &mut posts {
-            pick_typical(post, v.rows)?;
+    match v.pick {
+        Pick::Metrics => {
+            for post in &mut posts {
+                pick_typical(post, v.rows)?;
+            }
         }
+        Pick::Strata => {
+            for post in &mut posts {
+                pick_strata(post, v.rows)?;
+            }
+        }
+        Pick::Centroid => {}
     }
     let clusterings: Vec<Clusters> = posts.iter().map(clusters_of).collect();
     let bbv = validate::bbv_errors(input, &clusterings)?;
@@ -232,6 +241,57 @@ fn pick_typical(post: &mut PostResult, rows: &[MetricsRow]) -> Result<(), Pipeli
     Ok(())
 }
 
+/// Cuts each cluster into strata of like CPI estimate ([`bbv_rundir::strata`]): the first
+/// stratum keeps the cluster's number, the others get new ones after the last; each stratum's
+/// point is its member nearest its mean, its weight the cluster's shared by instructions.
+fn pick_strata(post: &mut PostResult, rows: &[MetricsRow]) -> Result<(), PipelineError> {
+    if rows.len() != post.labels.len() {
+        return Err(PipelineError::Invalid(format!(
+            "metrics.csv has {} intervals but the clustering has {}",
+            rows.len(),
+            post.labels.len()
+        )));
+    }
+    let estimates: Vec<f64> = rows.iter().map(strata::cpi_estimate).collect();
+    let weights: Vec<f64> = rows.iter().map(|r| r.instructions() as f64).collect();
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); post.simpoints.len()];
+    for (i, &l) in post.labels.iter().enumerate() {
+        members[l as usize].push(i);
+    }
+    for (c, m) in members.iter().enumerate() {
+        let parts = strata::strata(&estimates, &weights, m);
+        let total: f64 = m.iter().map(|&i| weights[i]).sum();
+        let share = post.weights[c];
+        for (j, part) in parts.iter().enumerate() {
+            let point = strata::point(&estimates, &weights, part).map_or(-1, |p| p as i64);
+            if j == 0 {
+                post.simpoints[c] = point;
+                if parts.len() > 1 {
+                    post.weights[c] = share * stratum_share(part, &weights, total, parts.len());
+                }
+                continue;
+            }
+            let id = post.simpoints.len() as u32;
+            post.simpoints.push(point);
+            post.weights
+                .push(share * stratum_share(part, &weights, total, parts.len()));
+            for &i in part {
+                post.labels[i] = id;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A stratum's share of its cluster's instructions (an equal share when they have none).
+fn stratum_share(part: &[usize], weights: &[f64], total: f64, parts: usize) -> f64 {
+    if total > 0.0 {
+        part.iter().map(|&i| weights[i]).sum::<f64>() / total
+    } else {
+        1.0 / parts as f64
+    }
+}
+
 /// Each run's BIC as a fraction of the range over the runs (1 when all are equal).
 fn bic_fractions(runs: &[bbv_simpoint::Run]) -> Vec<f64> {
     let (lo, hi) = runs
@@ -281,5 +341,51 @@ fn choose_by_target(rows: &[KRow], target: f64) -> (usize, String) {
                 ),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An interval of `insns` instructions whose CPI estimate is `0.5 + 70 * l2 / insns`.
+    fn row(insns: u64, l2: u64) -> MetricsRow {
+        MetricsRow([insns, 0, 0, 0, 0, 0, l2, 0])
+    }
+
+    #[test]
+    fn strata_take_new_numbers_and_share_their_cluster_weight() {
+        // Cluster 0: four like intervals and two slow ones (cut); cluster 1: like intervals.
+        let rows = [
+            row(1000, 5),
+            row(1000, 5),
+            row(1000, 30),
+            row(1000, 6),
+            row(2000, 12),
+            row(2000, 50),
+            row(1000, 1),
+            row(1000, 1),
+        ];
+        let mut post = PostResult {
+            labels: vec![0, 0, 0, 0, 0, 0, 1, 1],
+            dists: vec![0.0; 8],
+            simpoints: vec![1, 7],
+            weights: vec![0.75, 0.25],
+        };
+        pick_strata(&mut post, &rows).unwrap();
+        assert_eq!(post.labels, [0, 0, 2, 0, 0, 2, 1, 1]);
+        // Cluster 0's 8,000 instructions: 5,000 like (estimates 0.85, 0.85, 0.92, 0.92) and 3,000
+        // slow (2.6 over 1,000, 2.25 over 2,000).
+        assert_eq!(post.weights.len(), 3);
+        assert!((post.weights[0] - 0.75 * 5.0 / 8.0).abs() < 1e-12);
+        assert!((post.weights[2] - 0.75 * 3.0 / 8.0).abs() < 1e-12);
+        assert_eq!(post.weights[1], 0.25);
+        // Weighted means 0.892 (intervals 3 and 4 tie at 0.92: the lower wins) and 2.367.
+        assert_eq!(post.simpoints, [3, 6, 5]);
+        let c = clusters_of(&post);
+        assert_eq!(c.points.len(), 3);
+        assert!((c.points.iter().map(|p| p.2).sum::<f64>() - 1.0).abs() < 1e-12);
+        // Metrics for another number of intervals are refused.
+        assert!(pick_strata(&mut post, &rows[..7]).is_err());
     }
 }

@@ -34,7 +34,7 @@ pub struct RunRequest {
     /// `--target-error` (a fraction): choose the smallest k whose estimates are all this
     /// close (needs metrics, `collect.metrics`).
     pub target_error: Option<f64>,
-    /// How each cluster's point is picked (needs metrics for [`Pick::Metrics`]).
+    /// How each cluster's point is picked (needs metrics for any but [`Pick::Centroid`]).
     pub pick: Pick,
     /// Deterministic turns of this many instructions where the QEMU allows them, the pace of
     /// `collect` otherwise (`--schedule auto` with `--regions looppoint`).
@@ -207,10 +207,11 @@ fn cluster_as(
         rundir::write_summary(w, &summary)
     })?;
     files.commit()?;
-    if metrics.is_none() && req.pick == Pick::Metrics {
-        warnings.push(
-            "--pick metrics: no metrics to pick by (see above): each point is the interval nearest its cluster's centre".into(),
-        );
+    if metrics.is_none() && req.pick != Pick::Centroid {
+        warnings.push(format!(
+            "--pick {}: no metrics to pick by (see above): each point is the interval nearest its cluster's centre",
+            req.pick.name()
+        ));
     }
     if rows > 0 {
         let input = rundir::clustered_input(&req.out, &summary);

@@ -276,7 +276,7 @@ pub struct RunOptions {
     pub validate: bool,
     /// Choose k by the estimates' error (a fraction) instead of BIC; implies `validate`.
     pub target_error: Option<f64>,
-    /// How each cluster's point is picked; [`Pick::Metrics`] implies `validate`.
+    /// How each cluster's point is picked; any but [`Pick::Centroid`] implies `validate`.
     pub pick: Pick,
     /// Cluster every thread's intervals together instead of the main thread's.
     pub threads_all: bool,
@@ -315,7 +315,8 @@ impl RunOptions {
         check_count("--interval", self.interval)?;
         check_count("--warmup", self.warmup.unwrap_or(0))?;
         check_count("--flow-quantum", self.flow_quantum.unwrap_or(0))?;
-        let validating = self.validate || self.target_error.is_some() || self.pick == Pick::Metrics;
+        let validating =
+            self.validate || self.target_error.is_some() || self.pick != Pick::Centroid;
         self.guest.cache_model(validating, "--validate")
     }
 

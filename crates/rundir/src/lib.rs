@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod check;
 pub mod simulation;
+pub mod strata;
 pub mod validate;
 
 /// What can go wrong reading a run directory.

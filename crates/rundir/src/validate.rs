@@ -102,13 +102,25 @@ pub enum Pick {
     Centroid,
     /// The interval whose metrics lie nearest the cluster's mean ([`typical_points`]).
     Metrics,
+    /// Clusters cut into strata of like first-order CPI ([`crate::strata`]), a point each.
+    Strata,
 }
 
 impl Pick {
+    /// The option's value (`--pick NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Pick::Centroid => "centroid",
+            Pick::Metrics => "metrics",
+            Pick::Strata => "strata",
+        }
+    }
+
     /// What the summary and the report add after the rule that chose k ("" for SimPoint's).
     pub fn note(self) -> &'static str {
         match self {
             Pick::Metrics => "; each point the interval whose L2 misses and mispredictions are nearest its cluster's mean (--pick metrics)",
+            Pick::Strata => "; clusters whose members' CPI estimates (bbv's model) spread by more than 15% cut into strata, each with its own point nearest its mean (--pick strata)",
             Pick::Centroid => "",
         }
     }
