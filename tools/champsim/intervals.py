@@ -18,9 +18,10 @@ least and most, and the CPI ChampSim measured for the region traced alone after 
     tools/champsim/intervals.py --all-k target/release/bbv DIR
 
 prints instead the selection error of every k from 1 to 30 (the run's vectors clustered again
-by `bbv simpoint`), with each cluster's point picked as SimPoint does (centroid) and as
-`bbv run --pick metrics` does (the run needs metrics.csv: `--validate`): one k's error is
-partly luck, the mean over k says how good a way of picking is.
+by `bbv simpoint`), with each cluster's point picked as SimPoint does (centroid), as
+`bbv run --pick metrics` does, and with the clusters cut as `bbv run --pick strata` cuts them
+(the run needs metrics.csv: `--validate`): one k's error is partly luck, the mean over k says
+how good a way of picking is.
 """
 
 import bisect
@@ -146,6 +147,46 @@ def typical(rows, labels, reps):
     return out
 
 
+def cpi_estimate(r):
+    """The first-order CPI estimate of `bbv run --pick strata` (crates/rundir/src/strata.rs)."""
+    n = int(r["instructions"])
+    if n == 0:
+        return 0.5
+    return 0.5 + (10 * int(r["l1d_misses"]) + 70 * int(r["l2_misses"])
+                  + 16 * int(r["branch_mispredicts"])) / n
+
+
+def strata(rows, labels, reps):
+    """`bbv run --pick strata`'s strata and points: [(members, point)]."""
+    est = [cpi_estimate(r) for r in rows]
+    w = [int(r["instructions"]) for r in rows]
+
+    def mean(m):
+        tw = sum(w[i] for i in m)
+        return sum(w[i] * est[i] for i in m) / tw if tw else sum(est[i] for i in m) / len(m)
+
+    def sse(m):
+        mu = mean(m)
+        return sum(w[i] * (est[i] - mu) ** 2 for i in m)
+
+    def cut(m):
+        tw = sum(w[i] for i in m)
+        mu = mean(m)
+        if len(m) < 2 or mu <= 0 or (sse(m) / tw) ** 0.5 / mu <= 0.15:
+            return [sorted(m)]
+        s = sorted(m, key=lambda i: (est[i], i))
+        at = min(range(1, len(s)), key=lambda c: sse(s[:c]) + sse(s[c:]))
+        return cut(s[:at]) + cut(s[at:])
+
+    out = []
+    for c in reps:
+        members = [i for i, l in enumerate(labels) if l == c]
+        for m in cut(members):
+            mu = mean(m)
+            out.append((m, min(m, key=lambda i: (abs(est[i] - mu), i))))
+    return out
+
+
 def all_k(d, bbv, max_k, cpi, full):
     """The selection error of every k from 1 to max_k, both picks, from the run's vectors."""
     rows = list(csv.DictReader(open(d / "metrics.csv")))
@@ -170,14 +211,28 @@ def all_k(d, bbv, max_k, cpi, full):
                     for c, i in reps.items())
         return 100 * (total / sum(labels.count(c) for c in reps) - full) / full
 
-    print("k  points  centroid  metrics   (selection error: representatives in context)")
-    sums = [0.0, 0.0]
+    def stratified(parts):
+        # Weights by instructions within a cluster, as bbv's; intervals are of equal length
+        # but the last, so by members here.
+        at = lambda i: cpi[i] if cpi[i] is not None else cpi[i - 1]
+        total = sum(len(m) * at(p) for m, p in parts)
+        return 100 * (total / sum(len(m) for m, _ in parts) - full) / full
+
+    print("k  points  centroid  metrics   strata (points)   "
+          "(selection error: representatives in context)")
+    sums = [0.0, 0.0, 0.0]
+    points = 0
     for k, labels, reps in runs:
-        e = [estimate(labels, reps), estimate(labels, typical(rows, labels, reps))]
+        parts = strata(rows, labels, reps)
+        e = [estimate(labels, reps), estimate(labels, typical(rows, labels, reps)),
+             stratified(parts)]
         sums = [a + abs(x) for a, x in zip(sums, e)]
-        print(f"{k:2} {len(reps):6}  {e[0]:+7.2f}%  {e[1]:+7.2f}%")
-    print(f"mean |error| over k = 1..{max_k}: centroid {sums[0] / len(runs):.2f}%, "
-          f"metrics {sums[1] / len(runs):.2f}%")
+        points += len(parts)
+        print(f"{k:2} {len(reps):6}  {e[0]:+7.2f}%  {e[1]:+7.2f}%  {e[2]:+7.2f}% ({len(parts)})")
+    n = len(runs)
+    print(f"mean |error| over k = 1..{max_k}: centroid {sums[0] / n:.2f}%, "
+          f"metrics {sums[1] / n:.2f}%, strata {sums[2] / n:.2f}% "
+          f"({points / n:.1f} points on average)")
 
 
 def main():
