@@ -264,17 +264,15 @@ fn pick_strata(post: &mut PostResult, rows: &[MetricsRow]) -> Result<(), Pipelin
         let share = post.weights[c];
         for (j, part) in parts.iter().enumerate() {
             let point = strata::point(&estimates, &weights, part).map_or(-1, |p| p as i64);
+            let weight = share * stratum_share(part, &weights, total, parts.len());
             if j == 0 {
                 post.simpoints[c] = point;
-                if parts.len() > 1 {
-                    post.weights[c] = share * stratum_share(part, &weights, total, parts.len());
-                }
+                post.weights[c] = weight;
                 continue;
             }
             let id = post.simpoints.len() as u32;
             post.simpoints.push(point);
-            post.weights
-                .push(share * stratum_share(part, &weights, total, parts.len()));
+            post.weights.push(weight);
             for &i in part {
                 post.labels[i] = id;
             }
