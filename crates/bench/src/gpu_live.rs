@@ -1,9 +1,9 @@
 //! `bbv bench gpu-live` (needs an NVIDIA GPU): `bbv gpu run`'s slowdown against the plain run,
 //! per workload, measured side by side (plain and counted runs interleaved, median of --runs):
 //! the test kernels beside bbv (`cuda-kernels`, built by scripts/cupti) and 5 and 50 PyTorch
-//! forward passes (tools/cupti/torch_forward.py, when python3 imports torch). Beside the process's wall
-//! time: the program's own time under the counting (from summary.json), bbv's work after it,
-//! and the sum of the launches' time from launch to completion.
+//! forward passes (tools/cupti/torch_forward.py, when python3 imports torch). Beside the
+//! process's wall time: the program's own time under the counting (from summary.json), bbv's
+//! work after it, and the sum of the launches' time from launch to completion.
 
 use std::path::{Path, PathBuf};
 
