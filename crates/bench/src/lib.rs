@@ -176,8 +176,8 @@ pub enum BenchCommand {
         /// Instructions per interval.
         #[arg(long, default_value_t = 2_000_000)]
         interval: u64,
-        /// Instructions of warmup before each region.
-        #[arg(long, default_value_t = 8_000_000)]
+        /// Instructions of warmup before each region (xz needs 32 million: docs/champsim.md).
+        #[arg(long, default_value_t = 32_000_000)]
         warmup: u64,
         /// Largest k.
         #[arg(long = "max-k", default_value_t = 30)]
@@ -188,9 +188,10 @@ pub enum BenchCommand {
         /// `bbv run --every-k`: SimPoint's BIC rule over every k, not its binary search.
         #[arg(long = "every-k")]
         every_k: bool,
-        /// How `bbv run` picks each cluster's point (`--pick`): strata, metrics (the interval whose L2
-        /// misses and mispredictions are nearest its cluster's mean) or centroid (SimPoint's).
-        #[arg(long, value_name = "metrics|centroid|strata", default_value = "metrics", value_parser = ["metrics", "centroid", "strata"])]
+        /// How `bbv run` picks each cluster's point (`--pick`): strata (clusters cut into strata
+        /// of like CPI estimate, a point each), metrics (the interval whose L2 misses and
+        /// mispredictions are nearest its cluster's mean) or centroid (SimPoint's).
+        #[arg(long, value_name = "strata|metrics|centroid", default_value = "strata", value_parser = ["strata", "metrics", "centroid"])]
         pick: String,
         /// Multiplies the inputs (1: about 50 million instructions for gzip).
         #[arg(long, default_value_t = 1.0)]

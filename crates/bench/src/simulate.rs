@@ -19,7 +19,7 @@ pub struct Choice {
     pub target_error: Option<f64>,
     /// `--every-k`.
     pub every_k: bool,
-    /// `--pick`: metrics or centroid.
+    /// `--pick`: strata, metrics or centroid.
     pub pick: String,
     /// `bbv simulate --champsim`.
     pub champsim: Option<std::path::PathBuf>,
@@ -109,7 +109,7 @@ pub fn run(choice: Choice, scale: f64, only: &[String], dir: &Path) -> Result<()
             "bbv run {}, bbv trace, bbv simulate --full",
             choice.args().join(" ")
         );
-        println!("program | instructions | k | CPI estimate | CPI full | error | our model's 95% band: L2 misses, mispredicts | speedup (instructions, time) | ChampSim speed");
+        println!("program | instructions | k (points) | CPI estimate | CPI full | error | our model's 95% band: L2 misses, mispredicts | speedup (instructions, time) | ChampSim speed");
         let mut errors = Vec::new();
         for (i, w) in workloads.iter().enumerate() {
             let first = w.name.split(' ').next().unwrap_or("");
@@ -172,10 +172,11 @@ fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<f64> {
         }
     };
     println!(
-        "{} | {} | {} | {:.4} | {:.4} | {:+.2}% | {}, {} | {:.1}x, {:.1}x | {:.0}k instructions/s",
+        "{} | {} | {} ({}) | {:.4} | {:.4} | {:+.2}% | {}, {} | {:.1}x, {:.1}x | {:.0}k instructions/s",
         w.name,
         instructions,
         summary["k"],
+        sim["regions"].as_array().map_or(0, Vec::len),
         f(&sim["estimate_cpi"]),
         f(&sim["full_cpi"]),
         error,
