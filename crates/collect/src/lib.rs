@@ -75,9 +75,18 @@ pub struct Prepared {
     pub plugin: PathBuf,
     /// Its API level.
     pub api: PluginApi,
+    /// Where the guest's standard output and error go instead of bbv's ([`Prepared::output_to`]).
+    output: Option<PathBuf>,
 }
 
 impl Prepared {
+    /// Sends the guest's standard output and error, together, to `file` (created or
+    /// truncated when the guest starts) instead of bbv's own.
+    pub fn output_to(mut self, file: PathBuf) -> Prepared {
+        self.output = Some(file);
+        self
+    }
+
     /// The request as it will run.
     pub fn request(&self) -> &Request {
         &self.request
@@ -132,6 +141,7 @@ pub fn prepare(request: Request) -> Result<Prepared, CollectError> {
         qemu,
         plugin,
         api,
+        output: None,
     })
 }
 
@@ -312,6 +322,11 @@ impl Prepared {
         let argv = self.command_line(dir.path());
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
+        if let Some(path) = &self.output {
+            let file = std::fs::File::create(path).map_err(|e| CollectError::io(path, e))?;
+            let again = file.try_clone().map_err(|e| CollectError::io(path, e))?;
+            cmd.stdout(file).stderr(again);
+        }
         let waited = interrupt::spawn(&mut cmd).and_then(|mut child| {
             // Like system(3): a terminal's ^C goes to the guest, which decides; we wait for
             // it. Ignored only once QEMU runs, so that the guest starts with the dispositions

@@ -177,6 +177,7 @@ pub fn check(req: &CheckRequest) -> Result<CheckReport, PipelineError> {
         .collect();
     let pass = pass_blocks(&req.dir)?;
     let mut regions = Vec::new();
+    let mut outputs = Vec::new();
     for r in &report.regions {
         let point = s
             .points
@@ -184,13 +185,21 @@ pub fn check(req: &CheckRequest) -> Result<CheckReport, PipelineError> {
             .find(|p| crate::regions::region_id(p) == r.id);
         let vector = point.and_then(|p| profile.kept.get(&p.interval));
         let want = vector.map(|v| keyed(v, &profile_keys));
-        regions.push(run_one(req, &report.dir, r, &pass, want.as_ref())?);
+        let (checked, output) = run_one(req, &report.dir, r, &pass, want.as_ref())?;
+        regions.push(checked);
+        outputs.push((r.id, output));
     }
     let out = CheckReport {
         tolerance_pct: req.tolerance_pct,
         regions,
     };
     let mut files = AtomicFiles::default();
+    // Each checkpoint's own output, kept apart from the table.
+    for (id, output) in &outputs {
+        files.write(&req.dir.join(format!("region-{id}.check.out")), |w| {
+            std::io::Write::write_all(w, output)
+        })?;
+    }
     files.write(&req.dir.join("check.json"), |w| {
         serde_json::to_writer_pretty(&mut *w, &out)?;
         std::io::Write::write_all(w, b"\n")
@@ -223,14 +232,15 @@ fn write_markers(r: &RegionCheckpoint, markers: &Path) -> Result<(), PipelineErr
     std::fs::write(markers, lines.join("\n") + "\n").map_err(|e| PipelineError::io(markers, e))
 }
 
-/// Runs one checkpoint under the collector.
+/// Runs one checkpoint under the collector; returns its check and its output (standard output
+/// and error together, of its last run).
 fn run_one(
     req: &CheckRequest,
     dir: &Path,
     r: &RegionCheckpoint,
     pass: &[(u64, u64, String, u64)],
     want: Option<&HashMap<Key, u64>>,
-) -> Result<CheckedRegion, PipelineError> {
+) -> Result<(CheckedRegion, Vec<u8>), PipelineError> {
     let work = tempfile::Builder::new()
         .prefix(".bbv-check-")
         .tempdir()
@@ -255,13 +265,20 @@ fn run_one(
     // QEMU's own mappings (its translation buffer among them) lie where the host's address
     // randomization puts them and can take an address the checkpoint needs (it exits 100,
     // saying so): another run places them elsewhere.
-    let mut outcome = bbv_collect::prepare(request.clone())?.run()?;
+    let output = work.path().join("output");
+    let launch = || -> Result<bbv_collect::Outcome, PipelineError> {
+        Ok(bbv_collect::prepare(request.clone())?
+            .output_to(output.clone())
+            .run()?)
+    };
+    let mut outcome = launch()?;
     for _ in 0..2 {
         if outcome.status.code() != bbv_checkpoint::EXIT_RESTORE_FAILED {
             break;
         }
-        outcome = bbv_collect::prepare(request.clone())?.run()?;
+        outcome = launch()?;
     }
+    let printed = std::fs::read(&output).map_err(|e| PipelineError::io(&output, e))?;
     let exit_status = outcome.status.code();
     let c = outcome.collected?;
     let events = c.events()?;
@@ -307,7 +324,7 @@ fn run_one(
         }
         _ => None,
     };
-    Ok(CheckedRegion {
+    let checked = CheckedRegion {
         id: r.id,
         reached_end: events.contains_key(&2) && exit_status == 0,
         profile_length,
@@ -317,5 +334,6 @@ fn run_one(
         bbv_l1,
         exit_status,
         notes: r.notes.clone(),
-    })
+    };
+    Ok((checked, printed))
 }
