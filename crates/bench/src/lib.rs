@@ -246,8 +246,8 @@ pub enum BenchCommand {
         qemu: Option<PathBuf>,
     },
     /// `bbv gpu run` against the plain run (needs an NVIDIA GPU): the test kernels and, where
-    /// python3 imports torch, 5 and 50 PyTorch forward passes (target: at most 10x for runs of a second
-    /// or more).
+    /// python3 imports torch, 5 and 50 PyTorch forward passes (target: at most 10x for runs of
+    /// a second or more).
     GpuLive {
         /// Rounds (plain and counted interleaved; the median is printed).
         #[arg(long, default_value_t = 3)]

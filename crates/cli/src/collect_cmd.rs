@@ -159,7 +159,7 @@ pub struct RunArgs {
     /// one whose L2 misses and branch mispredictions (bbv's model) lie nearest the cluster's
     /// mean (metrics), or clusters cut into strata of like CPI estimate, a point each (strata;
     /// the closest ChampSim estimates). metrics and strata imply --validate.
-    #[arg(long, value_name = "centroid|metrics|strata", default_value = "centroid", value_parser = ["centroid", "metrics", "strata"])]
+    #[arg(long, value_name = "centroid|metrics|strata", default_value = "centroid", value_parser = clap::builder::PossibleValuesParser::new(Pick::ALL.map(Pick::name)))]
     pub pick: String,
     /// Cluster the main thread's intervals (main) or every thread's together (all).
     #[arg(long, value_name = "main|all", default_value = "main", value_parser = ["main", "all"])]
@@ -222,11 +222,8 @@ impl RunArgs {
             output: self.output.clone(),
             validate: self.validate,
             target_error: self.target_error,
-            pick: match self.pick.as_str() {
-                "metrics" => Pick::Metrics,
-                "strata" => Pick::Strata,
-                _ => Pick::Centroid,
-            },
+            // clap admits only the names.
+            pick: Pick::from_name(&self.pick).unwrap_or_default(),
             threads_all: self.threads == "all",
             warmup: self.warmup,
             regions: match self.regions.as_str() {

@@ -433,10 +433,13 @@ fn remove_stale(dir: &Path, report: &CheckpointReport) -> Result<(), PipelineErr
         let path = e.path();
         let gone = match name.as_str() {
             "check.json" => std::fs::remove_file(&path),
-            n if n.starts_with("region-") && !ours(n) => match path.is_dir() {
-                true => std::fs::remove_dir_all(&path),
-                false => std::fs::remove_file(&path),
-            },
+            n if n.starts_with("region-") && !ours(n) => {
+                if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                }
+            }
             _ => Ok(()),
         };
         gone.map_err(|e| PipelineError::io(&path, e))?;

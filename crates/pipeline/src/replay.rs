@@ -94,13 +94,11 @@ impl ReplayReport {
 
     /// Every marker reached and every deviation within the tolerance.
     pub fn passed(&self) -> bool {
-        self.regions.iter().all(|r| {
-            r.start_found
-                && r.end_found
-                && r.warmup_found != Some(false)
-                && r.deviation_pct
+        self.reached_all()
+            && (self.regions.iter()).all(|r| {
+                r.deviation_pct
                     .is_some_and(|d| d.abs() <= self.tolerance_pct)
-        })
+            })
     }
 
     /// The table `bbv replay` prints.

@@ -247,12 +247,12 @@ fn memory(g: &Guest, c: &Capture, path: &Path) -> std::io::Result<Vec<Run>> {
         let mut at = m.start;
         while at < m.end {
             let len = ((m.end - at) as usize).min(CHUNK);
-            let resident = match anonymous {
-                true => guest::resident(at, len),
-                false => vec![true; len / PAGE],
+            let resident = if anonymous {
+                guest::resident(at, len)
+            } else {
+                vec![true; len / PAGE]
             };
-            // Runs of resident pages, each read whole (page by page where that fails: a file
-            // mapping past its file's end reads as nothing).
+            // Runs of resident pages, each read at once.
             let mut i = 0;
             while i < resident.len() {
                 let n = resident[i..]
@@ -262,13 +262,7 @@ fn memory(g: &Guest, c: &Capture, path: &Path) -> std::io::Result<Vec<Run>> {
                 if resident[i] {
                     let from = at + (i * PAGE) as u64;
                     let piece = &mut buf[..n * PAGE];
-                    if !g.read_into(from, piece) {
-                        for (j, page) in piece.chunks_mut(PAGE).enumerate() {
-                            if !g.read_into(from + (j * PAGE) as u64, page) {
-                                page.fill(0);
-                            }
-                        }
-                    }
+                    read_pages(g, from, piece);
                     kept.pages(from, piece)?;
                 }
                 i += n;
@@ -278,6 +272,19 @@ fn memory(g: &Guest, c: &Capture, path: &Path) -> std::io::Result<Vec<Run>> {
     }
     kept.out.into_inner().map_err(|e| e.into_error())?;
     Ok(kept.runs)
+}
+
+/// Reads guest memory at `from` into `piece` whole, or page by page where that fails (a file
+/// mapping past its file's end reads as nothing), the unreadable pages as zeros.
+fn read_pages(g: &Guest, from: u64, piece: &mut [u8]) {
+    if g.read_into(from, piece) {
+        return;
+    }
+    for (j, page) in piece.chunks_mut(PAGE).enumerate() {
+        if !g.read_into(from + (j * PAGE) as u64, page) {
+            page.fill(0);
+        }
+    }
 }
 
 /// The guest's open descriptors; regular files it can read are copied.

@@ -107,6 +107,14 @@ pub enum Pick {
 }
 
 impl Pick {
+    /// Every way, in the order `--help` lists them.
+    pub const ALL: [Pick; 3] = [Pick::Centroid, Pick::Metrics, Pick::Strata];
+
+    /// The way named `name` (`--pick NAME`).
+    pub fn from_name(name: &str) -> Option<Pick> {
+        Pick::ALL.into_iter().find(|p| p.name() == name)
+    }
+
     /// The option's value (`--pick NAME`).
     pub fn name(self) -> &'static str {
         match self {
