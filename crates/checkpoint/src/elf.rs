@@ -1,7 +1,11 @@
-//! The checkpoint's file: an ELF header, one loadable segment (the restorer) at an address
-//! no captured mapping uses, then the blobs it maps or copies, page-aligned.
+//! The checkpoint's file: an ELF header in the first page, the kept pages as the plugin wrote
+//! them, one loadable segment (the restorer) at an address no captured mapping uses, then the
+//! descriptors' bytes it copies, page-aligned.
 
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 use crate::displace::{displaced, SLOT};
 use crate::emit::assemble;
@@ -9,8 +13,6 @@ use crate::restorer::{Layout, Restore};
 use crate::CheckpointError;
 
 const PAGE: u64 = 4096;
-/// The segment's file offset (the headers fill the page before it).
-const SEGMENT_OFFSET: u64 = PAGE;
 
 fn page_up(n: u64) -> u64 {
     n.div_ceil(PAGE) * PAGE
@@ -56,7 +58,9 @@ fn choose_slot(r: &Restore, base: u64, size: u64) -> Result<u64, CheckpointError
         })
 }
 
-fn header(entry: u64, base: u64, seg_len: u64) -> Vec<u8> {
+/// The ELF header and program headers: one segment, `seg_len` bytes at file offset `offset`
+/// loaded at `base`.
+fn header(entry: u64, offset: u64, base: u64, seg_len: u64) -> Vec<u8> {
     let mut h = Vec::with_capacity(64 + 2 * 56);
     h.extend(b"\x7fELF\x02\x01\x01\x00");
     h.extend([0u8; 8]);
@@ -82,7 +86,7 @@ fn header(entry: u64, base: u64, seg_len: u64) -> Vec<u8> {
         h.extend(PAGE.to_le_bytes());
     };
     // One RWX segment: the handlers keep their counters beside their code.
-    phdr(&mut h, 1, 7, SEGMENT_OFFSET, base, seg_len);
+    phdr(&mut h, 1, 7, offset, base, seg_len);
     phdr(&mut h, 0x6474_e551, 6, 0, 0, 0); // PT_GNU_STACK: no executable stack
     h
 }
@@ -95,12 +99,17 @@ pub(crate) struct Placed {
     pub reached: u64,
     /// The moved end instruction's page.
     pub slot: u64,
-    /// Where each run of kept pages lies in the file: (guest address, bytes, file offset).
-    pub runs: Vec<(u64, u64, u64)>,
 }
 
-/// Writes the checkpoint of `r` into `out`.
-pub(crate) fn write(r: &Restore, out: &mut impl Write) -> Result<Placed, CheckpointError> {
+/// Makes the memory file `file` (at `path`; its first page a hole, the kept pages after it)
+/// the checkpoint of `r`: the headers into that first page, the restorer's segment and the
+/// descriptors' bytes after the pages. The pages are not copied.
+pub(crate) fn write(r: &Restore, file: &mut File, path: &Path) -> Result<Placed, CheckpointError> {
+    let io = |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let pages_end = page_up(file.metadata().map_err(io)?.len()).max(PAGE);
     let blobs = r.blobs();
     // First pass with the largest offsets there could be, to size the code.
     let far = Layout {
@@ -114,7 +123,7 @@ pub(crate) fn write(r: &Restore, out: &mut impl Write) -> Result<Placed, Checkpo
     let slot = choose_slot(r, base, seg_len)?;
     let mut moved = displaced(&r.end_code, r.end_pc, slot)?;
     moved.resize(SLOT as usize, 0xcc);
-    let mut at = SEGMENT_OFFSET + seg_len;
+    let mut at = pages_end + seg_len;
     let mut blob_offsets = Vec::with_capacity(blobs.len());
     for b in &blobs {
         blob_offsets.push(at);
@@ -126,70 +135,40 @@ pub(crate) fn write(r: &Restore, out: &mut impl Write) -> Result<Placed, Checkpo
         slot,
         moved,
     };
-    let layout = &layout;
-    let assembled = assemble(r, layout, base + seg_len)?;
-    let code = assembled.code;
-    if code.len() as u64 > seg_len {
+    let assembled = assemble(r, &layout, base + seg_len)?;
+    if assembled.code.len() as u64 > seg_len {
         return Err(CheckpointError::Assemble(format!(
             "the restorer grew from {seg_len} to {} bytes",
-            code.len()
+            assembled.code.len()
         )));
     }
-    let mut w = Counted { out, written: 0 };
-    w.put(&header(base, base, seg_len))?;
-    w.pad_to(SEGMENT_OFFSET)?;
-    w.put(&code)?;
+    file.write_all_at(&header(base, pages_end, base, seg_len), 0)
+        .and_then(|_| file.write_all_at(&assembled.code, pages_end))
+        .map_err(io)?;
     for (b, &off) in blobs.iter().zip(&layout.blob_offsets) {
-        w.pad_to(off)?;
-        let (path, start, len) = b;
-        let io = |source| CheckpointError::Io {
-            path: path.clone(),
+        let (from, start, len) = b;
+        let source = |source| CheckpointError::Io {
+            path: from.clone(),
             source,
         };
-        let mut f = std::fs::File::open(path).map_err(io)?;
-        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(*start)).map_err(io)?;
-        let mut left = *len;
-        let mut buf = vec![0u8; 1 << 20];
-        while left > 0 {
-            let n = (left as usize).min(buf.len());
-            f.read_exact(&mut buf[..n]).map_err(io)?;
-            w.put(&buf[..n])?;
-            left -= n as u64;
+        let mut f = File::open(from).map_err(source)?;
+        f.seek(SeekFrom::Start(*start)).map_err(source)?;
+        file.seek(SeekFrom::Start(off)).map_err(io)?;
+        // File to file: the kernel copies (copy_file_range), nothing passes through here.
+        let copied = std::io::copy(&mut (&mut f).take(*len), file).map_err(io)?;
+        if copied != *len {
+            return Err(CheckpointError::Invalid(format!(
+                "{}: {copied} bytes from offset {start}, {len} expected: it changed",
+                from.display()
+            )));
         }
     }
     // A whole last page: the last blob's mapping must not reach past the file's end.
-    let end = page_up(w.written);
-    w.pad_to(end)?;
+    file.set_len(page_up(at.max(pages_end + seg_len)))
+        .map_err(io)?;
     Ok(Placed {
         segment: (base, base + seg_len),
         reached: assembled.reached,
         slot,
-        runs: (r.runs.iter().zip(&layout.blob_offsets))
-            .map(|((addr, (_, _, len)), &off)| (*addr, *len, off))
-            .collect(),
     })
-}
-
-/// A writer that knows how far it got.
-struct Counted<'a, W: Write> {
-    out: &'a mut W,
-    written: u64,
-}
-
-impl<W: Write> Counted<'_, W> {
-    fn put(&mut self, bytes: &[u8]) -> Result<(), CheckpointError> {
-        self.out
-            .write_all(bytes)
-            .map_err(|source| CheckpointError::Io {
-                path: "(the checkpoint being written)".into(),
-                source,
-            })?;
-        self.written += bytes.len() as u64;
-        Ok(())
-    }
-
-    fn pad_to(&mut self, to: u64) -> Result<(), CheckpointError> {
-        let pad = vec![0u8; to.saturating_sub(self.written) as usize];
-        self.put(&pad)
-    }
 }

@@ -17,6 +17,7 @@ const SYS_CLOSE: i32 = 3;
 const SYS_LSEEK: i32 = 8;
 const SYS_MMAP: i32 = 9;
 const SYS_MPROTECT: i32 = 10;
+const SYS_MUNMAP: i32 = 11;
 const SYS_RT_SIGACTION: i32 = 13;
 const SYS_RT_SIGPROCMASK: i32 = 14;
 const SYS_RT_SIGRETURN: i32 = 15;
@@ -51,6 +52,7 @@ pub(crate) fn assemble(
 ) -> Result<Assembled, CheckpointError> {
     let mut e = Emit::new(r, layout)?;
     e.open_self()?;
+    e.program_break(code_end)?;
     e.mappings()?;
     e.slot()?;
     e.descriptors()?;
@@ -251,6 +253,31 @@ impl<'a> Emit<'a> {
         close(a, r12)
     }
 
+    /// Under QEMU, whose break starts at the end of our segment (`code_end`) and which
+    /// refuses the seccomp filter that serves brk natively: moved to the captured break while
+    /// nothing is mapped up to it, then its pages given back for the captured mappings, so
+    /// that the program's later brk calls grow the heap from where they did in the profile.
+    /// Natively the kernel's break (placed at random above our segment) moves or refuses, and
+    /// the same range is given back; the filter serves the program's calls there.
+    pub fn program_break(&mut self, code_end: u64) -> Step {
+        let r = self.r;
+        if code_end > r.heap_start || r.brk < code_end {
+            return Ok(());
+        }
+        let top = r.brk.div_ceil(4096) * 4096;
+        let a = &mut self.a;
+        a.mov(rdi, r.brk)?;
+        a.mov(eax, SYS_BRK)?;
+        a.syscall()?;
+        if top > code_end {
+            a.mov(rdi, code_end)?;
+            a.mov(rsi, top - code_end)?;
+            a.mov(eax, SYS_MUNMAP)?;
+            a.syscall()?;
+        }
+        Ok(())
+    }
+
     /// The mappings, writable while the kept pages go over them from our file; the int3 on
     /// the end instruction; then each mapping's own protections.
     pub fn mappings(&mut self) -> Step {
@@ -258,11 +285,10 @@ impl<'a> Emit<'a> {
         for area in &r.areas {
             map_fresh(&mut self.a, area.start, area.len, self.l.taken)?;
         }
-        for (addr, (_, _, len)) in &r.runs {
-            let off = self.blobs.next().expect("one offset per blob");
+        for &(addr, off, len) in &r.runs {
             let (a, l) = (&mut self.a, &self.l);
-            a.mov(rdi, *addr)?;
-            a.mov(rsi, *len)?;
+            a.mov(rdi, addr)?;
+            a.mov(rsi, len)?;
             a.mov(edx, 3)?;
             a.mov(r10d, 0x12)?; // MAP_PRIVATE | MAP_FIXED
             a.mov(r8, r15)?;

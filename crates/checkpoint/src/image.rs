@@ -1,9 +1,9 @@
 //! From a capture to what the restorer restores, and the checkpoint's file.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use bbv_plugin_contract::checkpoint::{Capture, Descriptor, FdKind};
+use bbv_plugin_contract::files::CHECKPOINT_MEMORY_START as START;
 
 use crate::restorer::{Area, FdOp, Regs, Restore};
 use crate::CheckpointError;
@@ -12,7 +12,7 @@ use crate::CheckpointError;
 pub struct Inputs<'a> {
     /// The captured process.
     pub capture: &'a Capture,
-    /// Its memory file (`checkpoint.E.mem`).
+    /// Its memory file (`checkpoint.E.mem`), which becomes the checkpoint.
     pub memory: &'a Path,
     /// The copy of the file open as descriptor N (`checkpoint.E.fdN`).
     pub copied: &'a dyn Fn(i32) -> PathBuf,
@@ -36,6 +36,8 @@ pub struct Built {
     pub notes: Vec<String>,
     /// Bytes of memory kept.
     pub memory_bytes: u64,
+    /// Descriptors the process had that the checkpoint leaves closed.
+    pub closed: Vec<i32>,
     /// The restorer's segment and the moved end instruction's page, [start, end) each: code
     /// there is the checkpoint's, not the program's.
     pub restorer: Vec<(u64, u64)>,
@@ -124,7 +126,7 @@ fn registers(c: &Capture) -> Result<Regs, CheckpointError> {
 }
 
 /// The restorer's work on descriptors, and what it cannot redo.
-fn descriptors(inp: &Inputs, notes: &mut Vec<String>) -> Vec<FdOp> {
+fn descriptors(inp: &Inputs, notes: &mut Vec<String>, closed: &mut Vec<i32>) -> Vec<FdOp> {
     let c = inp.capture;
     let mut ops = Vec::new();
     for fd in 0..3 {
@@ -183,7 +185,10 @@ fn descriptors(inp: &Inputs, notes: &mut Vec<String>) -> Vec<FdOp> {
                 flags: d.flags & (3 | 0o2000 | 0o4000 | 0o200000),
                 offset: None,
             }),
-            _ => notes.push(format!("{what}: not restored (left closed)")),
+            _ => {
+                notes.push(format!("{what}: not restored (left closed)"));
+                closed.push(d.fd);
+            }
         }
     }
     notes.extend(
@@ -260,33 +265,41 @@ fn bytes_at(inp: &Inputs, addr: u64, n: u64) -> Result<Vec<u8>, CheckpointError>
     Ok(out)
 }
 
-/// Builds one checkpoint into `out`.
-pub fn build(inp: &Inputs, out: &mut impl Write) -> Result<Built, CheckpointError> {
+/// Builds one checkpoint from the memory file `inp.memory`, which becomes it: the headers and
+/// the restorer are written around the kept pages in place (rename the file afterwards).
+pub fn build(inp: &Inputs) -> Result<Built, CheckpointError> {
     let c = inp.capture;
     if inp.end_count == 0 {
         return Err(CheckpointError::Invalid(
             "the end marker's count from the checkpoint is 0 (it ran before the start)".into(),
         ));
     }
-    let mem_len = std::fs::metadata(inp.memory).map_err(io(inp.memory))?.len();
-    if let Some(r) = c.data.iter().find(|r| r.offset + r.len > mem_len) {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(inp.memory)
+        .map_err(io(inp.memory))?;
+    let mem_len = file.metadata().map_err(io(inp.memory))?.len();
+    if let Some(r) = (c.data.iter()).find(|r| r.offset + r.len > mem_len || r.offset < START) {
         return Err(CheckpointError::Invalid(format!(
-            "{}: {} bytes, but the capture keeps {:#x} bytes at offset {:#x}: truncated",
+            "{}: {} bytes, but the capture keeps {:#x} bytes at offset {:#x}: {}",
             inp.memory.display(),
             mem_len,
             r.len,
-            r.offset
+            r.offset,
+            if r.offset < START {
+                "over the header's page"
+            } else {
+                "truncated"
+            }
         )));
     }
     let mut notes: Vec<String> = c.problems.clone();
-    let fds = descriptors(inp, &mut notes);
+    let mut closed = Vec::new();
+    let fds = descriptors(inp, &mut notes, &mut closed);
     let restore = Restore {
         areas: areas(c, inp.end_pc)?,
-        runs: c
-            .data
-            .iter()
-            .map(|r| (r.addr, (inp.memory.to_path_buf(), r.offset, r.len)))
-            .collect(),
+        runs: c.data.iter().map(|r| (r.addr, r.offset, r.len)).collect(),
         fds,
         cwd: c.cwd.clone(),
         sigactions: c
@@ -308,14 +321,16 @@ pub fn build(inp: &Inputs, out: &mut impl Write) -> Result<Built, CheckpointErro
             .unwrap_or(c.brk),
         cpu_seconds: inp.cpu_seconds,
     };
-    let mut out = crate::Fingerprinting::new(out);
-    let placed = crate::elf::write(&restore, &mut out)?;
+    let placed = crate::elf::write(&restore, &mut file, inp.memory)?;
+    std::io::Seek::rewind(&mut file).map_err(io(inp.memory))?;
+    let fingerprint = crate::fingerprint(&file).map_err(io(inp.memory))?;
     Ok(Built {
         notes,
         memory_bytes: c.data.iter().map(|r| r.len).sum(),
+        closed,
         restorer: vec![placed.segment, (placed.slot, placed.slot + 4096)],
         reached: placed.reached,
-        runs: placed.runs,
-        fingerprint: out.hash(),
+        runs: (c.data.iter()).map(|r| (r.addr, r.len, r.offset)).collect(),
+        fingerprint,
     })
 }

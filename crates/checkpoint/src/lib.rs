@@ -1,8 +1,8 @@
 //! Executable checkpoints of x86-64 Linux processes (`bbv checkpoint`).
 //!
-//! A checkpoint is a static ELF with no interpreter: a small restorer, generated here as
-//! machine code, then the captured process's non-zero pages and the bytes of the files it had
-//! open. Run natively or under `qemu-x86_64`, the restorer
+//! A checkpoint is a static ELF with no interpreter: the captured process's non-zero pages
+//! (the plugin's memory file, finished in place), a small restorer generated here as machine
+//! code, and the bytes of the files it had open. Run natively or under `qemu-x86_64`, the restorer
 //!
 //! 1. maps every captured mapping at its address (`MAP_FIXED_NOREPLACE`: an address this
 //!    process already uses is reported, never overwritten) and the kept pages over them from
@@ -119,38 +119,6 @@ pub fn fingerprint(mut r: impl std::io::Read) -> std::io::Result<u64> {
     }
 }
 
-/// A writer that fingerprints what goes through it, as [`fingerprint`] would read it back.
-pub(crate) struct Fingerprinting<'a, W: std::io::Write> {
-    pub out: &'a mut W,
-    fnv: Fnv,
-}
-
-impl<W: std::io::Write> std::io::Write for Fingerprinting<'_, W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.out.write(buf)?;
-        self.fnv.update(&buf[..n]);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
-    }
-}
-
-impl<'a, W: std::io::Write> Fingerprinting<'a, W> {
-    pub(crate) fn new(out: &'a mut W) -> Self {
-        Fingerprinting {
-            out,
-            fnv: Fnv::new(),
-        }
-    }
-
-    /// The fingerprint of everything written.
-    pub(crate) fn hash(&self) -> u64 {
-        self.fnv.finish()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,12 +128,11 @@ mod tests {
         let bytes: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
         let whole = fingerprint(&bytes[..]).unwrap();
         for cut in [1, 3, 8, 13, 999] {
-            let mut sink = Vec::new();
-            let mut w = Fingerprinting::new(&mut sink);
+            let mut f = Fnv::new();
             for piece in bytes.chunks(cut) {
-                std::io::Write::write_all(&mut w, piece).unwrap();
+                f.update(piece);
             }
-            assert_eq!(w.hash(), whole, "pieces of {cut}");
+            assert_eq!(f.finish(), whole, "pieces of {cut}");
         }
         let mut other = bytes.clone();
         other[500] ^= 1;

@@ -48,8 +48,8 @@ pub(crate) struct Regs {
 /// Everything the restorer restores.
 pub(crate) struct Restore {
     pub areas: Vec<Area>,
-    /// (guest address, bytes) of the kept pages.
-    pub runs: Vec<(u64, Blob)>,
+    /// The kept pages, already in the checkpoint's file: (guest address, file offset, bytes).
+    pub runs: Vec<(u64, u64, u64)>,
     pub fds: Vec<FdOp>,
     pub cwd: String,
     pub sigactions: Vec<SigAction>,
@@ -65,8 +65,8 @@ pub(crate) struct Restore {
     pub cpu_seconds: u64,
 }
 
-/// Where the restorer finds things in its own file: the file offset of every blob, in the
-/// order [`Restore::blobs`] lists them.
+/// Where the restorer finds things in its own file: the file offset of every blob (after the
+/// kept pages and the restorer's segment), in the order [`Restore::blobs`] lists them.
 pub(crate) struct Layout {
     pub base: u64,
     pub blob_offsets: Vec<u64>,
@@ -76,15 +76,14 @@ pub(crate) struct Layout {
 }
 
 impl Restore {
-    /// The file bytes the checkpoint carries, in file order: kept pages, then descriptors'.
+    /// The descriptors' bytes the checkpoint carries, in file order.
     pub fn blobs(&self) -> Vec<&Blob> {
-        let mut v: Vec<&Blob> = self.runs.iter().map(|(_, b)| b).collect();
-        for op in &self.fds {
-            if let FdOp::Content { blob, .. } = op {
-                v.push(blob);
-            }
-        }
-        v
+        (self.fds.iter())
+            .filter_map(|op| match op {
+                FdOp::Content { blob, .. } => Some(blob),
+                _ => None,
+            })
+            .collect()
     }
 }
 

@@ -1,7 +1,9 @@
 //! `bbv checkpoint`: executable checkpoints of a real program's regions (a file and stdin read
 //! in pieces, stdout, TLS, the heap, floating point, a signal handler), profiled and captured
 //! under the QEMU 10 scripts/build-qemu builds, each run to its end natively and under both
-//! QEMUs, checked by `--check` (whose figures the test recomputes), and the bad inputs.
+//! QEMUs, checked by `--check` (whose figures the test recomputes, system calls compared call by call),
+//! a region whose calls the checkpoint cannot honour (a pipe to another process), and the bad
+//! inputs.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -163,6 +165,10 @@ fn checkpoints_reach_their_ends_natively_and_under_qemu() {
     assert_eq!(checked.len(), regions.len());
     for c in checked {
         assert_eq!(c["reached_end"], true, "{c}");
+        // Call by call as in the replay: reads of the file and of stdin, writes, brk.
+        let calls = &c["syscalls"];
+        assert!(calls["first_difference"].is_null(), "{c}");
+        assert_eq!(calls["profile"], calls["checkpoint"], "{c}");
         let out = ck.join(format!("region-{}.check.out", c["id"]));
         assert!(out.is_file(), "{}", out.display());
         // The length's deviation from the files, not the tool's own figure.
@@ -232,6 +238,25 @@ fn bad_input_is_refused_and_nothing_is_written() {
     refused(&checkpointing(&q, "3"), 1, "a marker was missed");
     let out = bbv_in(dir, &checkpointing(&q, "200"));
     assert_status(&out, 0);
+    // A failed run into a folder of checkpoints leaves it as it was: none of the memory files
+    // its plugin wrote there stays, nor their folder.
+    let listing = || {
+        let mut v: Vec<(String, u64)> = (std::fs::read_dir(&ck).unwrap())
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    e.metadata().unwrap().len(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing();
+    let o = bbv_in(dir, &checkpointing(&q, "3"));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(listing(), before);
     // A checkpoint changed since, an index cut short: refused before anything runs.
     let index = json(&ck.join("checkpoints.json"));
     let elf = ck.join(index["regions"][0]["file"].as_str().unwrap());
@@ -255,4 +280,118 @@ fn bad_input_is_refused_and_nothing_is_written() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("checkpoints.json"), "{}", stderr(&o));
     assert!(!ck.join("check.json").exists());
+}
+
+/// bbv with `args` in `dir` under bash, its descriptor 5 a pipe from another process (`cat`
+/// of the guest's input file), the guest's stdin `lines.txt`.
+fn bbv_piped(dir: &Path, args: &[&str]) -> Output {
+    let mut c = Command::new("bash");
+    guest_env(&mut c)
+        .current_dir(dir)
+        .arg("-c")
+        .arg(r#"exec "$0" "$@" 5< <(cat input.bin)"#)
+        .arg(env!("CARGO_BIN_EXE_bbv"))
+        .args(args)
+        .stdin(std::fs::File::open(dir.join("lines.txt")).unwrap())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_call_the_checkpoint_cannot_honour_is_reported() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path();
+    guest(dir);
+    let q = q10();
+    // The guest reads its input through a pipe to another process, which no checkpoint can
+    // recreate: its reads fail there.
+    let run = [
+        "run",
+        "--qemu",
+        &q,
+        "--interval",
+        "2000000",
+        "--warmup",
+        "4000000",
+        "-o",
+        "run",
+        "--",
+        "./ckpt",
+        "/dev/fd/5",
+        "200",
+    ];
+    assert_status(&bbv_piped(dir, &run), 0);
+    // At the regions' starts, after the guest opened its input (a warmup may start at its
+    // entry, before it opens anything).
+    let out = bbv_piped(
+        dir,
+        &[
+            "checkpoint",
+            "--qemu",
+            &q,
+            "--no-warmup",
+            "run",
+            "--",
+            "./ckpt",
+            "/dev/fd/5",
+            "200",
+        ],
+    );
+    assert_status(&out, 0);
+    // Said by bbv checkpoint already, from the calls the region made in the replay.
+    let index = json(&dir.join("run/checkpoints/checkpoints.json"));
+    let mut said = 0;
+    for r in index["regions"].as_array().unwrap() {
+        let notes: Vec<&str> = (r["notes"].as_array().unwrap().iter())
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        if notes
+            .iter()
+            .any(|n| n.contains("(pipe pipe:[") && n.ends_with("(left closed)"))
+        {
+            assert!(
+                notes.iter().any(
+                    |n| n.contains("which the checkpoint leaves closed: that call fails there")
+                ),
+                "{r}"
+            );
+            said += 1;
+        }
+    }
+    assert!(said > 0, "{index}");
+    assert!(stderr(&out).contains("leaves closed"), "{}", stderr(&out));
+    let check = bbv_in(
+        dir,
+        &["checkpoint", "--qemu", &q, "--check", "run/checkpoints"],
+    );
+    assert!(
+        matches!(check.status.code(), Some(0 | 1)),
+        "{}",
+        stderr(&check)
+    );
+    assert!(stderr(&check).contains("DIFFER"), "{}", stderr(&check));
+    let report = json(&dir.join("run/checkpoints/check.json"));
+    // Each region whose capture holds the pipe reads it: a call that succeeded in the
+    // profile fails there, the first difference the check names.
+    let closed: Vec<&serde_json::Value> = (report["regions"].as_array().unwrap().iter())
+        .filter(|r| {
+            (r["notes"].as_array().unwrap().iter())
+                .any(|n| n.as_str().unwrap().ends_with("(left closed)"))
+        })
+        .collect();
+    assert_eq!(closed.len(), said, "{report}");
+    for r in closed {
+        let said = r["syscalls"]["first_difference"].as_str().unwrap();
+        assert!(
+            said.contains("read(") && said.contains("(error) here"),
+            "{r}"
+        );
+        let notes = r["notes"].as_array().unwrap();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.as_str().unwrap().starts_with("system calls differ")),
+            "{r}"
+        );
+    }
 }

@@ -9,6 +9,7 @@
 //! reg NAME HEX                        a register's bytes as QEMU's register API gives them
 //! map START END PROT NAME             a guest mapping [START, END), PROT as mmap's bits
 //! data START LEN OFFSET               LEN bytes at START are in checkpoint.E.mem at OFFSET
+//!                                     (the first at files::CHECKPOINT_MEMORY_START)
 //! fd N FLAGS OFFSET KIND COPIED PATH  an open descriptor (OFFSET -1: not seekable; COPIED 1:
 //!                                     its file's bytes are in checkpoint.E.fdN)
 //! cwd PATH

@@ -85,6 +85,9 @@ pub struct PluginConfig {
     /// plugin writes the process's registers, memory and kernel-visible state
     /// ([`crate::checkpoint`]). Needs `markers`.
     pub checkpoint: Option<PathBuf>,
+    /// Thread 1's system calls among the marker events (`syscalls=on`; the `syscalls` file,
+    /// [`crate::syscalls`]). Needs `markers`.
+    pub syscalls: bool,
 }
 
 impl Default for PluginConfig {
@@ -106,6 +109,7 @@ impl Default for PluginConfig {
             record: None,
             trace: None,
             checkpoint: None,
+            syscalls: false,
         }
     }
 }
@@ -144,6 +148,7 @@ impl PluginConfig {
             ("exact", self.exact),
             ("count_only", self.count_only),
             ("tail", self.tail),
+            ("syscalls", self.syscalls),
         ] {
             if on {
                 a.push(format!("{key}=on"));
@@ -215,6 +220,7 @@ impl PluginConfig {
                 "exact" => cfg.exact = flag(k, v)?,
                 "count_only" => cfg.count_only = flag(k, v)?,
                 "tail" => cfg.tail = flag(k, v)?,
+                "syscalls" => cfg.syscalls = flag(k, v)?,
                 "count_rep" => cfg.rep_iterations = choice(k, v, "instance", "iteration")?,
                 "watch" => cfg.watch = whole(k, v)?,
                 "markers" => cfg.markers = Some(PathBuf::from(v)),
@@ -275,6 +281,7 @@ mod tests {
             record: Some(PathBuf::from("/tmp/r")),
             trace: Some(PathBuf::from("/tmp/t")),
             checkpoint: Some(PathBuf::from("/tmp/c")),
+            syscalls: true,
             slices: 9,
             exclude: vec!["libgomp".into(), "libiomp5".into()],
             flow: 11,

@@ -21,6 +21,9 @@ pub const SCHEDULE: &str = "schedule";
 /// so that a checkpoint's stdin can return the same bytes.
 pub const STDIN: &str = "stdin";
 
+/// Thread 1's system calls among the marker events (`syscalls=on`, [`crate::syscalls`]).
+pub const SYSCALLS: &str = "syscalls";
+
 /// Each marker's guest address, `MARKER HEX` once it is first translated
 /// (`checkpoint=FILE`: a checkpoint traps its end marker at that address).
 pub const CHECKPOINT_MARKERS: &str = "checkpoint.markers";
@@ -30,10 +33,16 @@ pub fn checkpoint_state(event: u32) -> String {
     format!("checkpoint.{event}")
 }
 
-/// Its non-zero memory, the runs `checkpoint_state` lists.
+/// Its non-zero memory, the runs `checkpoint_state` lists (in the folder the capture list's
+/// `memory DIR` line names, else the plugin's).
 pub fn checkpoint_memory(event: u32) -> String {
     format!("checkpoint.{event}.mem")
 }
+
+/// Where the first kept page starts in a memory file: the page before it is a hole left for
+/// the header of the checkpoint the file becomes, so that `bbv checkpoint` writes its ELF
+/// around the pages instead of copying them.
+pub const CHECKPOINT_MEMORY_START: u64 = 4096;
 
 /// The bytes of the regular file open as descriptor `fd` at the capture.
 pub fn checkpoint_file(event: u32, fd: i32) -> String {

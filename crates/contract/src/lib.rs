@@ -7,6 +7,7 @@
 //! * [`state`]: the layout of the shared mappings the plugin keeps while the guest runs;
 //! * [`events`]: the reader of the marker events a replay writes;
 //! * [`checkpoint`]: a captured guest process (`bbv checkpoint`);
+//! * [`syscalls`]: thread 1's system calls among a replay's events;
 //! * [`Isa`]: the guest instruction sets, as the host and the plugin each tell them.
 //!
 //! Both sides depend on this crate, so a field or a file name is spelled once.
@@ -18,6 +19,7 @@ pub mod events;
 pub mod files;
 mod isa;
 pub mod state;
+pub mod syscalls;
 
 pub use config::{MetricsConfig, PluginConfig};
 pub use isa::Isa;

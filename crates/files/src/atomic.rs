@@ -64,6 +64,15 @@ impl AtomicFiles {
             .map_err(|e| FilesError::io(path, e))
     }
 
+    /// Takes `made`, a finished file on `path`'s file system (another process may have written
+    /// it), as `path`'s output: renamed with the others, removed if they are not committed.
+    /// Its removal if bbv is killed first is the caller's (a registered folder holding it).
+    pub fn adopt(&mut self, made: &Path, path: &Path) -> Result<(), FilesError> {
+        self.free(path)?;
+        self.pending.push((made.to_path_buf(), path.to_path_buf()));
+        Ok(())
+    }
+
     /// A symbolic link at `path` to `target`, made beside it under a temporary name and
     /// renamed with the other outputs.
     pub fn symlink(&mut self, path: &Path, target: &Path) -> Result<(), FilesError> {
@@ -73,13 +82,8 @@ impl AtomicFiles {
         })
     }
 
-    /// Makes `path`'s output under its temporary name with `make` and registers it for the
-    /// commit (and for removal if bbv is killed first).
-    fn stage<T>(
-        &mut self,
-        path: &Path,
-        make: impl FnOnce(&Path) -> std::io::Result<T>,
-    ) -> Result<T, FilesError> {
+    /// Whether `path` can take an output: not a folder, not named for another one.
+    fn free(&self, path: &Path) -> Result<(), FilesError> {
         if path.is_dir() {
             return Err(FilesError::NotAFile {
                 path: path.to_path_buf(),
@@ -92,6 +96,17 @@ impl AtomicFiles {
                 path.display()
             )));
         }
+        Ok(())
+    }
+
+    /// Makes `path`'s output under its temporary name with `make` and registers it for the
+    /// commit (and for removal if bbv is killed first).
+    fn stage<T>(
+        &mut self,
+        path: &Path,
+        make: impl FnOnce(&Path) -> std::io::Result<T>,
+    ) -> Result<T, FilesError> {
+        self.free(path)?;
         let tmp = temporary(path)?;
         let (made, cleanup) = interrupt::Cleanup::create(|| Ok((make(&tmp)?, tmp.clone())))
             .map_err(|e| missing_folder(path).unwrap_or_else(|| FilesError::io(path, e)))?;
@@ -202,6 +217,33 @@ mod tests {
             2,
             "no temporary left"
         );
+    }
+
+    #[test]
+    fn an_adopted_file_is_renamed_with_the_set_or_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (made, dest) = (dir.path().join(".made"), dir.path().join("dest"));
+        for commit in [false, true] {
+            fs::write(&made, "made elsewhere").unwrap();
+            let mut files = AtomicFiles::default();
+            files.adopt(&made, &dest).unwrap();
+            assert!(matches!(
+                files.adopt(&made, &dest),
+                Err(FilesError::Invalid(_))
+            ));
+            assert!(matches!(
+                files.adopt(&made, dir.path()),
+                Err(FilesError::NotAFile { .. })
+            ));
+            if commit {
+                files.commit().unwrap();
+                assert_eq!(fs::read_to_string(&dest).unwrap(), "made elsewhere");
+            } else {
+                drop(files);
+                assert!(!dest.exists());
+            }
+            assert!(!made.exists());
+        }
     }
 
     #[test]

@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 use bbv_files::AtomicFiles;
 use bbv_plugin_contract::checkpoint::Capture;
 use bbv_plugin_contract::files;
+use bbv_plugin_contract::syscalls::Window;
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint_calls::{unreproducible, CAP, RT_SIGRETURN};
 use crate::regions::region_id;
 use crate::rundir::Summary;
 use crate::PipelineError;
@@ -100,6 +102,10 @@ pub struct RegionCheckpoint {
     pub restorer: Vec<[String; 2]>,
     /// What it cannot restore as it was (descriptors left closed, ...).
     pub notes: Vec<String>,
+    /// System calls from the checkpoint's start to the region's end in the replay (listed in
+    /// `region-R.syscalls`, which `--check` compares the checkpoint's with).
+    #[serde(default)]
+    pub syscalls: u64,
     /// How to run it.
     pub commands: Commands,
 }
@@ -129,11 +135,12 @@ impl CheckpointReport {
         for r in &self.regions {
             let _ = writeln!(
                 t,
-                "region {}: {} ({} MB of memory, {} MB file)",
+                "region {}: {} ({} MB of memory, {} MB file; {} system calls to its end)",
                 r.id,
                 r.file,
                 r.memory_bytes >> 20,
-                r.file_bytes >> 20
+                r.file_bytes >> 20,
+                r.syscalls
             );
             for n in &r.notes {
                 let _ = writeln!(t, "  note: {n}");
@@ -149,13 +156,30 @@ impl CheckpointReport {
     }
 }
 
-/// A checkpointing replay under way: the capture list the plugin reads.
+/// A checkpointing replay under way: the capture list the plugin reads, and the folder inside
+/// the checkpoints' where it writes the memory files that become the checkpoints (removed,
+/// with the checkpoints' folder if this made it, unless [`Checkpointing::finish`] succeeds).
 pub struct Checkpointing {
     spec: CheckpointSpec,
     /// The plugin's `checkpoint=FILE`.
     pub file: PathBuf,
     /// Per region: the event that captures it.
     events: Vec<usize>,
+    /// Where the plugin writes the memory files (dropped before `fresh` is acted on).
+    staging: Option<(tempfile::TempDir, bbv_files::interrupt::Cleanup)>,
+    /// The checkpoints' folder did not exist before.
+    fresh: bool,
+    finished: bool,
+}
+
+impl Drop for Checkpointing {
+    fn drop(&mut self) {
+        self.staging = None;
+        if self.fresh && !self.finished {
+            // Nothing of a failed command stays behind, not even its folder (only if empty).
+            let _ = std::fs::remove_dir(&self.spec.dir);
+        }
+    }
 }
 
 /// The marker instructions and events of a replay, as it numbered them.
@@ -167,7 +191,7 @@ pub struct MarkerPlan<'a> {
 }
 
 impl Checkpointing {
-    /// Writes the capture list into `work`.
+    /// Writes the capture list into `work` and makes the folder for the memory files.
     pub fn start(
         spec: &CheckpointSpec,
         s: &Summary,
@@ -188,46 +212,56 @@ impl Checkpointing {
                 _ => 2 * r,
             })
             .collect();
-        let file = work.join("captures");
+        let dir = &spec.dir;
+        let mut ck = Checkpointing {
+            spec: spec.clone(),
+            file: work.join("captures"),
+            events,
+            staging: None,
+            fresh: !dir.exists(),
+            finished: false,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| PipelineError::io(dir, e))?;
+        // In the checkpoints' folder, so that each memory file is renamed into place.
+        bbv_files::interrupt::remove_orphans(dir, STAGING);
+        let (staging, cleanup) = bbv_files::interrupt::Cleanup::create(|| {
+            let prefix = bbv_files::interrupt::tagged(STAGING);
+            let d = tempfile::Builder::new().prefix(&prefix).tempdir_in(dir)?;
+            let path = d.path().to_path_buf();
+            Ok((d, path))
+        })
+        .map_err(|e| PipelineError::io(dir, e))?;
         // The first of a region's warmup and start markers captures it (its warmup may start
         // at the program's entry, after a region that begins in the loader's work).
-        let text: String = (events.iter().enumerate())
-            .map(|(r, &e)| match e == 2 * r {
+        let mut text = format!("memory {}\n", staging.path().display());
+        for (r, &e) in ck.events.iter().enumerate() {
+            text += &match e == 2 * r {
                 true => format!("capture {e}\n"),
                 false => format!("capture {e} {}\n", 2 * r),
-            })
-            .collect();
-        std::fs::write(&file, text).map_err(|e| PipelineError::io(&file, e))?;
-        Ok(Checkpointing {
-            spec: spec.clone(),
-            file,
-            events,
-        })
+            };
+        }
+        ck.staging = Some((staging, cleanup));
+        std::fs::write(&ck.file, text).map_err(|e| PipelineError::io(&ck.file, e))?;
+        Ok(ck)
     }
 
     /// Builds every region's checkpoint from what the replay `c` collected (its `events`
     /// already read), all or none.
     pub fn finish(
-        self,
+        mut self,
         run: &Path,
         s: &Summary,
         plan: &MarkerPlan,
         c: &bbv_collect::Collected,
         events: &bbv_collect::Events,
     ) -> Result<CheckpointReport, PipelineError> {
-        let dir = self.spec.dir.clone();
-        let fresh = !dir.exists();
-        std::fs::create_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
         let built = self.build_all(run, s, plan, c, events);
-        if built.is_err() && fresh {
-            // Nothing of a failed command stays behind, not even its folder.
-            let _ = std::fs::remove_dir_all(&dir);
-        }
+        self.finished = built.is_ok();
         built
     }
 
     fn build_all(
-        self,
+        &self,
         run: &Path,
         s: &Summary,
         plan: &MarkerPlan,
@@ -237,18 +271,32 @@ impl Checkpointing {
         let addresses = marker_addresses(c.dir.path())?;
         let dir = &self.spec.dir;
         let dir = std::fs::canonicalize(dir).map_err(|e| PipelineError::io(dir, e))?;
+        let staging = &self.staging.as_ref().expect("made at the start").0;
+        let calls = self.calls(s, c.dir.path())?;
+        let at = Where {
+            calls: &calls,
+            s,
+            plan,
+            events,
+            addresses: &addresses,
+            plugin_dir: c.dir.path(),
+            staging: staging.path(),
+            dir: &dir,
+        };
         let mut files = AtomicFiles::default();
         let mut regions = Vec::new();
-        for r in 0..s.points.len() {
-            let at = Where {
-                s,
-                plan,
-                events,
-                addresses: &addresses,
-                plugin_dir: c.dir.path(),
-                dir: &dir,
-            };
-            regions.push(self.region(r, &at, &mut files)?);
+        for built in self.build_regions(&at) {
+            let Built {
+                region,
+                memory,
+                open,
+            } = built?;
+            files.adopt(&memory, &dir.join(&region.file))?;
+            let window = &calls[regions.len()];
+            files.write(&dir.join(calls_file(region.id)), |w| {
+                crate::checkpoint_calls::write(window, &open, w)
+            })?;
+            regions.push(region);
         }
         let report = CheckpointReport {
             dir: dir.clone(),
@@ -272,13 +320,58 @@ impl Checkpointing {
         Ok(report)
     }
 
-    /// Builds region `r`'s checkpoint into `files`.
-    fn region(
-        &self,
-        r: usize,
-        at: &Where,
-        files: &mut AtomicFiles,
-    ) -> Result<RegionCheckpoint, PipelineError> {
+    /// Per region, the calls of the replay from its capture to its end.
+    fn calls(&self, s: &Summary, plugin_dir: &Path) -> Result<Vec<Window>, PipelineError> {
+        let wanted: Vec<(Vec<u32>, u32)> = (self.events.iter().enumerate())
+            .map(|(r, &e)| (vec![e as u32, 2 * r as u32], 2 * r as u32 + 1))
+            .collect();
+        let log = plugin_dir.join(files::SYSCALLS);
+        let windows =
+            bbv_plugin_contract::syscalls::windows(&log, &wanted, CAP, |c| c.nr != RT_SIGRETURN)
+                .map_err(|e| PipelineError::Invalid(e.to_string()))?;
+        (windows.into_iter().zip(&s.points))
+            .map(|(w, p)| {
+                w.ok_or_else(|| {
+                    PipelineError::Invalid(format!(
+                        "{}: region {}'s capture or end is missing",
+                        log.display(),
+                        region_id(p)
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// Every region's checkpoint, built side by side (each is its own file), in order.
+    fn build_regions(&self, at: &Where) -> Vec<Result<Built, PipelineError>> {
+        let n = at.s.points.len();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let workers = std::thread::available_parallelism().map_or(1, |p| p.get().min(n));
+        let mut done: Vec<(usize, _)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let r = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if r >= n {
+                                return mine;
+                            }
+                            mine.push((r, self.region(r, at)));
+                        }
+                    })
+                })
+                .collect();
+            (handles.into_iter())
+                .flat_map(|h| h.join().expect("a checkpoint's builder panicked"))
+                .collect()
+        });
+        done.sort_by_key(|d| d.0);
+        done.into_iter().map(|d| d.1).collect()
+    }
+
+    /// Builds region `r`'s checkpoint from its memory file, which becomes it.
+    fn region(&self, r: usize, at: &Where) -> Result<Built, PipelineError> {
         let (s, p) = (at.s, &at.s.points[r]);
         let event = self.events[r];
         let id = region_id(p);
@@ -319,9 +412,10 @@ impl Checkpointing {
         let outputs = at.dir.join(format!("region-{id}.files"));
         let stdin = at.plugin_dir.join(files::STDIN);
         let copied = |fd: i32| at.plugin_dir.join(files::checkpoint_file(event as u32, fd));
+        let memory = at.staging.join(files::checkpoint_memory(event as u32));
         let inputs = bbv_checkpoint::Inputs {
             capture: &capture,
-            memory: &at.plugin_dir.join(files::checkpoint_memory(event as u32)),
+            memory: &memory,
             copied: &copied,
             stdin_stream: stdin.exists().then_some(stdin.as_path()),
             end_pc,
@@ -331,17 +425,7 @@ impl Checkpointing {
         };
         let name = format!("region-{id}.elf");
         let path = at.dir.join(&name);
-        let (mut built, mut file_bytes) = (None, 0);
-        files.write(&path, |w| {
-            use std::os::unix::fs::PermissionsExt;
-            w.get_ref()
-                .set_permissions(std::fs::Permissions::from_mode(0o755))?;
-            built = Some(bbv_checkpoint::build(&inputs, w).map_err(std::io::Error::other)?);
-            std::io::Write::flush(w)?;
-            file_bytes = w.get_ref().metadata()?.len();
-            Ok(())
-        })?;
-        let built = built.expect("written");
+        let (built, file_bytes) = build_file(&inputs, id)?;
         let marker = |m: usize, count: u64, address: u64| CountedMarker {
             image: at.plan.pcs[m].0.to_string(),
             offset: format!("{:#x}", at.plan.pcs[m].1),
@@ -350,7 +434,7 @@ impl Checkpointing {
             count,
         };
         let elf = path.display().to_string();
-        Ok(RegionCheckpoint {
+        let region = RegionCheckpoint {
             id,
             cluster: p.cluster,
             weight: p.weight,
@@ -371,11 +455,56 @@ impl Checkpointing {
             restorer: (built.restorer.iter())
                 .map(|(a, b)| [format!("{a:#x}"), format!("{b:#x}")])
                 .collect(),
-            notes: built.notes,
+            notes: (built.notes.iter().cloned())
+                .chain(unreproducible(&at.calls[r], &built.closed))
+                .collect(),
+            syscalls: at.calls[r].total,
             commands: Commands::of(&elf, s.cpu.as_deref()),
+        };
+        Ok(Built {
+            region,
+            memory,
+            open: capture.fds.iter().map(|d| d.fd).collect(),
         })
     }
 }
+
+/// Builds region `id`'s checkpoint from `inp`, its memory file made executable: what the
+/// build says and the file's size.
+fn build_file(
+    inp: &bbv_checkpoint::Inputs,
+    id: usize,
+) -> Result<(bbv_checkpoint::Built, u64), PipelineError> {
+    let built = bbv_checkpoint::build(inp).map_err(|e| match e {
+        bbv_checkpoint::CheckpointError::Io { path, source } => PipelineError::io(&path, source),
+        e => PipelineError::Invalid(format!("region {id}: {e}")),
+    })?;
+    let file_bytes = {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(inp.memory, std::fs::Permissions::from_mode(0o755))
+            .and_then(|_| std::fs::metadata(inp.memory))
+            .map_err(|e| PipelineError::io(inp.memory, e))?
+            .len()
+    };
+    Ok((built, file_bytes))
+}
+
+/// A region's checkpoint, built.
+struct Built {
+    region: RegionCheckpoint,
+    /// Its file, to be renamed to `region.file`.
+    memory: PathBuf,
+    /// The descriptors open at the capture.
+    open: Vec<i32>,
+}
+
+/// The file of region `id`'s calls in the replay ([`crate::checkpoint_calls`]).
+pub fn calls_file(id: usize) -> String {
+    format!("region-{id}.syscalls")
+}
+
+/// The prefix of the folder in the checkpoints' where the plugin writes memory files.
+const STAGING: &str = ".bbv-checkpoint-";
 
 /// The table of the replay's blocks in `blocks.tsv`: `RUNTIME BYTES IMAGE OFFSET` (hex), so
 /// that `--check` names the code it runs from the checkpoints' file as the profile does.
@@ -404,6 +533,10 @@ struct Where<'a> {
     plan: &'a MarkerPlan<'a>,
     addresses: &'a std::collections::HashMap<usize, u64>,
     plugin_dir: &'a Path,
+    /// Per region, its calls in the replay.
+    calls: &'a [Window],
+    /// Where the plugin wrote the memory files.
+    staging: &'a Path,
     dir: &'a Path,
 }
 
@@ -422,10 +555,9 @@ impl Where<'_> {
 /// never mixes two.
 fn remove_stale(dir: &Path, report: &CheckpointReport) -> Result<(), PipelineError> {
     let ours = |name: &str| {
-        report
-            .regions
-            .iter()
-            .any(|r| name == r.file || name == format!("region-{}.files", r.id))
+        report.regions.iter().any(|r| {
+            name == r.file || name == format!("region-{}.files", r.id) || name == calls_file(r.id)
+        })
     };
     let entries = std::fs::read_dir(dir).map_err(|e| PipelineError::io(dir, e))?;
     for e in entries.flatten() {

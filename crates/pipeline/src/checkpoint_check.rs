@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use bbv_files::AtomicFiles;
 use serde::Serialize;
 
-use crate::checkpoint::{CheckpointReport, RegionCheckpoint, BLOCKS};
+use bbv_plugin_contract::files;
+
+use crate::checkpoint::{calls_file, CheckpointReport, RegionCheckpoint, BLOCKS};
+use crate::checkpoint_calls::{self, CallsCheck};
 use crate::replay::{filtered_between, keyed, l1, points_profile, Key};
 use crate::rundir;
 use crate::PipelineError;
@@ -47,7 +50,10 @@ pub struct CheckedRegion {
     pub bbv_l1: Option<f64>,
     /// The checkpoint's exit status under QEMU.
     pub exit_status: i32,
-    /// What the checkpoint could not restore as it was (from checkpoints.json).
+    /// Its system calls against the replay's, call by call (none when not compared).
+    pub syscalls: Option<CallsCheck>,
+    /// What the checkpoint could not restore as it was (from checkpoints.json), and the first
+    /// system call that differs.
     pub notes: Vec<String>,
 }
 
@@ -73,12 +79,12 @@ impl CheckReport {
     /// The table `--check` prints.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "region  end  profile length  checkpoint length  deviation    bbv L1  status\n",
+            "region  end  profile length  checkpoint length  deviation    bbv L1  status  syscalls\n",
         );
         for r in &self.regions {
             let _ = writeln!(
                 s,
-                "{:>6}  {:>3}  {:>14}  {:>17}  {:>9}  {:>8}  {:>6}",
+                "{:>6}  {:>3}  {:>14}  {:>17}  {:>9}  {:>8}  {:>6}  {:>8}",
                 r.id,
                 if r.reached_end { "yes" } else { "NO" },
                 r.profile_length,
@@ -86,6 +92,11 @@ impl CheckReport {
                 r.deviation_pct.map_or("-".into(), |d| format!("{d:+.4}%")),
                 r.bbv_l1.map_or("-".into(), |d| format!("{d:.4}")),
                 r.exit_status,
+                match &r.syscalls {
+                    Some(c) if c.same() => "same",
+                    Some(_) => "DIFFER",
+                    None => "-",
+                },
             );
             for n in &r.notes {
                 let _ = writeln!(s, "        note: {n}");
@@ -95,7 +106,15 @@ impl CheckReport {
             true => "every checkpoint reached its end within the tolerance",
             false => "FAILED: a checkpoint missed its end or its length is off",
         };
-        let _ = writeln!(s, "{verdict} (tolerance {}%)", self.tolerance_pct);
+        let same = (self.regions.iter())
+            .filter(|r| r.syscalls.as_ref().is_some_and(|c| c.same()))
+            .count();
+        let _ = writeln!(
+            s,
+            "{verdict} (tolerance {}%); {same} of {} made the replay's system calls",
+            self.tolerance_pct,
+            self.regions.len()
+        );
         s
     }
 }
@@ -258,6 +277,7 @@ fn run_one(
             interval: u64::MAX / 4,
             count_only: true,
             markers: Some(markers),
+            syscalls: true,
             ..Default::default()
         },
         work_dir: work.path().to_path_buf(),
@@ -309,7 +329,67 @@ fn run_one(
             }
         })
         .collect();
-    let bbv_l1 = match (events.get(&1), events.get(&2), want) {
+    let bbv_l1 = region_l1(&events, &counted, &keys, want);
+    let mut notes = r.notes.clone();
+    let syscalls = compare_calls(dir, r, &c.dir.path().join(files::SYSCALLS), &mut notes)?;
+    let checked = CheckedRegion {
+        id: r.id,
+        reached_end: events.contains_key(&2) && exit_status == 0,
+        profile_length,
+        checkpoint_length,
+        deviation_pct: checkpoint_length
+            .map(|l| 100.0 * (l as f64 - profile_length as f64) / profile_length.max(1) as f64),
+        bbv_l1,
+        exit_status,
+        syscalls,
+        notes,
+    };
+    Ok((checked, printed))
+}
+
+/// The checkpoint's calls from its start to the region's end (`log`, its run's) against the
+/// replay's (`region-R.syscalls`); the first difference, or why they were not compared, goes
+/// into `notes`.
+fn compare_calls(
+    dir: &Path,
+    r: &RegionCheckpoint,
+    log: &Path,
+    notes: &mut Vec<String>,
+) -> Result<Option<CallsCheck>, PipelineError> {
+    let file = dir.join(calls_file(r.id));
+    if !file.exists() {
+        notes.push(format!(
+            "system calls not compared: no {} (checkpoints of an earlier bbv)",
+            calls_file(r.id)
+        ));
+        return Ok(None);
+    }
+    let (profile, open) = checkpoint_calls::read(&file)?;
+    let here =
+        bbv_plugin_contract::syscalls::windows(log, &[(vec![0], 2)], checkpoint_calls::CAP, |c| {
+            c.nr != checkpoint_calls::RT_SIGRETURN
+        })
+        .map_err(|e| PipelineError::Invalid(e.to_string()))?;
+    let Some(here) = here.into_iter().next().flatten() else {
+        notes.push("system calls not compared: the region's end was not reached".into());
+        return Ok(None);
+    };
+    let check = checkpoint_calls::compare(&profile, &open, &here);
+    if let Some(d) = &check.first_difference {
+        notes.push(format!("system calls differ from the replay's: {d}"));
+    }
+    Ok(Some(check))
+}
+
+/// The L1 distance between the region's vector in the checkpoint's run (events 1 to 2, its
+/// blocks named by `keys`, the restorer's left out by `counted`) and the profile's `want`.
+fn region_l1(
+    events: &bbv_collect::Events,
+    counted: &[bool],
+    keys: &[Option<Key>],
+    want: Option<&HashMap<Key, u64>>,
+) -> Option<f64> {
+    match (events.get(&1), events.get(&2), want) {
         (Some(a), Some(b), Some(want)) => {
             let before: HashMap<u32, u64> = a.1.iter().copied().collect();
             let diff: Vec<(u32, u64)> = (b.1.iter())
@@ -320,20 +400,8 @@ fn run_one(
                 .map(|&(id, n)| (id, n - before.get(&id).copied().unwrap_or(0).min(n)))
                 .filter(|x| x.1 > 0)
                 .collect();
-            Some(l1(&keyed(&diff, &keys), want))
+            Some(l1(&keyed(&diff, keys), want))
         }
         _ => None,
-    };
-    let checked = CheckedRegion {
-        id: r.id,
-        reached_end: events.contains_key(&2) && exit_status == 0,
-        profile_length,
-        checkpoint_length,
-        deviation_pct: checkpoint_length
-            .map(|l| 100.0 * (l as f64 - profile_length as f64) / profile_length.max(1) as f64),
-        bbv_l1,
-        exit_status,
-        notes: r.notes.clone(),
-    };
-    Ok((checked, printed))
+    }
 }

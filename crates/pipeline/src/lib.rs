@@ -15,6 +15,7 @@
 //! * Errors are [`PipelineError`]; bad input names the file and line.
 
 pub mod checkpoint;
+pub mod checkpoint_calls;
 pub mod checkpoint_check;
 mod cluster;
 mod finish;

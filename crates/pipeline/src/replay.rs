@@ -361,6 +361,8 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             markers: Some(markers),
             trace: tracing.as_ref().map(|t| t.file.clone()),
             checkpoint: checkpointing.as_ref().map(|c| c.file.clone()),
+            // Each region's calls, for `--check` to compare a checkpoint's with.
+            syscalls: checkpointing.is_some(),
             ..Default::default()
         },
         work_dir: work.path().to_path_buf(),

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -25,11 +25,14 @@ struct Plan {
     /// Captures taken.
     taken: Mutex<HashSet<u32>>,
     dir: PathBuf,
+    /// Where the memory files go (`memory DIR`; the plugin's folder by default).
+    memory: PathBuf,
 }
 
 static PLAN: OnceLock<Plan> = OnceLock::new();
 
-/// Reads the capture list (`capture EVENT` lines) and starts following the guest's state.
+/// Reads the capture list (`capture EVENT [EVENT]` lines, and `memory DIR` for the memory
+/// files' folder) and starts following the guest's state.
 pub fn init(dir: &Path, file: &Path) -> Result<(), String> {
     if cfg!(feature = "api-v1") {
         return Err("checkpoints read the guest's registers: they need QEMU 9.1 or later".into());
@@ -37,14 +40,19 @@ pub fn init(dir: &Path, file: &Path) -> Result<(), String> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| format!("reading the capture list {}: {e}", file.display()))?;
     let mut events = HashMap::new();
+    let mut memory = dir.to_path_buf();
     for (i, line) in text.lines().enumerate() {
         let bad = || {
             format!(
-                "{}:{}: expected capture EVENT [EVENT]",
+                "{}:{}: expected capture EVENT [EVENT] or memory DIR",
                 file.display(),
                 i + 1
             )
         };
+        if let Some(d) = line.strip_prefix("memory ") {
+            memory = PathBuf::from(d);
+            continue;
+        }
         let list: Vec<u32> = (line.strip_prefix("capture ").ok_or_else(bad)?.split(' '))
             .map(|e| e.parse().map_err(|_| bad()))
             .collect::<Result<_, _>>()?;
@@ -58,6 +66,7 @@ pub fn init(dir: &Path, file: &Path) -> Result<(), String> {
         events,
         taken: Mutex::new(HashSet::new()),
         dir: dir.to_path_buf(),
+        memory,
     })
     .map_err(|_| "checkpoints set up twice".to_string())
 }
@@ -180,7 +189,7 @@ pub fn capture(event: u32, at: Moment, registers: Registers) {
                 "shared writable mapping {m}: the checkpoint's copy is private"
             ));
         }
-        c.data = memory(g, &c, &plan.dir.join(files::checkpoint_memory(event)))?;
+        c.data = memory(g, &c, &plan.memory.join(files::checkpoint_memory(event)))?;
         c.fds = descriptors(g, event, &plan.dir, &mut c.problems);
         if g.stdin_recorded() {
             c.stdin_consumed = Some(g.stdin_bytes);
@@ -236,10 +245,12 @@ const PAGE: usize = 4096;
 /// are zeros, left unread.
 fn memory(g: &Guest, c: &Capture, path: &Path) -> std::io::Result<Vec<Run>> {
     const CHUNK: usize = 1 << 20;
+    let mut file = File::create(path)?;
+    file.seek(SeekFrom::Start(files::CHECKPOINT_MEMORY_START))?;
     let mut kept = Kept {
-        out: BufWriter::with_capacity(1 << 20, File::create(path)?),
+        out: BufWriter::with_capacity(1 << 20, file),
         runs: Vec::new(),
-        offset: 0,
+        offset: files::CHECKPOINT_MEMORY_START,
     };
     let mut buf = vec![0u8; CHUNK];
     for m in c.maps.iter().filter(|m| m.prot & 1 != 0) {
@@ -314,11 +325,7 @@ fn descriptors(g: &Guest, event: u32, dir: &Path, problems: &mut Vec<String>) ->
         let readable = flags & libc::O_ACCMODE as u32 != libc::O_WRONLY as u32;
         let copied = kind == FdKind::File
             && readable
-            && std::fs::copy(
-                format!("/proc/self/fd/{fd}"),
-                dir.join(files::checkpoint_file(event, fd)),
-            )
-            .is_ok();
+            && copy_file(fd, flags, &dir.join(files::checkpoint_file(event, fd)));
         if kind == FdKind::File && readable && !copied {
             problems.push(format!("fd {fd} ({path}): its file could not be copied"));
         }
@@ -332,4 +339,41 @@ fn descriptors(g: &Guest, event: u32, dir: &Path, problems: &mut Vec<String>) ->
         });
     }
     out
+}
+
+/// A file's identity and version: (device, inode, size, mtime seconds, nanoseconds).
+type FileVersion = (u64, u64, i64, i64, i64);
+
+/// Copies the file open as `fd` to `to`. A file open read-only that an earlier capture
+/// copied, unchanged since, is linked to that copy instead: the input of a program read over
+/// many regions is kept once.
+fn copy_file(fd: i32, flags: u32, to: &Path) -> bool {
+    static COPIES: Mutex<Vec<(FileVersion, PathBuf)>> = Mutex::new(Vec::new());
+    // SAFETY: fstat into a zeroed stat.
+    let version = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(fd, &mut st) == 0).then_some((
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime,
+            st.st_mtime_nsec,
+        ))
+    };
+    let read_only = flags & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32;
+    let mut copies = COPIES.lock().unwrap_or_else(|e| e.into_inner());
+    if let (Some(v), true) = (version, read_only) {
+        if let Some((_, earlier)) = copies.iter().find(|(w, _)| *w == v) {
+            if std::fs::hard_link(earlier, to).is_ok() {
+                return true;
+            }
+        }
+    }
+    if std::fs::copy(format!("/proc/self/fd/{fd}"), to).is_err() {
+        return false;
+    }
+    if let (Some(v), true) = (version, read_only) {
+        copies.push((v, to.to_path_buf()));
+    }
+    true
 }

@@ -77,6 +77,7 @@ mod record;
 mod replay;
 mod slices;
 mod state;
+mod syscall_log;
 mod thread;
 mod turns;
 mod watch;

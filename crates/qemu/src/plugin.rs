@@ -85,6 +85,12 @@ impl Register for BbvPlugin {
                 crate::record::arm(event, true);
             }
         }
+        if cfg.host.syscalls {
+            if let Err(msg) = crate::syscall_log::init(&cfg.host.dir) {
+                let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
+                return Ok(());
+            }
+        }
         if let Some(file) = &cfg.host.checkpoint {
             if let Err(msg) = crate::checkpoint::init(&cfg.host.dir, file) {
                 let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
@@ -125,6 +131,7 @@ fn register_all(id: qemu_plugin_id_t) {
         sys::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_tb_trans));
         sys::qemu_plugin_register_atexit_cb(id, Some(on_exit), std::ptr::null_mut());
         if crate::checkpoint::active()
+            || crate::syscall_log::active()
             || CONFIG
                 .get()
                 .is_some_and(|c| c.host.flow > 0 || c.host.turns > 0)
@@ -151,6 +158,7 @@ extern "C" fn on_syscall(
 ) {
     thread::syscall(vcpu, num, [a1, a2, a3, a4, a5, a6]);
     crate::checkpoint::syscall(vcpu, num, [a1, a2, a3, a4, a5, a6]);
+    crate::syscall_log::call(vcpu, num, a1);
 }
 
 extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, _num: i64, ret: i64) {
@@ -158,6 +166,7 @@ extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, _num: i64, ret
         thread::syscall_ret(cfg, vcpu, ret);
     }
     crate::checkpoint::syscall_ret(vcpu, ret);
+    crate::syscall_log::ret(vcpu, ret);
 }
 
 /// The guest's registers, read inside a callback registered with `QEMU_PLUGIN_CB_R_REGS`
@@ -197,6 +206,7 @@ extern "C" fn on_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     if !crate::fork::forked() {
         crate::record::finish();
     }
+    crate::syscall_log::finish();
 }
 
 extern "C" fn on_marker(vcpu: c_uint, udata: *mut c_void) {

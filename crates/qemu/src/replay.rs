@@ -192,6 +192,7 @@ pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void, registers: impl Fn() -> 
         let _ = writeln!(text, "{event} {position}{body}");
         if recording {
             crate::record::event(event);
+            crate::syscall_log::event(event);
             if let Some(capture) = checkpoint::wants(event) {
                 let hits = (m.hits.iter().enumerate())
                     .map(|(j, h)| {

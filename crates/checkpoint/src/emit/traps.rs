@@ -95,7 +95,7 @@ impl Emit<'_> {
         a.mov(rdi, r9)?;
         a.mov(rsi, r8)?;
         a.sub(rsi, r9)?;
-        a.mov(eax, 11)?; // munmap
+        a.mov(eax, SYS_MUNMAP)?;
         a.syscall()?;
         a.mov(qword_ptr(r14), r13)?;
         a.set_label(&mut done)?;

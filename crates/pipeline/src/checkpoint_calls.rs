@@ -1,0 +1,414 @@
+//! A region's system calls, as the profile's replay made them (`region-R.syscalls`, written by
+//! `bbv checkpoint`) and as its checkpoint makes them under `--check`, compared call by call.
+//! Numbers are x86-64's (checkpoints are of x86-64 guests).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use bbv_plugin_contract::syscalls::{Call, Entry, Window};
+use serde::Serialize;
+
+use crate::PipelineError;
+
+/// Calls kept per region: a region that makes more is compared over its first ones.
+pub const CAP: usize = 200_000;
+
+/// Names of the calls a region commonly makes, for messages.
+const NAMES: &[(i64, &str)] = &[
+    (0, "read"),
+    (1, "write"),
+    (2, "open"),
+    (3, "close"),
+    (4, "stat"),
+    (5, "fstat"),
+    (6, "lstat"),
+    (7, "poll"),
+    (8, "lseek"),
+    (9, "mmap"),
+    (10, "mprotect"),
+    (11, "munmap"),
+    (12, "brk"),
+    (13, "rt_sigaction"),
+    (14, "rt_sigprocmask"),
+    (16, "ioctl"),
+    (17, "pread64"),
+    (18, "pwrite64"),
+    (19, "readv"),
+    (20, "writev"),
+    (21, "access"),
+    (22, "pipe"),
+    (23, "select"),
+    (24, "sched_yield"),
+    (25, "mremap"),
+    (28, "madvise"),
+    (32, "dup"),
+    (33, "dup2"),
+    (39, "getpid"),
+    (40, "sendfile"),
+    (41, "socket"),
+    (42, "connect"),
+    (44, "sendto"),
+    (45, "recvfrom"),
+    (56, "clone"),
+    (57, "fork"),
+    (59, "execve"),
+    (61, "wait4"),
+    (62, "kill"),
+    (63, "uname"),
+    (72, "fcntl"),
+    (74, "fsync"),
+    (77, "ftruncate"),
+    (79, "getcwd"),
+    (80, "chdir"),
+    (82, "rename"),
+    (87, "unlink"),
+    (89, "readlink"),
+    (96, "gettimeofday"),
+    (97, "getrlimit"),
+    (98, "getrusage"),
+    (99, "sysinfo"),
+    (100, "times"),
+    (102, "getuid"),
+    (110, "getppid"),
+    (131, "sigaltstack"),
+    (158, "arch_prctl"),
+    (186, "gettid"),
+    (201, "time"),
+    (202, "futex"),
+    (217, "getdents64"),
+    (218, "set_tid_address"),
+    (228, "clock_gettime"),
+    (257, "openat"),
+    (262, "newfstatat"),
+    (273, "set_robust_list"),
+    (293, "pipe2"),
+    (302, "prlimit64"),
+    (318, "getrandom"),
+    (332, "statx"),
+    (334, "rseq"),
+];
+
+/// Calls whose first argument is a descriptor (or a number the program chose): it must be the
+/// same. Other first arguments are addresses, which may differ harmlessly.
+const FD_FIRST: &[i64] = &[
+    0, 1, 3, 5, 8, 16, 17, 18, 19, 20, 32, 33, 40, 44, 45, 72, 74, 77, 217, 257, 262, 332,
+];
+
+/// Calls that return a new descriptor: the lowest number free, which QEMU's own descriptors
+/// (not the program's) decide, so the checkpoint's may be another; later calls on it are
+/// compared through the pairing.
+const FD_RETURNING: &[i64] = &[2, 32, 41, 43, 213, 253, 257, 284, 288, 290, 291, 294, 319];
+
+/// The kernel's return from a signal handler: the checkpoint's own SIGTRAP handler makes one
+/// per end-marker execution before the last, so none are compared.
+pub const RT_SIGRETURN: i64 = 15;
+
+/// Calls whose result is an address, a process or thread id or a time: only whether they
+/// succeeded must be the same.
+const OUTCOME_ONLY: &[i64] = &[
+    9, 25, 39, 56, 57, 96, 98, 99, 100, 110, 186, 201, 218, 228, 334,
+];
+
+/// A call's name.
+pub fn name(nr: i64) -> String {
+    match NAMES.iter().find(|n| n.0 == nr) {
+        Some((_, n)) => n.to_string(),
+        None => format!("syscall {nr}"),
+    }
+}
+
+/// brk(0) asks for the break; brk(addr) succeeded when it returned addr.
+fn succeeded(c: &Call) -> bool {
+    match c.nr {
+        12 => c.arg0 == 0 || c.ret as u64 == c.arg0,
+        _ => c.ret >= 0 || c.ret < -4095,
+    }
+}
+
+/// Descriptor numbers of the profile's run against the checkpoint's: those open at the
+/// capture are the same (the checkpoint recreates them at their numbers); one made in the
+/// region may have another number (the lowest free, which QEMU's own descriptors decide),
+/// paired from the call that returned it or, for those a call writes into memory (pipe,
+/// socketpair), from its first use.
+struct Fds {
+    open: Vec<u64>,
+    pairs: std::collections::HashMap<u64, u64>,
+}
+
+impl Fds {
+    /// Whether the checkpoint's `here` is the profile's `want`.
+    fn matches(&mut self, want: u64, here: u64) -> bool {
+        if let Some(&p) = self.pairs.get(&want) {
+            return p == here;
+        }
+        if self.open.contains(&want) {
+            return want == here;
+        }
+        if self.open.contains(&here) || self.pairs.values().any(|&v| v == here) {
+            return false;
+        }
+        self.pairs.insert(want, here);
+        true
+    }
+
+    /// What a call that succeeded in both runs did to the numbering.
+    fn after(&mut self, want: &Call, here: &Call) {
+        if FD_RETURNING.contains(&want.nr) {
+            self.pairs.insert(want.ret as u64, here.ret as u64);
+        } else if want.nr == 3 {
+            self.pairs.remove(&want.arg0);
+            self.open.retain(|&f| f != want.arg0);
+        }
+    }
+}
+
+/// Whether the checkpoint's call `here` is the profile's `want` again.
+fn same(want: &Call, here: &Call, fds: &mut Fds) -> bool {
+    want.nr == here.nr
+        && (!FD_FIRST.contains(&want.nr) || fds.matches(want.arg0, here.arg0))
+        && match want.nr {
+            12 => succeeded(want) == succeeded(here),
+            nr if OUTCOME_ONLY.contains(&nr) || FD_RETURNING.contains(&nr) => {
+                succeeded(want) == succeeded(here)
+            }
+            _ => want.ret == here.ret,
+        }
+}
+
+/// `read(3) = 4096`, `brk(0x55d0c000) failed (0x55d0a000)`.
+fn describe(c: &Call) -> String {
+    let arg = match FD_FIRST.contains(&c.nr) {
+        true => c.arg0.to_string(),
+        false => format!("{:#x}", c.arg0),
+    };
+    let ret = match (succeeded(c), c.nr) {
+        (false, 12) => format!("failed ({:#x})", c.ret),
+        (false, _) => format!("= -{} (error)", -c.ret),
+        (true, 9 | 12 | 25) => format!("= {:#x}", c.ret),
+        (true, _) => format!("= {}", c.ret),
+    };
+    format!("{}({arg}) {ret}", name(c.nr))
+}
+
+/// How a checkpoint's calls compare with the profile's.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CallsCheck {
+    /// The region's calls in the profile (from the checkpoint's start to the region's end).
+    pub profile: u64,
+    /// The same in the checkpoint's run.
+    pub checkpoint: u64,
+    /// The first that differs, said in words; none when every call compared is the same.
+    pub first_difference: Option<String>,
+}
+
+impl CallsCheck {
+    /// Every call the same.
+    pub fn same(&self) -> bool {
+        self.first_difference.is_none()
+    }
+}
+
+/// Compares the checkpoint's calls with the profile's, in order; `open` are the descriptors
+/// open at the capture.
+pub fn compare(profile: &Window, open: &[u64], here: &Window) -> CallsCheck {
+    let mut fds = Fds {
+        open: open.to_vec(),
+        pairs: Default::default(),
+    };
+    let mut first = None;
+    for (i, (w, h)) in profile.calls.iter().zip(&here.calls).enumerate() {
+        if !same(w, h, &mut fds) {
+            first = Some(format!(
+                "call {} of the region: {} in the profile, {} here",
+                i + 1,
+                describe(w),
+                describe(h)
+            ));
+            break;
+        }
+        if succeeded(w) {
+            fds.after(w, h);
+        }
+    }
+    if first.is_none() && profile.total != here.total {
+        let n = profile.calls.len().min(here.calls.len());
+        let next = |w: &Window| w.calls.get(n).map_or("none".into(), describe);
+        first = Some(format!(
+            "{} calls in the profile, {} here; call {}: {} in the profile, {} here",
+            profile.total,
+            here.total,
+            n + 1,
+            next(profile),
+            next(here)
+        ));
+    }
+    CallsCheck {
+        profile: profile.total,
+        checkpoint: here.total,
+        first_difference: first,
+    }
+}
+
+/// Calls of the region on descriptors the checkpoint leaves closed: they will fail there.
+pub fn unreproducible(w: &Window, closed: &[i32]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in w.calls.iter().filter(|c| FD_FIRST.contains(&c.nr)) {
+        let fd = c.arg0 as i32;
+        if closed.contains(&fd) {
+            let line = format!(
+                "the region calls {} on fd {fd}, which the checkpoint leaves closed: \
+                 that call fails there",
+                name(c.nr)
+            );
+            if !out.contains(&line) {
+                out.push(line);
+            }
+        }
+    }
+    out
+}
+
+/// Writes a region's calls: `# open FD...` (the descriptors open at the capture), `# total N`
+/// when more were made than kept, then `s NR ARG0 RET` lines (the plugin's format).
+pub fn write(w: &Window, open: &[i32], out: &mut impl std::io::Write) -> std::io::Result<()> {
+    let mut text = String::from("# open");
+    for fd in open {
+        let _ = write!(text, " {fd}");
+    }
+    text.push('\n');
+    if w.total > w.calls.len() as u64 {
+        let _ = writeln!(text, "# total {}", w.total);
+    }
+    for c in &w.calls {
+        text += &Entry::Call(*c).line();
+    }
+    out.write_all(text.as_bytes())
+}
+
+/// Reads what [`write`] wrote: the calls and the descriptors open at the capture.
+pub fn read(path: &Path) -> Result<(Window, Vec<u64>), PipelineError> {
+    let text = bbv_files::input::read_text(path, 64 << 20)?;
+    let (mut w, mut open, mut total) = (Window::default(), Vec::new(), None);
+    for (i, line) in text.lines().enumerate() {
+        let bad = || {
+            PipelineError::Invalid(format!(
+                "{}:{}: expected # open FD..., # total N or s NR ARG0 RET",
+                path.display(),
+                i + 1
+            ))
+        };
+        if let Some(n) = line.strip_prefix("# total ") {
+            total = Some(n.parse().map_err(|_| bad())?);
+            continue;
+        }
+        if let Some(fds) = line.strip_prefix("# open") {
+            open = (fds.split_whitespace())
+                .map(|f| f.parse().map_err(|_| bad()))
+                .collect::<Result<_, _>>()?;
+            continue;
+        }
+        let f: Vec<&str> = line.split(' ').collect();
+        let call = match f[..] {
+            ["s", nr, a, r] => (|| {
+                Some(Call {
+                    nr: nr.parse().ok()?,
+                    arg0: a.parse().ok()?,
+                    ret: r.parse().ok()?,
+                })
+            })(),
+            _ => None,
+        };
+        w.calls.push(call.ok_or_else(bad)?);
+    }
+    w.total = total.unwrap_or(w.calls.len() as u64);
+    Ok((w, open))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(nr: i64, arg0: u64, ret: i64) -> Call {
+        Call { nr, arg0, ret }
+    }
+
+    fn window(calls: Vec<Call>) -> Window {
+        Window {
+            total: calls.len() as u64,
+            calls,
+        }
+    }
+
+    #[test]
+    fn calls_compare_by_what_matters_and_the_first_difference_is_named() {
+        let profile = window(vec![
+            call(0, 3, 4096),
+            call(9, 0, 0x7f00_0000_0000),
+            call(12, 0x5600_0000, 0x5600_0000),
+            call(1, 1, 10),
+        ]);
+        // Another address from mmap is no difference; a failed brk is.
+        let mut here = profile.clone();
+        here.calls[1].ret = 0x7e00_0000_0000;
+        assert!(compare(&profile, &[0, 1, 3], &here).same());
+        here.calls[2].ret = 0x55ff_0000;
+        let c = compare(&profile, &[0, 1, 3], &here);
+        let said = c.first_difference.unwrap();
+        assert!(
+            said.starts_with("call 3 of the region: brk(0x56000000) = 0x56000000"),
+            "{said}"
+        );
+        assert!(
+            said.contains("brk(0x56000000) failed (0x55ff0000) here"),
+            "{said}"
+        );
+        // Fewer calls.
+        let short = window(profile.calls[..2].to_vec());
+        let said = (compare(&profile, &[0, 1, 3], &short).first_difference).unwrap();
+        assert!(
+            said.starts_with("4 calls in the profile, 2 here; call 3: brk"),
+            "{said}"
+        );
+        // Another descriptor.
+        let mut other = profile.clone();
+        other.calls[0].arg0 = 4;
+        assert!(!compare(&profile, &[0, 1, 3, 4], &other).same());
+        // A file opened in the region under another number, then read through it.
+        let opened = window(vec![call(257, 0, 11), call(0, 11, 100), call(3, 11, 0)]);
+        let mut renumbered = opened.clone();
+        renumbered.calls[0].ret = 8;
+        renumbered.calls[1].arg0 = 8;
+        renumbered.calls[2].arg0 = 8;
+        assert!(compare(&opened, &[0, 1], &renumbered).same());
+        renumbered.calls[1].arg0 = 11;
+        assert!(!compare(&opened, &[0, 1], &renumbered).same());
+        // A pipe made in the region (its numbers written into memory): paired at first use,
+        // never with a descriptor open at the capture.
+        let piped = window(vec![call(22, 0x7ff0, 0), call(1, 12, 1), call(0, 11, 1)]);
+        let mut here = piped.clone();
+        here.calls[1].arg0 = 9;
+        here.calls[2].arg0 = 8;
+        assert!(compare(&piped, &[0, 1, 2], &here).same());
+        here.calls[2].arg0 = 2;
+        assert!(!compare(&piped, &[0, 1, 2], &here).same());
+    }
+
+    #[test]
+    fn a_window_goes_there_and_back_and_closed_descriptors_are_named() {
+        let w = Window {
+            calls: vec![call(0, 5, -9), call(0, 5, -9), call(1, 1, 3)],
+            total: 7,
+        };
+        let mut text = Vec::new();
+        write(&w, &[0, 5], &mut text).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("region-1.syscalls");
+        std::fs::write(&p, &text).unwrap();
+        assert_eq!(read(&p).unwrap(), (w.clone(), vec![0, 5]));
+        std::fs::write(&p, "s 1 2 3\nnonsense\n").unwrap();
+        assert!(read(&p).unwrap_err().to_string().contains(":2: expected"));
+        let notes = unreproducible(&w, &[5]);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("read on fd 5"), "{notes:?}");
+    }
+}
