@@ -8,7 +8,7 @@ use iced_x86::BlockEncoderOptions;
 mod fds;
 mod traps;
 
-use crate::restorer::{filter, FdOp, Layout, Restore, FILTER_LEN, SYS_BRK, SYS_EXIT_GROUP};
+use crate::restorer::{filter, FdOp, Layout, Restore, Run, FILTER_LEN, SYS_BRK, SYS_EXIT_GROUP};
 use crate::{CheckpointError, EXIT_EARLY, EXIT_FOREIGN_TRAP, EXIT_RESTORE_FAILED};
 
 const SYS_WRITE: i32 = 1;
@@ -19,6 +19,7 @@ const SYS_MMAP: i32 = 9;
 const SYS_MPROTECT: i32 = 10;
 const SYS_MUNMAP: i32 = 11;
 const SYS_RT_SIGACTION: i32 = 13;
+const SYS_PREAD64: i32 = 17;
 const SYS_RT_SIGPROCMASK: i32 = 14;
 const SYS_RT_SIGRETURN: i32 = 15;
 const SYS_DUP2: i32 = 33;
@@ -63,6 +64,14 @@ pub(crate) fn assemble(
     e.failures()?;
     e.data(layout.base, code_end)?;
     e.finish(layout.base)
+}
+
+/// The page the end marker's trap counts in: the one below the restorer's segment, which
+/// no captured mapping comes within (see `elf::choose_base`). Not in the segment: under QEMU
+/// a write to a page holding translated code throws that code away, so a counter beside the
+/// handler would have it translated again at every trap.
+fn counter_page(base: u64) -> u64 {
+    base - 4096
 }
 
 /// close(reg).
@@ -134,7 +143,6 @@ struct Labels {
     frame: CodeLabel,
     rip: CodeLabel,
     tls: CodeLabel,
-    count: CodeLabel,
     reached: CodeLabel,
     moved: CodeLabel,
     on_brk: CodeLabel,
@@ -149,6 +157,8 @@ struct Emit<'a> {
     /// File offsets of the blobs not yet used, in order.
     blobs: std::vec::IntoIter<u64>,
     slot: u64,
+    /// The restorer's segment's start.
+    base: u64,
     moved: Vec<u8>,
     texts: Vec<(CodeLabel, Vec<u8>)>,
 }
@@ -180,7 +190,6 @@ impl<'a> Emit<'a> {
             frame: l(),
             rip: l(),
             tls: l(),
-            count: l(),
             reached: l(),
             moved: l(),
             on_brk: l(),
@@ -192,6 +201,7 @@ impl<'a> Emit<'a> {
             l,
             blobs: layout.blob_offsets.clone().into_iter(),
             slot: layout.slot,
+            base: layout.base,
             moved: layout.moved.clone(),
             texts: Vec::new(),
         })
@@ -285,18 +295,11 @@ impl<'a> Emit<'a> {
         for area in &r.areas {
             map_fresh(&mut self.a, area.start, area.len, self.l.taken)?;
         }
-        for &(addr, off, len) in &r.runs {
-            let (a, l) = (&mut self.a, &self.l);
-            a.mov(rdi, addr)?;
-            a.mov(rsi, len)?;
-            a.mov(edx, 3)?;
-            a.mov(r10d, 0x12)?; // MAP_PRIVATE | MAP_FIXED
-            a.mov(r8, r15)?;
-            a.mov(r9, off)?;
-            a.mov(eax, SYS_MMAP)?;
-            a.syscall()?;
-            a.cmp(rax, rdi)?;
-            a.jne(l.map)?;
+        for run in &r.runs {
+            match run.mapped {
+                true => self.map_run(run)?,
+                false => self.read_run(run)?,
+            }
         }
         let (a, l) = (&mut self.a, &self.l);
         a.mov(rdi, r.end_pc)?;
@@ -307,9 +310,51 @@ impl<'a> Emit<'a> {
         Ok(())
     }
 
+    /// Kept pages mapped from our file over their mapping.
+    fn map_run(&mut self, run: &Run) -> Step {
+        let (a, l) = (&mut self.a, &self.l);
+        a.mov(rdi, run.addr)?;
+        a.mov(rsi, run.len)?;
+        a.mov(edx, 3)?;
+        a.mov(r10d, 0x12)?; // MAP_PRIVATE | MAP_FIXED
+        a.mov(r8, r15)?;
+        a.mov(r9, run.offset)?;
+        a.mov(eax, SYS_MMAP)?;
+        a.syscall()?;
+        a.cmp(rax, rdi)?;
+        a.jne(l.map)?;
+        Ok(())
+    }
+
+    /// Kept pages read from our file into their (writable, anonymous) mapping.
+    fn read_run(&mut self, run: &Run) -> Step {
+        let (mut again, done) = (self.a.create_label(), self.a.create_label());
+        let (a, l) = (&mut self.a, &self.l);
+        a.mov(r12, run.addr)?;
+        a.mov(r13, run.len)?;
+        a.mov(r14, run.offset)?;
+        a.set_label(&mut again)?;
+        a.test(r13, r13)?;
+        a.jz(done)?;
+        a.mov(rdi, r15)?;
+        a.mov(rsi, r12)?;
+        a.mov(rdx, r13)?;
+        a.mov(r10, r14)?;
+        a.mov(eax, SYS_PREAD64)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.jle(l.map)?;
+        a.add(r12, rax)?;
+        a.add(r14, rax)?;
+        a.sub(r13, rax)?;
+        a.jmp(again)?;
+        self.here(done)
+    }
+
     /// The page near the end instruction with its moved copy, executable.
     pub fn slot(&mut self) -> Step {
         let (a, l) = (&mut self.a, &self.l);
+        map_fresh(a, counter_page(self.base), 4096, l.taken)?;
         map_fresh(a, self.slot, 4096, l.taken)?;
         a.lea(rsi, ptr(l.moved))?;
         a.mov(ecx, self.moved.len() as u32)?;
@@ -464,7 +509,6 @@ impl<'a> Emit<'a> {
         a.db(&self.moved)?;
         a.set_label(&mut l.bpf)?;
         a.db(&filter(lo, hi))?;
-        put(a, &mut l.count, &[0])?;
         put(a, &mut l.sendfile_offset, &[0])?;
         Ok(())
     }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use bbv_plugin_contract::checkpoint::{Capture, Descriptor, FdKind};
 use bbv_plugin_contract::files::CHECKPOINT_MEMORY_START as START;
 
-use crate::restorer::{Area, FdOp, Regs, Restore};
+use crate::restorer::{Area, FdOp, Regs, Restore, Run};
 use crate::CheckpointError;
 
 /// Everything one checkpoint is made of.
@@ -238,6 +238,24 @@ fn areas(c: &Capture, end_pc: u64) -> Result<Vec<Area>, CheckpointError> {
         .collect())
 }
 
+/// The kept pages cut at the mappings' bounds, those of executable mappings to be mapped from
+/// the file, the others read.
+fn runs(c: &Capture) -> Vec<Run> {
+    let mut out = Vec::new();
+    for r in &c.data {
+        for m in (c.maps.iter()).filter(|m| m.start < r.addr + r.len && r.addr < m.end) {
+            let (from, to) = (r.addr.max(m.start), (r.addr + r.len).min(m.end));
+            out.push(Run {
+                addr: from,
+                offset: r.offset + (from - r.addr),
+                len: to - from,
+                mapped: m.prot & 4 != 0,
+            });
+        }
+    }
+    out
+}
+
 /// Up to `n` bytes of captured memory from `addr` on, stopping at the first byte not kept.
 fn bytes_at(inp: &Inputs, addr: u64, n: u64) -> Result<Vec<u8>, CheckpointError> {
     use std::io::{Read, Seek, SeekFrom};
@@ -299,7 +317,7 @@ pub fn build(inp: &Inputs) -> Result<Built, CheckpointError> {
     let fds = descriptors(inp, &mut notes, &mut closed);
     let restore = Restore {
         areas: areas(c, inp.end_pc)?,
-        runs: c.data.iter().map(|r| (r.addr, r.offset, r.len)).collect(),
+        runs: runs(c),
         fds,
         cwd: c.cwd.clone(),
         sigactions: c

@@ -15,6 +15,18 @@ pub(crate) struct Area {
     pub prot: u32,
 }
 
+/// Kept pages in the checkpoint's file.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    pub addr: u64,
+    pub offset: u64,
+    pub len: u64,
+    /// Mapped from the file (code: QEMU's plugin names it by the file and offset, which
+    /// `--check` needs) rather than read into the anonymous mapping (data: a mapping made of
+    /// one piece, as the program's was, so that mremap can move it).
+    pub mapped: bool,
+}
+
 /// What the restorer does with one descriptor.
 #[derive(Clone, Debug)]
 pub(crate) enum FdOp {
@@ -48,8 +60,8 @@ pub(crate) struct Regs {
 /// Everything the restorer restores.
 pub(crate) struct Restore {
     pub areas: Vec<Area>,
-    /// The kept pages, already in the checkpoint's file: (guest address, file offset, bytes).
-    pub runs: Vec<(u64, u64, u64)>,
+    /// The kept pages, already in the checkpoint's file, each within one mapping.
+    pub runs: Vec<Run>,
     pub fds: Vec<FdOp>,
     pub cwd: String,
     pub sigactions: Vec<SigAction>,

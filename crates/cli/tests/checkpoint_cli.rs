@@ -183,7 +183,7 @@ fn checkpoints_reach_their_ends_natively_and_under_qemu() {
         let got = c["checkpoint_length"].as_u64().unwrap() as f64;
         let dev = 100.0 * (got - want as f64) / want as f64;
         assert!(
-            dev.abs() < 0.1,
+            dev.abs() < 0.01,
             "region {id}: {got} instructions for {want}"
         );
         l1_sum += c["bbv_l1"].as_f64().unwrap();

@@ -378,6 +378,14 @@ fn compare_calls(
     if let Some(d) = &check.first_difference {
         notes.push(format!("system calls differ from the replay's: {d}"));
     }
+    if check.other_addresses > 0 {
+        notes.push(format!(
+            "{} mmap/mremap calls returned other addresses than in the replay (QEMU places \
+             mappings by the host's randomized layout): work that depends on addresses may \
+             differ a little",
+            check.other_addresses
+        ));
+    }
     Ok(Some(check))
 }
 

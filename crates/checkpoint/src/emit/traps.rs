@@ -17,9 +17,10 @@ impl Emit<'_> {
         a.mov(rcx, r.end_pc + 1)?;
         a.cmp(rax, rcx)?;
         a.jne(foreign)?;
-        a.add(qword_ptr(l.count), 1)?;
+        a.mov(rcx, counter_page(self.base))?;
+        a.add(qword_ptr(rcx), 1)?;
         a.mov(rax, r.end_count)?;
-        a.cmp(qword_ptr(l.count), rax)?;
+        a.cmp(qword_ptr(rcx), rax)?;
         a.jae(l.reached)?;
         a.mov(rax, slot)?;
         a.mov(qword_ptr(rdx) + UC_RIP, rax)?;
