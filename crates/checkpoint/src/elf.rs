@@ -111,14 +111,15 @@ pub(crate) fn write(r: &Restore, file: &mut File, path: &Path) -> Result<Placed,
     };
     let pages_end = page_up(file.metadata().map_err(io)?.len()).max(PAGE);
     let blobs = r.blobs();
-    // First pass with the largest offsets there could be, to size the code.
+    // First pass with the largest offsets there could be, to size the code; the slack covers
+    // what the real pass may add (QEMU's break moved when the segment lands below the heap).
     let far = Layout {
         base: 0x2_0000_0000,
         blob_offsets: vec![1 << 40; blobs.len()],
         slot: 1 << 46,
         moved: vec![0; SLOT as usize],
     };
-    let seg_len = page_up(assemble(r, &far, far.base + (1 << 30))?.code.len() as u64 + 64);
+    let seg_len = page_up(assemble(r, &far, far.base + (1 << 30))?.code.len() as u64 + 256);
     let base = choose_base(r, seg_len)?;
     let slot = choose_slot(r, base, seg_len)?;
     let mut moved = displaced(&r.end_code, r.end_pc, slot)?;

@@ -66,9 +66,13 @@ pub fn ret(vcpu: u32, ret: i64) {
     }
 }
 
-/// Marker event `event` fired on thread 1.
+/// Marker event `event` fired on thread 1. What is buffered goes out with it, so that every
+/// window up to here is whole even if the guest dies without QEMU's exit callbacks.
 pub fn event(event: u32) {
-    with(|l| l.out.write_all(Entry::Event(event).line().as_bytes()));
+    with(|l| {
+        l.out.write_all(Entry::Event(event).line().as_bytes())?;
+        l.out.flush()
+    });
 }
 
 /// The guest exits: what is buffered goes out (not from a forked child, whose copy of the
