@@ -270,6 +270,10 @@ impl Offload {
     /// counts since the last cut and the metrics file (None if the model thread is gone).
     pub fn finish(mut self) -> Option<Returned> {
         if crate::fork::forked() {
+            // Not dropped either: dropping the buffers' receiver discards what is queued, and
+            // waits on a buffer the model thread (which fork does not copy) was sending at the
+            // fork, for ever (the rare hang of a guest that forks, with metrics).
+            std::mem::forget(self);
             return None;
         }
         self.send_partial();
