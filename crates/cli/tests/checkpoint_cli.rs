@@ -60,28 +60,29 @@ fn q10() -> String {
     qemu10().join("qemu-x86_64").display().to_string()
 }
 
+/// `bbv run` of the guest (reading `input`, `rounds` rounds) under QEMU 10 into `run`.
+fn run_args<'a>(q: &'a str, input: &'a str, rounds: &'a str) -> [&'a str; 13] {
+    [
+        "run",
+        "--qemu",
+        q,
+        "--interval",
+        "2000000",
+        "--warmup",
+        "4000000",
+        "-o",
+        "run",
+        "--",
+        "./ckpt",
+        input,
+        rounds,
+    ]
+}
+
 /// `bbv run` of the guest under QEMU 10 into `dir/run`.
 fn profile(dir: &Path, rounds: &str) {
     let q = q10();
-    let out = bbv_in(
-        dir,
-        &[
-            "run",
-            "--qemu",
-            &q,
-            "--interval",
-            "2000000",
-            "--warmup",
-            "4000000",
-            "-o",
-            "run",
-            "--",
-            "./ckpt",
-            "input.bin",
-            rounds,
-        ],
-    );
-    assert_status(&out, 0);
+    assert_status(&bbv_in(dir, &run_args(&q, "input.bin", rounds)), 0);
 }
 
 /// `bbv checkpoint` of the run in `run` under `qemu`, the guest doing `rounds` rounds.
@@ -305,22 +306,7 @@ fn a_call_the_checkpoint_cannot_honour_is_reported() {
     let q = q10();
     // The guest reads its input through a pipe to another process, which no checkpoint can
     // recreate: its reads fail there.
-    let run = [
-        "run",
-        "--qemu",
-        &q,
-        "--interval",
-        "2000000",
-        "--warmup",
-        "4000000",
-        "-o",
-        "run",
-        "--",
-        "./ckpt",
-        "/dev/fd/5",
-        "200",
-    ];
-    assert_status(&bbv_piped(dir, &run), 0);
+    assert_status(&bbv_piped(dir, &run_args(&q, "/dev/fd/5", "200")), 0);
     // At the regions' starts, after the guest opened its input (a warmup may start at its
     // entry, before it opens anything).
     let out = bbv_piped(

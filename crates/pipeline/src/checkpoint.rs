@@ -8,10 +8,9 @@ use std::path::{Path, PathBuf};
 use bbv_files::AtomicFiles;
 use bbv_plugin_contract::checkpoint::Capture;
 use bbv_plugin_contract::files;
-use bbv_plugin_contract::syscalls::Window;
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint_calls::{unreproducible, CAP, RT_SIGRETURN};
+use crate::checkpoint_calls::unreproducible;
 use crate::regions::region_id;
 use crate::rundir::Summary;
 use crate::PipelineError;
@@ -272,7 +271,7 @@ impl Checkpointing {
         let dir = &self.spec.dir;
         let dir = std::fs::canonicalize(dir).map_err(|e| PipelineError::io(dir, e))?;
         let staging = &self.staging.as_ref().expect("made at the start").0;
-        let calls = self.calls(s, c.dir.path())?;
+        let calls = crate::checkpoint_calls::replay_windows(&self.events, s, c.dir.path())?;
         let at = Where {
             calls: &calls,
             s,
@@ -318,28 +317,6 @@ impl Checkpointing {
         }
         remove_stale(&dir, &report)?;
         Ok(report)
-    }
-
-    /// Per region, the calls of the replay from its capture to its end.
-    fn calls(&self, s: &Summary, plugin_dir: &Path) -> Result<Vec<Window>, PipelineError> {
-        let wanted: Vec<(Vec<u32>, u32)> = (self.events.iter().enumerate())
-            .map(|(r, &e)| (vec![e as u32, 2 * r as u32], 2 * r as u32 + 1))
-            .collect();
-        let log = plugin_dir.join(files::SYSCALLS);
-        let windows =
-            bbv_plugin_contract::syscalls::windows(&log, &wanted, CAP, |c| c.nr != RT_SIGRETURN)
-                .map_err(|e| PipelineError::Invalid(e.to_string()))?;
-        (windows.into_iter().zip(&s.points))
-            .map(|(w, p)| {
-                w.ok_or_else(|| {
-                    PipelineError::Invalid(format!(
-                        "{}: region {}'s capture or end is missing",
-                        log.display(),
-                        region_id(p)
-                    ))
-                })
-            })
-            .collect()
     }
 
     /// Every region's checkpoint, built side by side (each is its own file), in order.
@@ -534,7 +511,7 @@ struct Where<'a> {
     addresses: &'a std::collections::HashMap<usize, u64>,
     plugin_dir: &'a Path,
     /// Per region, its calls in the replay.
-    calls: &'a [Window],
+    calls: &'a [bbv_plugin_contract::syscalls::Window],
     /// Where the plugin wrote the memory files.
     staging: &'a Path,
     dir: &'a Path,

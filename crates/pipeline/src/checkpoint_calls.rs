@@ -257,6 +257,33 @@ pub fn compare(profile: &Window, open: &[u64], here: &Window) -> CallsCheck {
     }
 }
 
+/// Per region of `s`, the replay's calls (the plugin's log in `plugin_dir`) from its capture
+/// (the first of `events[r]` and its start, event 2r) to its end (event 2r + 1).
+pub fn replay_windows(
+    events: &[usize],
+    s: &crate::rundir::Summary,
+    plugin_dir: &Path,
+) -> Result<Vec<Window>, PipelineError> {
+    let wanted: Vec<(Vec<u32>, u32)> = (events.iter().enumerate())
+        .map(|(r, &e)| (vec![e as u32, 2 * r as u32], 2 * r as u32 + 1))
+        .collect();
+    let log = plugin_dir.join(bbv_plugin_contract::files::SYSCALLS);
+    let windows =
+        bbv_plugin_contract::syscalls::windows(&log, &wanted, CAP, |c| c.nr != RT_SIGRETURN)
+            .map_err(|e| PipelineError::Invalid(e.to_string()))?;
+    (windows.into_iter().zip(&s.points))
+        .map(|(w, p)| {
+            w.ok_or_else(|| {
+                PipelineError::Invalid(format!(
+                    "{}: region {}'s capture or end is missing",
+                    log.display(),
+                    crate::regions::region_id(p)
+                ))
+            })
+        })
+        .collect()
+}
+
 /// Calls of the region on descriptors the checkpoint leaves closed: they will fail there.
 pub fn unreproducible(w: &Window, closed: &[i32]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
