@@ -153,6 +153,7 @@ fn descriptors(inp: &Inputs, notes: &mut Vec<String>, closed: &mut Vec<i32>) -> 
                     fd: d.fd,
                     blob: (path, 0, len),
                     offset: d.offset.unwrap_or(0),
+                    read_only: d.flags & 3 == 0,
                 });
             }
             _ if d.fd == 0 && d.path != "/dev/null" && inp.stdin_stream.is_some() => {
@@ -163,6 +164,7 @@ fn descriptors(inp: &Inputs, notes: &mut Vec<String>, closed: &mut Vec<i32>) -> 
                     fd: 0,
                     blob: (path, from, len - from),
                     offset: 0,
+                    read_only: d.flags & 3 == 0,
                 });
             }
             // The caller's stdout and stderr, whatever they are.
@@ -185,6 +187,9 @@ fn descriptors(inp: &Inputs, notes: &mut Vec<String>, closed: &mut Vec<i32>) -> 
                 flags: d.flags & (3 | 0o2000 | 0o4000 | 0o200000),
                 offset: None,
             }),
+            // One passed down to the program that it cannot have again (a make jobserver's
+            // pipe, say) matters only if the region uses it, which the region's calls tell.
+            _ if d.inherited => closed.push(d.fd),
             _ => {
                 notes.push(format!("{what}: not restored (left closed)"));
                 closed.push(d.fd);

@@ -30,8 +30,14 @@ pub(crate) struct Run {
 /// What the restorer does with one descriptor.
 #[derive(Clone, Debug)]
 pub(crate) enum FdOp {
-    /// A memfd holding `blob`'s bytes, at `offset`.
-    Content { fd: i32, blob: Blob, offset: u64 },
+    /// A memfd holding `blob`'s bytes, at `offset`; reopened read-only when the descriptor
+    /// was (`read_only`), so that its flags read as they did.
+    Content {
+        fd: i32,
+        blob: Blob,
+        offset: u64,
+        read_only: bool,
+    },
     /// open(path, flags), then lseek to `offset`.
     Open {
         fd: i32,

@@ -286,11 +286,16 @@ fn bad_input_is_refused_and_nothing_is_written() {
 /// bbv with `args` in `dir` under bash, its descriptor 5 a pipe from another process (`cat`
 /// of the guest's input file), the guest's stdin `lines.txt`.
 fn bbv_piped(dir: &Path, args: &[&str]) -> Output {
+    bbv_with_fd5(dir, "<(cat input.bin)", args)
+}
+
+/// bbv with `args` in `dir` under bash, its descriptor 5 opened on `from` (`5< FROM`).
+fn bbv_with_fd5(dir: &Path, from: &str, args: &[&str]) -> Output {
     let mut c = Command::new("bash");
     guest_env(&mut c)
         .current_dir(dir)
         .arg("-c")
-        .arg(r#"exec "$0" "$@" 5< <(cat input.bin)"#)
+        .arg(format!(r#"exec "$0" "$@" 5< {from}"#))
         .arg(env!("CARGO_BIN_EXE_bbv"))
         .args(args)
         .stdin(std::fs::File::open(dir.join("lines.txt")).unwrap())
@@ -379,5 +384,57 @@ fn a_call_the_checkpoint_cannot_honour_is_reported() {
                 .any(|n| n.as_str().unwrap().starts_with("system calls differ")),
             "{r}"
         );
+    }
+}
+
+#[test]
+fn a_descriptor_passed_down_is_restored() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path();
+    guest(dir);
+    let q = q10();
+    // The guest reads its input from descriptor 5, which the shell opened for it.
+    let with_fd5 = |args: &[&str]| bbv_with_fd5(dir, "input.bin", args);
+    assert_status(&with_fd5(&run_args(&q, "fd:5", "300")), 0);
+    let out = with_fd5(&[
+        "checkpoint",
+        "--qemu",
+        &q,
+        "--no-warmup",
+        "run",
+        "--",
+        "./ckpt",
+        "fd:5",
+        "300",
+    ]);
+    assert_status(&out, 0);
+    let ck = dir.join("run/checkpoints");
+    let index = json(&ck.join("checkpoints.json"));
+    for r in index["regions"].as_array().unwrap() {
+        assert!(r["notes"].as_array().unwrap().is_empty(), "{r}");
+        // Run without any descriptor 5: the checkpoint brings the file's bytes.
+        let elf = ck.join(r["file"].as_str().unwrap());
+        let o = Command::new(&elf)
+            .stdin(Stdio::null())
+            .current_dir("/")
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}: {}",
+            elf.display(),
+            stderr(&o)
+        );
+    }
+    let check = bbv_in(
+        dir,
+        &["checkpoint", "--qemu", &q, "--check", "run/checkpoints"],
+    );
+    assert_status(&check, 0);
+    let report = json(&ck.join("check.json"));
+    for c in report["regions"].as_array().unwrap() {
+        assert_eq!(c["reached_end"], true, "{c}");
+        assert!(c["syscalls"]["first_difference"].is_null(), "{c}");
     }
 }

@@ -10,8 +10,8 @@
 //! map START END PROT NAME             a guest mapping [START, END), PROT as mmap's bits
 //! data START LEN OFFSET               LEN bytes at START are in checkpoint.E.mem at OFFSET
 //!                                     (the first at files::CHECKPOINT_MEMORY_START)
-//! fd N FLAGS OFFSET KIND COPIED PATH  an open descriptor (OFFSET -1: not seekable; COPIED 1:
-//!                                     its file's bytes are in checkpoint.E.fdN)
+//! fd N FLAGS OFFSET KIND BITS PATH    an open descriptor (OFFSET -1: not seekable; BITS 1:
+//!                                     its file's bytes are in checkpoint.E.fdN, 2: inherited)
 //! cwd PATH
 //! sigaction SIG HANDLER FLAGS RESTORER MASK
 //! sigmask MASK
@@ -108,6 +108,9 @@ pub struct Descriptor {
     pub kind: FdKind,
     /// The file's bytes were copied at capture (`checkpoint.E.fdN`).
     pub copied: bool,
+    /// Open before the guest's first instruction (passed down by whatever started it, as a
+    /// shell's `5< file`), not by the guest.
+    pub inherited: bool,
     /// Its path as /proc/self/fd names it.
     pub path: String,
 }
@@ -185,7 +188,7 @@ impl Capture {
                 d.fd,
                 d.flags,
                 d.kind.word(),
-                u8::from(d.copied),
+                u8::from(d.copied) | u8::from(d.inherited) << 1,
                 d.path
             );
         }
@@ -301,21 +304,18 @@ fn parse_line(c: &mut Capture, line: &str, pc: &mut bool) -> Result<(), &'static
                 let flags = dec(f.next())?;
                 let offset: i64 = dec(f.next())?;
                 let kind = FdKind::from_word(f.next()?)?;
-                let copied = match f.next()? {
-                    "1" => true,
-                    "0" => false,
-                    _ => return None,
-                };
+                let bits: u8 = f.next()?.parse().ok().filter(|&b| b < 4)?;
                 Some(Descriptor {
                     fd,
                     flags,
                     offset: u64::try_from(offset).ok(),
                     kind,
-                    copied,
+                    copied: bits & 1 != 0,
+                    inherited: bits & 2 != 0,
                     path: f.next()?.to_string(),
                 })
             })()
-            .ok_or("fd N FLAGS OFFSET KIND COPIED PATH")?;
+            .ok_or("fd N FLAGS OFFSET KIND BITS PATH")?;
             c.fds.push(d);
         }
         "cwd" => c.cwd = rest.to_string(),
@@ -374,6 +374,7 @@ mod tests {
                 offset: Some(17),
                 kind: FdKind::File,
                 copied: true,
+                inherited: true,
                 path: "/tmp/in put".into(),
             }],
             cwd: "/tmp/x y".into(),

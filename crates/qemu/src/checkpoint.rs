@@ -335,6 +335,7 @@ fn descriptors(g: &Guest, event: u32, dir: &Path, problems: &mut Vec<String>) ->
             offset: u64::try_from(offset).ok(),
             kind,
             copied,
+            inherited: g.inherited.contains(&fd),
             path: path.replace('\n', "?"),
         });
     }

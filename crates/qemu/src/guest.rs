@@ -140,6 +140,9 @@ pub struct Guest {
     pub areas: AreaMap,
     /// Its open descriptors.
     pub fds: BTreeSet<i32>,
+    /// Those of them it was started with above 2 (passed down by what started it), while
+    /// they still hold what they held then.
+    pub inherited: BTreeSet<i32>,
     /// Dispositions it set.
     pub actions: BTreeMap<u32, SigAction>,
     /// Its blocked signals.
@@ -175,13 +178,16 @@ pub fn init(stdin_stream: &Path) -> Result<(), String> {
                 .map_err(|e| format!("creating {}: {e}", stdin_stream.display()))?,
         )
     };
+    let inherited = inherited();
     let fds = (0..3)
         // SAFETY: F_GETFD only asks whether the descriptor is open.
         .filter(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0)
+        .chain(inherited.iter().copied())
         .collect();
     *GUEST.lock().unwrap_or_else(|e| e.into_inner()) = Some(Guest {
         areas: AreaMap::default(),
         fds,
+        inherited,
         actions: BTreeMap::new(),
         sigmask: 0,
         brk: 0,
@@ -193,6 +199,24 @@ pub fn init(stdin_stream: &Path) -> Result<(), String> {
         mem: File::open("/proc/self/mem").ok(),
     });
     Ok(())
+}
+
+/// The descriptors above 2 open without close-on-exec as the plugin starts (before QEMU opens
+/// the guest's program): what started QEMU passed them down, and the guest has them too.
+/// QEMU's own and the plugin's are close-on-exec.
+fn inherited() -> BTreeSet<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return BTreeSet::new();
+    };
+    (entries.flatten())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&fd| fd > 2)
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        .filter(|&fd| {
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            flags >= 0 && flags & libc::FD_CLOEXEC == 0
+        })
+        .collect()
 }
 
 /// Runs `f` on the model, when tracking.
@@ -396,28 +420,29 @@ impl Guest {
                 .fds
                 .retain(|&fd| (fd as u64) < a[0] || (fd as u64) > a[1]),
             // dup2, dup3: the new number
-            33 | 292 => {
-                self.fds.insert(a[1] as i32);
-            }
+            33 | 292 => self.opened(a[1] as i32),
             // pipe, pipe2, socketpair: two numbers in memory
             22 | 293 | 53 => {
                 let at = if p.nr == 53 { a[3] } else { a[0] };
                 if let Some(b) = self.read(at, 8) {
                     for c in b.chunks(4) {
-                        self.fds
-                            .insert(i32::from_le_bytes(c.try_into().expect("4 bytes")));
+                        self.opened(i32::from_le_bytes(c.try_into().expect("4 bytes")));
                     }
                 }
             }
             // fcntl(F_DUPFD, F_DUPFD_CLOEXEC)
-            72 if a[1] == 0 || a[1] == 1030 => {
-                self.fds.insert(ret as i32);
-            }
-            nr if returns_fd(nr) => {
-                self.fds.insert(ret as i32);
-            }
+            72 if a[1] == 0 || a[1] == 1030 => self.opened(ret as i32),
+            nr if returns_fd(nr) => self.opened(ret as i32),
             _ => {}
         }
+        let fds = &self.fds;
+        self.inherited.retain(|fd| fds.contains(fd));
+    }
+
+    /// Descriptor `fd` now holds something the guest opened.
+    fn opened(&mut self, fd: i32) {
+        self.fds.insert(fd);
+        self.inherited.remove(&fd);
     }
 
     fn brk(&mut self, r: u64) {

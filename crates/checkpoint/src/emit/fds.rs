@@ -19,7 +19,8 @@ impl Emit<'_> {
                     fd,
                     blob: (_, _, len),
                     offset,
-                } => self.content(*fd, *len, *offset)?,
+                    read_only,
+                } => self.content(*fd, *len, *offset, *read_only)?,
                 FdOp::Open {
                     fd,
                     path,
@@ -32,8 +33,9 @@ impl Emit<'_> {
         close(&mut self.a, r15)
     }
 
-    /// A memfd holding the next blob's `len` bytes, as descriptor `fd` at `offset`.
-    fn content(&mut self, fd: i32, len: u64, offset: u64) -> Step {
+    /// A memfd holding the next blob's `len` bytes, as descriptor `fd` at `offset`, read-only
+    /// if `read_only`.
+    fn content(&mut self, fd: i32, len: u64, offset: u64, read_only: bool) -> Step {
         let from = self.blobs.next().expect("one offset per blob");
         let (name, _) = self.text("bbv-checkpoint\0");
         let (mut again, done) = (self.a.create_label(), self.a.create_label());
@@ -62,8 +64,31 @@ impl Emit<'_> {
         a.sub(r13, rax)?;
         a.jmp(again)?;
         self.here(done)?;
+        if read_only {
+            self.reopen_read_only()?;
+        }
         self.move_fd(fd)?;
         self.seek(fd, offset)
+    }
+
+    /// The memfd in r12 opened again read-only (through /proc/self/fd, at a number of our
+    /// own), the read-write one closed: fcntl(F_GETFL) then says O_RDONLY, as it did.
+    fn reopen_read_only(&mut self) -> Step {
+        const AT: i32 = EXE_FD + 1;
+        let (path, _) = self.text(&format!("/proc/self/fd/{AT}\0"));
+        let (a, l) = (&mut self.a, &self.l);
+        dup_onto(a, r12, AT, l.fd)?;
+        a.lea(rdi, ptr(path))?;
+        a.xor(esi, esi)?; // O_RDONLY
+        a.mov(eax, SYS_OPEN)?;
+        a.syscall()?;
+        a.test(rax, rax)?;
+        a.js(l.fd)?;
+        a.mov(r12, rax)?;
+        a.mov(edi, AT)?;
+        a.mov(eax, SYS_CLOSE)?;
+        a.syscall()?;
+        Ok(())
     }
 
     /// open(path, flags) as descriptor `fd`; a failure is said and the descriptor stays closed.

@@ -59,7 +59,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: ckpt FILE ROUNDS < LINES\n");
         return 2;
     }
-    FILE *in = fopen(argv[1], "rb");
+    /* fd:N reads descriptor N, passed down by whatever started the guest. */
+    FILE *in = strncmp(argv[1], "fd:", 3) == 0 ? fdopen(atoi(argv[1] + 3), "rb")
+                                               : fopen(argv[1], "rb");
     if (!in) {
         perror(argv[1]);
         return 2;
