@@ -498,12 +498,15 @@ fn read_results(
 /// glibc's limit on malloc arenas, set to 1 for QEMU ([`Prepared::one_arena`]).
 const ARENAS: &str = "MALLOC_ARENA_MAX";
 
-/// QEMU, and so the guest, without address randomization (as under `setarch -R`); with one
-/// malloc arena for QEMU, every run of a program is laid out alike: where its work depends on
-/// its addresses (an allocator's, a hash of pointers: python3's, whose runs otherwise differed
-/// by up to 1.1% in a region's length), a profile, its replays, traces and checkpoints run
-/// alike. Where the personality cannot be set (a container's seccomp profile), the layout
-/// stays randomized.
+/// QEMU, and so the guest, without address randomization and with mappings placed upwards
+/// from a third of the address space (as under `setarch -R -L`); with one malloc arena for
+/// QEMU, every run of a program is laid out alike: where its work depends on its addresses
+/// (an allocator's, a hash of pointers: python3's, whose runs otherwise differed by up to 1.1%
+/// in a region's length), a profile, its replays, traces and checkpoints run alike. Upwards,
+/// because downwards from the top the guest's mappings would lie where a randomized process
+/// (a checkpoint run natively or under `--check`) may have its stack: 3 runs in 150 of the
+/// test guest's checkpoints crashed so. Where the personality cannot be set (a container's
+/// seccomp profile), the layout stays randomized.
 fn same_layout(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: personality is async-signal-safe and changes only the child's own persona.
@@ -511,9 +514,8 @@ fn same_layout(cmd: &mut Command) {
         cmd.pre_exec(|| {
             let current = libc::personality(0xffff_ffff);
             if current != -1 {
-                libc::personality(
-                    current as libc::c_ulong | libc::ADDR_NO_RANDOMIZE as libc::c_ulong,
-                );
+                let fixed = libc::ADDR_NO_RANDOMIZE | libc::ADDR_COMPAT_LAYOUT;
+                libc::personality(current as libc::c_ulong | fixed as libc::c_ulong);
             }
             Ok(())
         });

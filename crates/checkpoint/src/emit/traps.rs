@@ -112,7 +112,7 @@ impl Emit<'_> {
             (
                 self.l.taken,
                 "bbv checkpoint: a captured address range is taken in this process (by the stack \
-                 or vDSO the kernel placed); run it again, or under `setarch -R`\n",
+                 or vDSO the kernel placed at random); run it again\n",
             ),
             (
                 self.l.map,
