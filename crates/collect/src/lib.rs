@@ -77,8 +77,6 @@ pub struct Prepared {
     pub api: PluginApi,
     /// Where the guest's standard output and error go instead of bbv's ([`Prepared::output_to`]).
     output: Option<PathBuf>,
-    /// Keep the host's address randomization (see [`Prepared::randomized`]).
-    randomized: bool,
 }
 
 impl Prepared {
@@ -87,21 +85,6 @@ impl Prepared {
     pub fn output_to(mut self, file: PathBuf) -> Prepared {
         self.output = Some(file);
         self
-    }
-
-    /// Runs QEMU as the host lays processes out, at random: for a program whose addresses are
-    /// fixed already (a checkpoint), which QEMU's own mappings, laid out alike every time
-    /// otherwise ([`Prepared::run`]), would meet every time rather than now and then.
-    pub fn randomized(mut self) -> Prepared {
-        self.randomized = true;
-        self
-    }
-
-    /// Whether QEMU runs with one malloc arena (so that the order in which its threads first
-    /// allocate cannot move its mappings, and the guest's with them), the variable unset for
-    /// the guest (`-U`): unless randomized, or the variable is the user's.
-    fn one_arena(&self) -> bool {
-        !self.randomized && std::env::var_os(ARENAS).is_none()
     }
 
     /// The request as it will run.
@@ -159,7 +142,6 @@ pub fn prepare(request: Request) -> Result<Prepared, CollectError> {
         plugin,
         api,
         output: None,
-        randomized: false,
     })
 }
 
@@ -304,9 +286,6 @@ impl Prepared {
         if let Some(root) = &r.sysroot {
             v.extend(["-L".into(), root.into()]);
         }
-        if self.one_arena() {
-            v.extend(["-U".into(), ARENAS.into()]);
-        }
         v.extend(["-plugin".into(), plugin, "--".into()]);
         v.push(self.program.clone().into_os_string());
         v.extend(r.args.iter().cloned());
@@ -347,12 +326,6 @@ impl Prepared {
             let file = std::fs::File::create(path).map_err(|e| CollectError::io(path, e))?;
             let again = file.try_clone().map_err(|e| CollectError::io(path, e))?;
             cmd.stdout(file).stderr(again);
-        }
-        if !self.randomized {
-            same_layout(&mut cmd);
-        }
-        if self.one_arena() {
-            cmd.env(ARENAS, "1");
         }
         let waited = interrupt::spawn(&mut cmd).and_then(|mut child| {
             // Like system(3): a terminal's ^C goes to the guest, which decides; we wait for
@@ -493,31 +466,4 @@ fn read_results(
         slices,
         metrics,
     })
-}
-
-/// glibc's limit on malloc arenas, set to 1 for QEMU ([`Prepared::one_arena`]).
-const ARENAS: &str = "MALLOC_ARENA_MAX";
-
-/// QEMU, and so the guest, without address randomization and with mappings placed upwards
-/// from a third of the address space (as under `setarch -R -L`); with one malloc arena for
-/// QEMU, every run of a program is laid out alike: where its work depends on its addresses
-/// (an allocator's, a hash of pointers: python3's, whose runs otherwise differed by up to 1.1%
-/// in a region's length), a profile, its replays, traces and checkpoints run alike. Upwards,
-/// because downwards from the top the guest's mappings would lie where a randomized process
-/// (a checkpoint run natively or under `--check`) may have its stack: 3 runs in 150 of the
-/// test guest's checkpoints crashed so. Where the personality cannot be set (a container's
-/// seccomp profile), the layout stays randomized.
-fn same_layout(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: personality is async-signal-safe and changes only the child's own persona.
-    unsafe {
-        cmd.pre_exec(|| {
-            let current = libc::personality(0xffff_ffff);
-            if current != -1 {
-                let fixed = libc::ADDR_NO_RANDOMIZE | libc::ADDR_COMPAT_LAYOUT;
-                libc::personality(current as libc::c_ulong | fixed as libc::c_ulong);
-            }
-            Ok(())
-        });
-    }
 }

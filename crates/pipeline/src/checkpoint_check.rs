@@ -289,7 +289,6 @@ fn run_one(
     let launch = || -> Result<bbv_collect::Outcome, PipelineError> {
         Ok(bbv_collect::prepare(request.clone())?
             .output_to(output.clone())
-            .randomized()
             .run()?)
     };
     let mut outcome = launch()?;
