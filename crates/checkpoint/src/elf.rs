@@ -165,8 +165,7 @@ pub(crate) fn write(r: &Restore, file: &mut File, path: &Path) -> Result<Placed,
         }
     }
     // A whole last page: the last blob's mapping must not reach past the file's end.
-    file.set_len(page_up(at.max(pages_end + seg_len)))
-        .map_err(io)?;
+    file.set_len(page_up(at)).map_err(io)?;
     Ok(Placed {
         segment: (base, base + seg_len),
         reached: assembled.reached,

@@ -74,6 +74,15 @@ fn counter_page(base: u64) -> u64 {
     base - 4096
 }
 
+/// System call `nr` (its arguments already in place); a negative return goes to `fail`.
+fn checked(a: &mut CodeAssembler, nr: i32, fail: CodeLabel) -> Step {
+    a.mov(eax, nr)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(fail)?;
+    Ok(())
+}
+
 /// close(reg).
 fn close(a: &mut CodeAssembler, reg: AsmRegister64) -> Step {
     a.mov(rdi, reg)?;
@@ -114,10 +123,7 @@ fn protect(a: &mut CodeAssembler, addr: u64, len: u64, prot: u32, fail: CodeLabe
 fn dup_onto(a: &mut CodeAssembler, reg: AsmRegister64, fd: i32, fail: CodeLabel) -> Step {
     a.mov(rdi, reg)?;
     a.mov(esi, fd)?;
-    a.mov(eax, SYS_DUP2)?;
-    a.syscall()?;
-    a.test(rax, rax)?;
-    a.js(fail)?;
+    checked(a, SYS_DUP2, fail)?;
     close(a, reg)
 }
 
@@ -247,18 +253,12 @@ impl<'a> Emit<'a> {
         let (a, l) = (&mut self.a, &self.l);
         a.lea(rdi, ptr(l.exe_path))?;
         a.xor(esi, esi)?;
-        a.mov(eax, SYS_OPEN)?;
-        a.syscall()?;
-        a.test(rax, rax)?;
-        a.js(l.exe)?;
+        checked(a, SYS_OPEN, l.exe)?;
         a.mov(r12, rax)?;
         a.mov(rdi, rax)?;
         a.xor(esi, esi)?;
         a.mov(edx, EXE_FD)?;
-        a.mov(eax, SYS_FCNTL)?;
-        a.syscall()?;
-        a.test(rax, rax)?;
-        a.js(l.exe)?;
+        checked(a, SYS_FCNTL, l.exe)?;
         a.mov(r15, rax)?;
         close(a, r12)
     }

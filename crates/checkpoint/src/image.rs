@@ -261,10 +261,15 @@ fn runs(c: &Capture) -> Vec<Run> {
     out
 }
 
-/// Up to `n` bytes of captured memory from `addr` on, stopping at the first byte not kept.
-fn bytes_at(inp: &Inputs, addr: u64, n: u64) -> Result<Vec<u8>, CheckpointError> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(inp.memory).map_err(io(inp.memory))?;
+/// Up to `n` bytes of captured memory from `addr` on (in the memory file `f`), stopping at
+/// the first byte not kept.
+fn bytes_at(
+    inp: &Inputs,
+    f: &std::fs::File,
+    addr: u64,
+    n: u64,
+) -> Result<Vec<u8>, CheckpointError> {
+    use std::os::unix::fs::FileExt;
     let mut out = Vec::new();
     let mut at = addr;
     while (out.len() as u64) < n {
@@ -274,8 +279,7 @@ fn bytes_at(inp: &Inputs, addr: u64, n: u64) -> Result<Vec<u8>, CheckpointError>
         };
         let take = (run.addr + run.len - at).min(n - out.len() as u64);
         let mut b = vec![0u8; take as usize];
-        f.seek(SeekFrom::Start(run.offset + at - run.addr))
-            .and_then(|_| f.read_exact(&mut b))
+        f.read_exact_at(&mut b, run.offset + at - run.addr)
             .map_err(io(inp.memory))?;
         out.extend(b);
         at += take;
@@ -335,7 +339,7 @@ pub fn build(inp: &Inputs) -> Result<Built, CheckpointError> {
         regs: registers(c)?,
         end_pc: inp.end_pc,
         end_count: inp.end_count,
-        end_code: bytes_at(inp, inp.end_pc, 16)?,
+        end_code: bytes_at(inp, &file, inp.end_pc, 16)?,
         brk: c.brk,
         heap_start: (c.maps.iter())
             .filter(|m| m.name == "[heap]")

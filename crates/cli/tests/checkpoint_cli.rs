@@ -99,6 +99,21 @@ fn checkpointing<'a>(qemu: &'a str, rounds: &'a str) -> [&'a str; 8] {
     ]
 }
 
+/// A checkpoint's run (`c`), stdin closed off, in `/`. An address it needs that this
+/// process's own mappings took (exit 100, said so; they lie where the host's randomization
+/// puts them) is run again, up to twice, as `--check` does and the message advises.
+fn run_checkpoint(c: &mut Command) -> Output {
+    let mut run = || c.stdin(Stdio::null()).current_dir("/").output().unwrap();
+    let mut o = run();
+    for _ in 0..2 {
+        if o.status.code() != Some(100) {
+            break;
+        }
+        o = run();
+    }
+    o
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -129,17 +144,7 @@ fn checkpoints_reach_their_ends_natively_and_under_qemu() {
             if !how.starts_with("natively") {
                 c.arg(&elf);
             }
-            let run = |c: &mut Command| c.stdin(Stdio::null()).current_dir("/").output().unwrap();
-            let mut o = run(&mut c);
-            // An address the checkpoint needs that this process's own mappings took (exit 100,
-            // said so; QEMU's lie where the host's randomization puts them): run it again, as
-            // `--check` does and the message advises.
-            for _ in 0..2 {
-                if o.status.code() != Some(100) {
-                    break;
-                }
-                o = run(&mut c);
-            }
+            let o = run_checkpoint(&mut c);
             assert_eq!(
                 o.status.code(),
                 Some(0),
@@ -414,11 +419,7 @@ fn a_descriptor_passed_down_is_restored() {
         assert!(r["notes"].as_array().unwrap().is_empty(), "{r}");
         // Run without any descriptor 5: the checkpoint brings the file's bytes.
         let elf = ck.join(r["file"].as_str().unwrap());
-        let o = Command::new(&elf)
-            .stdin(Stdio::null())
-            .current_dir("/")
-            .output()
-            .unwrap();
+        let o = run_checkpoint(&mut Command::new(&elf));
         assert_eq!(
             o.status.code(),
             Some(0),

@@ -36,6 +36,20 @@ pub struct Call {
 }
 
 impl Entry {
+    /// A line as the plugin writes it (a trailing newline allowed), or None.
+    pub fn parse(line: &str) -> Option<Entry> {
+        let f: Vec<&str> = line.trim_end().split(' ').collect();
+        match f[..] {
+            ["e", e] => e.parse().ok().map(Entry::Event),
+            ["s", nr, a, ret] => Some(Entry::Call(Call {
+                nr: nr.parse().ok()?,
+                arg0: a.parse().ok()?,
+                ret: ret.parse().ok()?,
+            })),
+            _ => None,
+        }
+    }
+
     /// The line the plugin writes.
     pub fn line(&self) -> String {
         match self {
@@ -67,26 +81,13 @@ pub fn entries(
             })),
             Ok(0) => None,
             Ok(_) if !line.ends_with('\n') => None,
-            Ok(_) => Some(parse(&line).ok_or_else(|| ContractError::Parse {
+            Ok(_) => Some(Entry::parse(&line).ok_or_else(|| ContractError::Parse {
                 path: path.to_path_buf(),
                 line: n,
                 what: "e EVENT or s NR ARG0 RET".into(),
             })),
         }
     }))
-}
-
-fn parse(line: &str) -> Option<Entry> {
-    let f: Vec<&str> = line.trim_end().split(' ').collect();
-    match f[..] {
-        ["e", e] => e.parse().ok().map(Entry::Event),
-        ["s", nr, a, ret] => Some(Entry::Call(Call {
-            nr: nr.parse().ok()?,
-            arg0: a.parse().ok()?,
-            ret: ret.parse().ok()?,
-        })),
-        _ => None,
-    }
 }
 
 /// The calls of one window of a log.

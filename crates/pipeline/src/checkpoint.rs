@@ -284,14 +284,13 @@ impl Checkpointing {
         };
         let mut files = AtomicFiles::default();
         let mut regions = Vec::new();
-        for built in self.build_regions(&at) {
+        for (built, window) in self.build_regions(&at).into_iter().zip(&calls) {
             let Built {
                 region,
                 memory,
                 open,
             } = built?;
             files.adopt(&memory, &dir.join(&region.file))?;
-            let window = &calls[regions.len()];
             files.write(&dir.join(calls_file(region.id)), |w| {
                 crate::checkpoint_calls::write(window, &open, w)
             })?;

@@ -103,10 +103,10 @@ const FD_RETURNING: &[i64] = &[2, 32, 41, 43, 213, 253, 257, 284, 288, 290, 291,
 /// per end-marker execution before the last, so none are compared.
 pub const RT_SIGRETURN: i64 = 15;
 
-/// Calls whose result is an address, a process or thread id or a time: only whether they
-/// succeeded must be the same.
+/// Calls whose result is an address (brk's included), a process or thread id or a time: only
+/// whether they succeeded must be the same.
 const OUTCOME_ONLY: &[i64] = &[
-    9, 25, 39, 56, 57, 96, 98, 99, 100, 110, 186, 201, 218, 228, 334,
+    9, 12, 25, 39, 56, 57, 96, 98, 99, 100, 110, 186, 201, 218, 228, 334,
 ];
 
 /// A call's name.
@@ -166,12 +166,9 @@ impl Fds {
 fn same(want: &Call, here: &Call, fds: &mut Fds) -> bool {
     want.nr == here.nr
         && (!FD_FIRST.contains(&want.nr) || fds.matches(want.arg0, here.arg0))
-        && match want.nr {
-            12 => succeeded(want) == succeeded(here),
-            nr if OUTCOME_ONLY.contains(&nr) || FD_RETURNING.contains(&nr) => {
-                succeeded(want) == succeeded(here)
-            }
-            _ => want.ret == here.ret,
+        && match OUTCOME_ONLY.contains(&want.nr) || FD_RETURNING.contains(&want.nr) {
+            true => succeeded(want) == succeeded(here),
+            false => want.ret == here.ret,
         }
 }
 
@@ -257,6 +254,18 @@ pub fn compare(profile: &Window, open: &[u64], here: &Window) -> CallsCheck {
     }
 }
 
+/// The program's calls of each window of the plugin's `log` ([`windows`]): at most [`CAP`]
+/// each, the checkpoint's own rt_sigreturn calls (and so the program's) left out.
+///
+/// [`windows`]: bbv_plugin_contract::syscalls::windows
+pub fn log_windows(
+    log: &Path,
+    wanted: &[(Vec<u32>, u32)],
+) -> Result<Vec<Option<Window>>, PipelineError> {
+    bbv_plugin_contract::syscalls::windows(log, wanted, CAP, |c| c.nr != RT_SIGRETURN)
+        .map_err(|e| PipelineError::Invalid(e.to_string()))
+}
+
 /// Per region of `s`, the replay's calls (the plugin's log in `plugin_dir`) from its capture
 /// (the first of `events[r]` and its start, event 2r) to its end (event 2r + 1).
 pub fn replay_windows(
@@ -268,10 +277,7 @@ pub fn replay_windows(
         .map(|(r, &e)| (vec![e as u32, 2 * r as u32], 2 * r as u32 + 1))
         .collect();
     let log = plugin_dir.join(bbv_plugin_contract::files::SYSCALLS);
-    let windows =
-        bbv_plugin_contract::syscalls::windows(&log, &wanted, CAP, |c| c.nr != RT_SIGRETURN)
-            .map_err(|e| PipelineError::Invalid(e.to_string()))?;
-    (windows.into_iter().zip(&s.points))
+    (log_windows(&log, &wanted)?.into_iter().zip(&s.points))
         .map(|(w, p)| {
             w.ok_or_else(|| {
                 PipelineError::Invalid(format!(
@@ -342,18 +348,10 @@ pub fn read(path: &Path) -> Result<(Window, Vec<u64>), PipelineError> {
                 .collect::<Result<_, _>>()?;
             continue;
         }
-        let f: Vec<&str> = line.split(' ').collect();
-        let call = match f[..] {
-            ["s", nr, a, r] => (|| {
-                Some(Call {
-                    nr: nr.parse().ok()?,
-                    arg0: a.parse().ok()?,
-                    ret: r.parse().ok()?,
-                })
-            })(),
-            _ => None,
-        };
-        w.calls.push(call.ok_or_else(bad)?);
+        match Entry::parse(line) {
+            Some(Entry::Call(c)) => w.calls.push(c),
+            _ => return Err(bad()),
+        }
     }
     w.total = total.unwrap_or(w.calls.len() as u64);
     Ok((w, open))

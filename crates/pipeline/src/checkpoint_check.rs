@@ -365,11 +365,7 @@ fn compare_calls(
         return Ok(None);
     }
     let (profile, open) = checkpoint_calls::read(&file)?;
-    let here =
-        bbv_plugin_contract::syscalls::windows(log, &[(vec![0], 2)], checkpoint_calls::CAP, |c| {
-            c.nr != checkpoint_calls::RT_SIGRETURN
-        })
-        .map_err(|e| PipelineError::Invalid(e.to_string()))?;
+    let here = checkpoint_calls::log_windows(log, &[(vec![0], 2)])?;
     let Some(here) = here.into_iter().next().flatten() else {
         notes.push("system calls not compared: the region's end was not reached".into());
         return Ok(None);

@@ -303,15 +303,15 @@ fn descriptors(g: &Guest, event: u32, dir: &Path, problems: &mut Vec<String>) ->
     let mut out = Vec::new();
     for &fd in &g.fds {
         // SAFETY: fcntl and fstat on a descriptor number; a closed one answers EBADF.
-        let (flags, mode) = unsafe {
+        let (flags, st) = unsafe {
             let flags = libc::fcntl(fd, libc::F_GETFL);
             let mut st: libc::stat = std::mem::zeroed();
             if flags < 0 || libc::fstat(fd, &mut st) != 0 {
                 continue;
             }
-            (flags as u32, st.st_mode & libc::S_IFMT)
+            (flags as u32, st)
         };
-        let kind = match mode {
+        let kind = match st.st_mode & libc::S_IFMT {
             libc::S_IFREG => FdKind::File,
             libc::S_IFCHR => FdKind::Char,
             libc::S_IFIFO => FdKind::Pipe,
@@ -325,7 +325,7 @@ fn descriptors(g: &Guest, event: u32, dir: &Path, problems: &mut Vec<String>) ->
         let readable = flags & libc::O_ACCMODE as u32 != libc::O_WRONLY as u32;
         let copied = kind == FdKind::File
             && readable
-            && copy_file(fd, flags, &dir.join(files::checkpoint_file(event, fd)));
+            && copy_file(fd, flags, &st, &dir.join(files::checkpoint_file(event, fd)));
         if kind == FdKind::File && readable && !copied {
             problems.push(format!("fd {fd} ({path}): its file could not be copied"));
         }
@@ -345,25 +345,21 @@ fn descriptors(g: &Guest, event: u32, dir: &Path, problems: &mut Vec<String>) ->
 /// A file's identity and version: (device, inode, size, mtime seconds, nanoseconds).
 type FileVersion = (u64, u64, i64, i64, i64);
 
-/// Copies the file open as `fd` to `to`. A file open read-only that an earlier capture
-/// copied, unchanged since, is linked to that copy instead: the input of a program read over
-/// many regions is kept once.
-fn copy_file(fd: i32, flags: u32, to: &Path) -> bool {
+/// Copies the file open as `fd` (`st`, its fstat) to `to`. A file open read-only that an
+/// earlier capture copied, unchanged since, is linked to that copy instead: the input of a
+/// program read over many regions is kept once.
+fn copy_file(fd: i32, flags: u32, st: &libc::stat, to: &Path) -> bool {
     static COPIES: Mutex<Vec<(FileVersion, PathBuf)>> = Mutex::new(Vec::new());
-    // SAFETY: fstat into a zeroed stat.
-    let version = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        (libc::fstat(fd, &mut st) == 0).then_some((
-            st.st_dev,
-            st.st_ino,
-            st.st_size,
-            st.st_mtime,
-            st.st_mtime_nsec,
-        ))
-    };
+    let v = (
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        st.st_mtime,
+        st.st_mtime_nsec,
+    );
     let read_only = flags & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32;
     let mut copies = COPIES.lock().unwrap_or_else(|e| e.into_inner());
-    if let (Some(v), true) = (version, read_only) {
+    if read_only {
         if let Some((_, earlier)) = copies.iter().find(|(w, _)| *w == v) {
             if std::fs::hard_link(earlier, to).is_ok() {
                 return true;
@@ -373,7 +369,7 @@ fn copy_file(fd: i32, flags: u32, to: &Path) -> bool {
     if std::fs::copy(format!("/proc/self/fd/{fd}"), to).is_err() {
         return false;
     }
-    if let (Some(v), true) = (version, read_only) {
+    if read_only {
         copies.push((v, to.to_path_buf()));
     }
     true

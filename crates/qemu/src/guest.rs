@@ -412,13 +412,9 @@ impl Guest {
                 }
             }
             14 => self.mask(a[0], p.set),
-            3 => {
-                self.fds.remove(&(a[0] as i32));
-            }
+            3 => self.closed(|fd| fd == a[0] as i32),
             // close_range(first, last, flags)
-            436 if a[2] & 4 == 0 => self
-                .fds
-                .retain(|&fd| (fd as u64) < a[0] || (fd as u64) > a[1]),
+            436 if a[2] & 4 == 0 => self.closed(|fd| (fd as u64) >= a[0] && (fd as u64) <= a[1]),
             // dup2, dup3: the new number
             33 | 292 => self.opened(a[1] as i32),
             // pipe, pipe2, socketpair: two numbers in memory
@@ -435,8 +431,12 @@ impl Guest {
             nr if returns_fd(nr) => self.opened(ret as i32),
             _ => {}
         }
-        let fds = &self.fds;
-        self.inherited.retain(|fd| fds.contains(fd));
+    }
+
+    /// The descriptors `which` says were closed.
+    fn closed(&mut self, which: impl Fn(i32) -> bool) {
+        self.fds.retain(|&fd| !which(fd));
+        self.inherited.retain(|&fd| !which(fd));
     }
 
     /// Descriptor `fd` now holds something the guest opened.

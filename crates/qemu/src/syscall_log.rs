@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use bbv_plugin_contract::files;
@@ -17,8 +18,14 @@ struct Log {
 }
 
 static LOG: Mutex<Option<Log>> = Mutex::new(None);
+/// Set once the log is started: the syscall callbacks also serve flow control and turns,
+/// which must not take the log's lock on every call.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 fn with(f: impl FnOnce(&mut Log) -> std::io::Result<()>) {
+    if !active() {
+        return;
+    }
     let mut guard = LOG.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(log) = guard.as_mut() {
         if let Err(e) = f(log) {
@@ -36,12 +43,13 @@ pub fn init(dir: &Path) -> Result<(), String> {
         out: BufWriter::new(f),
         pending: None,
     });
+    ACTIVE.store(true, Ordering::Release);
     Ok(())
 }
 
 /// Whether the log is kept.
 pub fn active() -> bool {
-    LOG.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    ACTIVE.load(Ordering::Acquire)
 }
 
 /// A system call starts on `vcpu`.

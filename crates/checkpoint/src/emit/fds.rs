@@ -42,10 +42,7 @@ impl Emit<'_> {
         let (a, l) = (&mut self.a, &self.l);
         a.lea(rdi, ptr(name))?;
         a.xor(esi, esi)?;
-        a.mov(eax, SYS_MEMFD_CREATE)?;
-        a.syscall()?;
-        a.test(rax, rax)?;
-        a.js(l.fd)?;
+        checked(a, SYS_MEMFD_CREATE, l.fd)?;
         a.mov(r12, rax)?;
         a.mov(rax, from)?;
         a.mov(qword_ptr(l.sendfile_offset), rax)?;
@@ -80,10 +77,7 @@ impl Emit<'_> {
         dup_onto(a, r12, AT, l.fd)?;
         a.lea(rdi, ptr(path))?;
         a.xor(esi, esi)?; // O_RDONLY
-        a.mov(eax, SYS_OPEN)?;
-        a.syscall()?;
-        a.test(rax, rax)?;
-        a.js(l.fd)?;
+        checked(a, SYS_OPEN, l.fd)?;
         a.mov(r12, rax)?;
         a.mov(edi, AT)?;
         a.mov(eax, SYS_CLOSE)?;
@@ -133,10 +127,7 @@ impl Emit<'_> {
             a.mov(r14, rdi)?;
             a.xor(esi, esi)?; // F_DUPFD
             a.mov(edx, EXE_FD + 1)?;
-            a.mov(eax, SYS_FCNTL)?;
-            a.syscall()?;
-            a.test(rax, rax)?;
-            a.js(l.fd)?;
+            checked(a, SYS_FCNTL, l.fd)?;
             a.mov(reg, rax)?;
             close(a, r14)?;
         }
