@@ -4,6 +4,7 @@
 //! The front end of the `bbv` command, as the CLI is: every benchmark times the bbv binary
 //! that runs it (as a child process) on real programs, and errors are `anyhow`'s, for people.
 
+mod band;
 mod cc;
 mod checkpoint;
 mod collect;
@@ -207,6 +208,25 @@ pub enum BenchCommand {
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
     },
+    /// Does `bbv simulate`'s 95% band hold? For every k up to --max-k and --seeds k-means
+    /// seeds, the run's points (SimPoint's and strata) read in context from a whole-run
+    /// ChampSim log with heartbeats (at most half an interval apart), the estimate's error
+    /// against the band: the share covered and the median width.
+    Band {
+        /// A `bbv run --validate` directory.
+        dir: PathBuf,
+        /// ChampSim's output for the whole run (`bbv simulate --full`'s champsim.log, or
+        /// ChampSim's own standard output) from a build with frequent heartbeats
+        /// (`BBV_CHAMPSIM_HEARTBEAT=N scripts/champsim`).
+        #[arg(long, value_name = "LOG")]
+        whole: PathBuf,
+        /// Largest k.
+        #[arg(long = "max-k", default_value_t = 30)]
+        max_k: usize,
+        /// k-means seeds per k (the first is SimPoint's default).
+        #[arg(long, default_value_t = 2)]
+        seeds: usize,
+    },
     /// `bbv trace` against bare QEMU and `bbv replay` on gzip -9: the time per traced
     /// instruction with the records written uncompressed (target: at most 30x bare QEMU's per
     /// instruction) and with xz -0 (its rate beside it), and the fast-forward between short
@@ -286,6 +306,12 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         } => cc::run(runs, &dir, &compiler),
         BenchCommand::CcLevels { compilers, dir } => levels::run(&dir, &compilers),
         BenchCommand::GpuCfg { file, runs } => gpu_cfg::run(&file, runs),
+        BenchCommand::Band {
+            dir,
+            whole,
+            max_k,
+            seeds,
+        } => band::run(&dir, &whole, max_k, seeds),
         BenchCommand::GpuSimulate {
             data,
             warmup_launches,

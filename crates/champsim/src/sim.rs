@@ -87,28 +87,76 @@ pub struct Simulated {
 /// Runs ChampSim on `trace` (a path ChampSim opens itself: `.xz`/`.gz` files, or a pipe):
 /// `warmup` instructions of warming, then `simulate` simulated.
 pub fn run(bin: &Path, trace: &Path, warmup: u64, simulate: u64) -> Result<Simulated, SimError> {
+    run_watched(bin, trace, warmup, simulate, &|_| {})
+}
+
+/// [`run`], calling `beat` with the instructions retired so far (warmup included) at every
+/// heartbeat ChampSim prints.
+pub fn run_watched(
+    bin: &Path,
+    trace: &Path,
+    warmup: u64,
+    simulate: u64,
+    beat: &(dyn Fn(u64) + Sync),
+) -> Result<Simulated, SimError> {
     let start = Instant::now();
-    let mut cmd = Command::new(bin);
+    // ChampSim's report goes through C stdio, block-buffered into a pipe: coreutils' stdbuf
+    // makes it line-buffered so that heartbeats arrive as they are printed.
+    let stdbuf = Path::new("/usr/bin/stdbuf");
+    let mut cmd = if stdbuf.is_file() {
+        let mut c = Command::new(stdbuf);
+        c.arg("-oL").arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
     cmd.arg("--warmup-instructions")
         .arg(warmup.to_string())
         .arg("--simulation-instructions")
         .arg(simulate.to_string())
         .arg(trace)
-        .stdin(Stdio::null());
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     // Killed bbv leaves no ChampSim running (it inherited bbv's blocked SIGTERM and outlived it).
     bbv_files::interrupt::dies_with_bbv(&mut cmd);
-    let out = cmd.output().map_err(|source| SimError::Start {
+    let start_error = |source| SimError::Start {
         path: bin.to_path_buf(),
         source,
-    })?;
+    };
+    let mut child = cmd.spawn().map_err(start_error)?;
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let (stdout, err) = std::thread::scope(|scope| {
+        let err = scope.spawn(move || {
+            let mut text = String::new();
+            if let Some(mut e) = stderr {
+                let _ = std::io::Read::read_to_string(&mut e, &mut text);
+            }
+            text
+        });
+        let mut text = String::new();
+        if let Some(out) = stdout {
+            let mut out = std::io::BufReader::new(out);
+            let mut line = Vec::new();
+            while matches!(std::io::BufRead::read_until(&mut out, b'\n', &mut line), Ok(n) if n > 0)
+            {
+                let l = String::from_utf8_lossy(&line);
+                if let Some((retired, _)) = crate::stats::heartbeat(&l) {
+                    beat(retired);
+                }
+                text.push_str(&l);
+                line.clear();
+            }
+        }
+        (text, err.join().unwrap_or_default())
+    });
+    let status = child.wait().map_err(start_error)?;
     let seconds = start.elapsed().as_secs_f64();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
+    if !status.success() {
         let tail: String = err.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
         return Err(SimError::Failed {
             trace: trace.to_path_buf(),
-            why: format!("{}: {tail}", out.status),
+            why: format!("{status}: {tail}"),
         });
     }
     if stdout.contains("Reached end of trace") {
@@ -119,7 +167,7 @@ pub fn run(bin: &Path, trace: &Path, warmup: u64, simulate: u64) -> Result<Simul
     Ok(Simulated {
         figures: Figures::parse(&stdout)?,
         seconds,
-        output: stdout.into_owned(),
+        output: stdout,
     })
 }
 

@@ -50,9 +50,35 @@ impl Figures {
     }
 }
 
+/// A heartbeat line's cumulative instructions and cycles (`Heartbeat CPU 0 instructions: N
+/// cycles: C ...`, printed every 10 million instructions, or as often as a build from
+/// `BBV_CHAMPSIM_HEARTBEAT=N scripts/champsim` says); None for any other line.
+pub fn heartbeat(line: &str) -> Option<(u64, u64)> {
+    let rest = line
+        .trim_start()
+        .strip_prefix("Heartbeat CPU 0 instructions:")?;
+    let mut words = rest.split_whitespace();
+    let instructions = words.next()?.parse().ok()?;
+    (words.next()? == "cycles:").then_some(())?;
+    Some((instructions, words.next()?.parse().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heartbeats_are_read() {
+        let l = "Heartbeat CPU 0 instructions: 55000101 cycles: 37771765 heartbeat IPC: 1.504 \
+                 cumulative IPC: 1.456 (Simulation time: 00 hr 05 min 11 sec)";
+        assert_eq!(heartbeat(l), Some((55_000_101, 37_771_765)));
+        assert_eq!(heartbeat("Heartbeat CPU 0 instructions: 5 cycles:"), None);
+        assert_eq!(heartbeat("Heartbeat CPU 0 instructions: x cycles: 5"), None);
+        assert_eq!(
+            heartbeat("CPU 0 cumulative IPC: 1.5 instructions: 3 cycles: 2"),
+            None
+        );
+    }
 
     #[test]
     fn the_last_cumulative_line_counts() {

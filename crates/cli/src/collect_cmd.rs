@@ -26,7 +26,7 @@ fn positive(v: &str) -> Result<u64, String> {
     }
 }
 
-fn percent(v: &str) -> Result<f64, String> {
+pub(crate) fn percent(v: &str) -> Result<f64, String> {
     match v.trim_end_matches('%').parse::<f64>() {
         Ok(p) if p > 0.0 && p <= 100.0 => Ok(p / 100.0),
         _ => Err(format!(

@@ -191,7 +191,7 @@ fn dispatch(command: Command) -> ExitCode {
         Command::Replay(a) => return status(regions_cmd::replay(a)),
         Command::Trace(a) => return status(regions_cmd::trace(a)),
         Command::Checkpoint(a) => return status(checkpoint_cmd::checkpoint(a)),
-        Command::Simulate(a) => regions_cmd::simulate(a),
+        Command::Simulate(a) => return status(regions_cmd::simulate(a)),
         Command::Cc(a) | Command::Cxx(a) => cc_cmd::run_cc(a),
         Command::Simpoint { args } => simpoint(&args),
         Command::Gpu { what } => return status(gpu_cmd::run(what)),

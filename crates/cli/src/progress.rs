@@ -25,7 +25,7 @@ impl Progress {
         }
     }
 
-    fn say(&self, msg: String) {
+    pub fn say(&self, msg: String) {
         let mut guard = self.bar.lock().unwrap_or_else(|e| e.into_inner());
         let bar = guard.get_or_insert_with(|| {
             let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
@@ -93,6 +93,16 @@ impl Observer for Progress {
             result.k
         ));
     }
+}
+
+/// `bbv simulate`'s progress ([`bbv_pipeline::simulate_progress`] says what): on a terminal
+/// the spinner line, elsewhere (a log) plain lines.
+pub fn simulate(p: &Progress) -> bbv_pipeline::simulate_progress::SimProgress<'_> {
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    bbv_pipeline::simulate_progress::SimProgress::new(
+        Box::new(|m| p.say(m)),
+        (!terminal).then_some(Box::new(|m: String| eprintln!("{m}")) as Box<_>),
+    )
 }
 
 /// `bbv suite run`'s bar: jobs ended out of all, with done/running/failed counts.

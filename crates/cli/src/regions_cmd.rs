@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use bbv_pipeline::simulate::{simulate_watched, FullRun, SimulateRequest};
 
 /// `bbv regions`.
 #[derive(clap::Args, Debug)]
@@ -78,6 +79,10 @@ pub struct SimulateArgs {
     /// Simulations at a time (default: the cores).
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Exit 1 when the estimate's 95% band is wider than PCT percent (the figures are still
+    /// written); a run without per-interval metrics (`bbv run --validate`) is refused first.
+    #[arg(long, value_name = "PCT", value_parser = crate::collect_cmd::percent)]
+    pub max_band: Option<f64>,
     #[command(flatten)]
     pub launch: crate::collect_cmd::LaunchArgs,
     /// Also simulate the whole run (the program given again after --full, as to `bbv replay`)
@@ -93,28 +98,36 @@ pub struct SimulateArgs {
     pub command: Vec<OsString>,
 }
 
-/// `bbv simulate`: prints the regions' IPC and the estimate (and the error with --full).
-pub fn simulate(a: SimulateArgs) -> Result<()> {
-    let full = match a.full {
-        true => Some(bbv_pipeline::simulate::FullRun::of(
-            &a.command,
-            a.launch.qemu,
-            a.launch.plugin,
-            a.launch.sysroot,
-        )?),
-        false => None,
-    };
+/// `bbv simulate`: prints the estimate with its band, the regions' IPC (and the error with
+/// --full); 1 when the band is wider than --max-band.
+pub fn simulate(a: SimulateArgs) -> Result<u8> {
+    let launch = a.launch;
+    let full = (a.full)
+        .then(|| FullRun::of(&a.command, launch.qemu, launch.plugin, launch.sysroot))
+        .transpose()?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let req = bbv_pipeline::simulate::SimulateRequest {
+    let req = SimulateRequest {
         dir: a.dir.clone(),
         champsim: a.champsim,
         jobs: a.jobs.unwrap_or(cores),
         full,
+        need_band: a.max_band.is_some(),
     };
-    let s = bbv_pipeline::simulate::simulate(&req)?;
+    let spinner = crate::progress::Progress::new(None);
+    let s = simulate_watched(&req, &crate::progress::simulate(&spinner));
+    spinner.done();
+    let s = s?;
     eprint!("{}", s.text());
     eprintln!("{}", a.dir.join("simulation.json").display());
-    Ok(())
+    let band = s.band_pct.unwrap_or(0.0);
+    let over = a.max_band.filter(|&m| band > 100.0 * m);
+    if let Some(m) = over {
+        eprintln!(
+            "bbv: the 95% band ±{band:.2}% is wider than --max-band {}%",
+            100.0 * m
+        );
+    }
+    Ok(u8::from(over.is_some()))
 }
 
 /// `bbv regions DIR`.

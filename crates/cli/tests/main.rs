@@ -1,5 +1,6 @@
 //! Integration tests of the `bbv` binary.
 
+mod band_cli;
 mod cc_cli;
 mod champsim_cli;
 mod checkpoint_cli;

@@ -62,6 +62,8 @@ fn regions_are_traced_whole_and_simulated() {
             "300000",
             "--max-k",
             "4",
+            // metrics.csv: simulate's band.
+            "--validate",
             "--",
         ])
         .args(&guest)
@@ -91,6 +93,7 @@ fn regions_are_traced_whole_and_simulated() {
     checked_regions(&run, &bin, "gzip");
     traced_raw(&run, &guest, list);
     simulated_in_full(&run, &guest, &bin, list);
+    crate::band_cli::max_band_checked(&run);
     killed_leaves_no_champsim(&run);
 }
 
@@ -291,6 +294,7 @@ fn simulated_in_full(run: &Path, guest: &[String], bin: &Path, regions: &[serde_
     }
     let estimate = cycles / insts;
     assert!((estimate - sim["estimate_cpi"].as_f64().unwrap()).abs() < 1e-9);
+    crate::band_cli::band_recomputed(run, &String::from_utf8_lossy(&o.stderr));
     // The whole run, recorded to a file by the plugin and simulated here.
     let records = run.join("whole.champsim");
     record_whole_run(guest, &records, "");

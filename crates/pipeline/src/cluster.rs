@@ -254,40 +254,14 @@ fn pick_strata(post: &mut PostResult, rows: &[MetricsRow]) -> Result<(), Pipelin
     }
     let estimates: Vec<f64> = rows.iter().map(strata::cpi_estimate).collect();
     let weights: Vec<f64> = rows.iter().map(|r| r.instructions() as f64).collect();
-    let mut members: Vec<Vec<usize>> = vec![Vec::new(); post.simpoints.len()];
-    for (i, &l) in post.labels.iter().enumerate() {
-        members[l as usize].push(i);
-    }
-    for (c, m) in members.iter().enumerate() {
-        let parts = strata::strata(&estimates, &weights, m);
-        let total: f64 = m.iter().map(|&i| weights[i]).sum();
-        let share = post.weights[c];
-        for (j, part) in parts.iter().enumerate() {
-            let point = strata::point(&estimates, &weights, part).map_or(-1, |p| p as i64);
-            let weight = share * stratum_share(part, &weights, total, parts.len());
-            if j == 0 {
-                post.simpoints[c] = point;
-                post.weights[c] = weight;
-                continue;
-            }
-            let id = post.simpoints.len() as u32;
-            post.simpoints.push(point);
-            post.weights.push(weight);
-            for &i in part {
-                post.labels[i] = id;
-            }
-        }
-    }
+    strata::cut_clusters(
+        &estimates,
+        &weights,
+        &mut post.labels,
+        &mut post.simpoints,
+        &mut post.weights,
+    );
     Ok(())
-}
-
-/// A stratum's share of its cluster's instructions (an equal share when they have none).
-fn stratum_share(part: &[usize], weights: &[f64], total: f64, parts: usize) -> f64 {
-    if total > 0.0 {
-        part.iter().map(|&i| weights[i]).sum::<f64>() / total
-    } else {
-        1.0 / parts as f64
-    }
 }
 
 /// Each run's BIC as a fraction of the range over the runs (1 when all are equal).

@@ -31,6 +31,7 @@ mod options;
 pub mod regions;
 mod replay;
 pub mod simulate;
+pub mod simulate_progress;
 pub mod slices;
 pub mod trace;
 

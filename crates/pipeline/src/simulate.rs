@@ -9,7 +9,7 @@
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use bbv_champsim::sim::{self, Simulated};
@@ -34,6 +34,8 @@ pub struct SimulateRequest {
     pub jobs: usize,
     /// Also simulate the whole run: the program and its arguments, and how to launch it.
     pub full: Option<FullRun>,
+    /// The band is required (refused before simulating when the run cannot give one).
+    pub need_band: bool,
 }
 
 /// The whole run, traced again through a pipe into ChampSim.
@@ -130,12 +132,45 @@ fn traced(dir: &Path, s: &rundir::Summary) -> Result<Traced, PipelineError> {
     Ok(t)
 }
 
+/// Told how far the simulations got (ChampSim's heartbeats), for progress and the time left.
+pub trait SimulateWatcher: Sync {
+    /// The regions: instructions retired so far over all of them (warmups included), their
+    /// total, regions finished and regions.
+    fn regions(&self, retired: u64, total: u64, finished: usize, regions: usize);
+    /// The whole run (`--full`): instructions retired so far and the total.
+    fn whole(&self, retired: u64, total: u64);
+}
+
+/// A watcher that is told nothing.
+struct Unwatched;
+
+impl SimulateWatcher for Unwatched {
+    fn regions(&self, _: u64, _: u64, _: usize, _: usize) {}
+    fn whole(&self, _: u64, _: u64) {}
+}
+
 /// Runs every simulation and writes `DIR/simulation.json`.
 pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
+    simulate_watched(req, &Unwatched)
+}
+
+/// [`simulate`], telling `watcher` how far it got.
+pub fn simulate_watched(
+    req: &SimulateRequest,
+    watcher: &dyn SimulateWatcher,
+) -> Result<Simulation, PipelineError> {
     let s = rundir::read_summary(&req.dir)?;
     let t = traced(&req.dir, &s)?;
+    // Read before the simulations, so that a run that cannot be banded is refused at once.
+    let members = band_members(&req.dir, &s)?;
+    if let (Err(why), true) = (&members, req.need_band) {
+        return Err(PipelineError::Invalid(format!(
+            "{}: no error band: {why}",
+            req.dir.display()
+        )));
+    }
     let bin = sim::find(req.champsim.as_deref())?;
-    let (regions, outputs) = simulate_regions(&bin, &t, req.jobs.max(1))?;
+    let (regions, outputs) = simulate_regions(&bin, &t, req.jobs.max(1), watcher)?;
     let (cycles, instructions) = regions.iter().fold((0.0, 0.0), |(c, n), r| {
         (
             c + r.multiplier * r.cycles as f64,
@@ -144,7 +179,7 @@ pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
     });
     let estimate_cpi = cycles / instructions.max(1.0);
     let full = match &req.full {
-        Some(f) => Some(simulate_full(&bin, &req.dir, &s, f)?),
+        Some(f) => Some(simulate_full(&bin, &req.dir, &s, f, watcher)?),
         None => None,
     };
     let sampled_instructions: u64 = t
@@ -154,6 +189,22 @@ pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
         .sum();
     let sampled_wall: f64 = regions.iter().map(|r| r.seconds).sum();
     let full_cpi = full.as_ref().map(|f| f.figures.cpi());
+    let (band, no_band) = match members {
+        // After the simulations a band that cannot be had is said, not an error: the
+        // figures are kept.
+        Ok((members, tail)) => match sampled(&s, &regions, members.len()).and_then(|points| {
+            Ok(bbv_rundir::band::band(
+                &members,
+                &points,
+                estimate_cpi,
+                tail,
+            )?)
+        }) {
+            Ok(b) => (Some(b), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        Err(why) => (None, Some(why)),
+    };
     let sim = Simulation {
         simulator: "champsim".into(),
         commit: bin
@@ -168,6 +219,9 @@ pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
             .as_ref()
             .map(|f| f.figures.instructions as f64 / sampled_instructions.max(1) as f64),
         speedup_wall: full.as_ref().map(|f| f.seconds / sampled_wall.max(1e-9)),
+        band_pct: band.as_ref().map(|b| b.band_pct),
+        band,
+        no_band,
     };
     // The report's #simulation section shows the new figures: both files change together.
     let mut report = bbv_report::from_summary(&req.dir, &s)?;
@@ -200,13 +254,108 @@ pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
     Ok(sim)
 }
 
+/// Every interval of the run for the band (label, instructions, model estimate) and the share
+/// of the run after its last interval; Err(why) when the run cannot be banded.
+type Members = Result<(Vec<bbv_rundir::band::Member>, f64), String>;
+
+fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineError> {
+    if s.regions_mode != "intervals" {
+        return Ok(Err(
+            "the regions are LoopPoint slices (a band needs intervals)".into(),
+        ));
+    }
+    let csv = dir.join("metrics.csv");
+    if !csv.exists() {
+        return Ok(Err(
+            "the run has no per-interval metrics (metrics.csv): `bbv run --validate` measures them"
+                .into(),
+        ));
+    }
+    let rows = bbv_profile::read_metrics(&csv)?;
+    let (_, labels) = bbv_rundir::chosen(dir)?;
+    if labels.len() != rows.len() {
+        return Err(PipelineError::Invalid(format!(
+            "{}: {} rows for the {} intervals of simpoint.labels",
+            csv.display(),
+            rows.len(),
+            labels.len()
+        )));
+    }
+    let members: Vec<_> = labels
+        .iter()
+        .zip(&rows)
+        .map(|(&label, row)| bbv_rundir::band::Member {
+            label,
+            instructions: row.instructions() as f64,
+            estimate: bbv_rundir::strata::cpi_estimate(row),
+        })
+        .collect();
+    let covered: f64 = members.iter().map(|m| m.instructions).sum();
+    let run = s.threads.first().map_or(0, |t| t.instructions) as f64;
+    let tail = if run > 0.0 {
+        (1.0 - covered / run).max(0.0)
+    } else {
+        0.0
+    };
+    Ok(Ok((members, tail)))
+}
+
+/// The simulated regions as the band's points: each region's point (its interval), its share of
+/// the estimate and its CPI.
+fn sampled(
+    s: &rundir::Summary,
+    regions: &[RegionSim],
+    intervals: usize,
+) -> Result<Vec<bbv_rundir::band::Sampled>, PipelineError> {
+    regions
+        .iter()
+        .map(|r| {
+            let label = r.id.checked_sub(1).unwrap_or(usize::MAX);
+            let p = s
+                .points
+                .iter()
+                .find(|p| p.cluster == label)
+                .ok_or_else(|| {
+                    PipelineError::Invalid(format!("region {} has no point in summary.json", r.id))
+                })?;
+            let interval = usize::try_from(p.interval).unwrap_or(usize::MAX);
+            if interval >= intervals {
+                return Err(PipelineError::Invalid(format!(
+                    "region {}: interval {} beyond the run's {intervals}",
+                    r.id, p.interval
+                )));
+            }
+            Ok(bbv_rundir::band::Sampled {
+                label,
+                interval,
+                weight: r.multiplier * r.instructions as f64,
+                cpi: r.cycles as f64 / (r.instructions as f64).max(1.0),
+            })
+        })
+        .collect()
+}
+
 /// ChampSim on every region, `jobs` at a time: its figures and ChampSim's report.
 fn simulate_regions(
     bin: &Path,
     t: &Traced,
     jobs: usize,
+    watcher: &dyn SimulateWatcher,
 ) -> Result<(Vec<RegionSim>, Vec<String>), PipelineError> {
     let next = AtomicUsize::new(0);
+    let retired: Vec<AtomicU64> = t.regions.iter().map(|_| AtomicU64::new(0)).collect();
+    let finished = AtomicUsize::new(0);
+    let total: u64 = t
+        .regions
+        .iter()
+        .map(|r| r.warmup_instructions + r.region_instructions)
+        .sum();
+    let tell = || {
+        let so_far = retired.iter().map(|r| r.load(Ordering::Relaxed)).sum();
+        let done = finished.load(Ordering::Relaxed);
+        watcher.regions(so_far, total, done, t.regions.len());
+    };
+    tell();
     let results: Mutex<Vec<Option<Result<Simulated, PipelineError>>>> =
         Mutex::new((0..t.regions.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
@@ -215,8 +364,24 @@ fn simulate_regions(
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(r) = t.regions.get(i) else { break };
                 let trace = t.dir.join(&r.trace);
-                let got = sim::run(bin, &trace, r.warmup_instructions, r.region_instructions)
-                    .map_err(PipelineError::from);
+                let beat = |n: u64| {
+                    retired[i].store(n, Ordering::Relaxed);
+                    tell();
+                };
+                let got = sim::run_watched(
+                    bin,
+                    &trace,
+                    r.warmup_instructions,
+                    r.region_instructions,
+                    &beat,
+                )
+                .map_err(PipelineError::from);
+                retired[i].store(
+                    r.warmup_instructions + r.region_instructions,
+                    Ordering::Relaxed,
+                );
+                finished.fetch_add(1, Ordering::Relaxed);
+                tell();
                 results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(got);
             });
         }
@@ -250,6 +415,7 @@ fn simulate_full(
     dir: &Path,
     s: &rundir::Summary,
     f: &FullRun,
+    watcher: &dyn SimulateWatcher,
 ) -> Result<Simulated, PipelineError> {
     let work = tempfile::Builder::new()
         .prefix(".bbv-simulate-")
@@ -296,9 +462,12 @@ fn simulate_full(
         )));
     }
     let prepared = bbv_collect::prepare(request)?;
+    let total = instructions - FULL_MARGIN;
+    let beat = |n: u64| watcher.whole(n, total);
+    watcher.whole(0, total);
     let simulated = std::thread::scope(|scope| {
         let relay = scope.spawn(|| relay(&from_plugin, &to_champsim));
-        let champsim = scope.spawn(|| sim::run(bin, &to_champsim, 0, instructions - FULL_MARGIN));
+        let champsim = scope.spawn(|| sim::run_watched(bin, &to_champsim, 0, total, &beat));
         let guest = prepared.run();
         // Whichever end never opened its FIFO (a guest or a ChampSim that failed to start) is
         // stood in for, so that the relay ends.

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod band;
 pub mod check;
 pub mod simulation;
 pub mod strata;

@@ -45,6 +45,16 @@ pub struct Simulation {
     pub speedup_instructions: Option<f64>,
     /// ChampSim's wall time in full over the regions' together.
     pub speedup_wall: Option<f64>,
+    /// Half-width of the estimate's 95% interval, percent of the estimate (None: the run has
+    /// no per-interval metrics, or its regions are LoopPoint slices).
+    #[serde(default)]
+    pub band_pct: Option<f64>,
+    /// The band and its derivation; or why there is none (`no_band`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub band: Option<crate::band::Band>,
+    /// Why the estimate has no band.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_band: Option<String>,
 }
 
 impl Simulation {
@@ -52,7 +62,19 @@ impl Simulation {
     /// its error and speedups.
     pub fn text(&self) -> String {
         use std::fmt::Write as _;
-        let mut t = String::from("region  weight  multiplier  instructions  cycles  IPC\n");
+        // The band first: an estimate is only as good as its interval.
+        let mut t = match (&self.band, &self.no_band) {
+            (Some(b), _) => format!(
+                "estimated CPI {:.4} ± {:.2}% (95% band {:.4} to {:.4})\n",
+                self.estimate_cpi, b.band_pct, b.low_cpi, b.high_cpi
+            ),
+            (None, why) => format!(
+                "estimated CPI {:.4}, no error band: {}\n",
+                self.estimate_cpi,
+                why.as_deref().unwrap_or("none computed")
+            ),
+        };
+        t.push_str("region  weight  multiplier  instructions  cycles  IPC\n");
         for r in &self.regions {
             let _ = writeln!(
                 t,
@@ -60,7 +82,6 @@ impl Simulation {
                 r.id, r.weight, r.multiplier, r.instructions, r.cycles, r.ipc
             );
         }
-        let _ = writeln!(t, "estimated CPI {:.4}", self.estimate_cpi);
         if let (Some(full), Some(err)) = (self.full_cpi, self.error_pct) {
             let _ = writeln!(
                 t,

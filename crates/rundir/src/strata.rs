@@ -139,6 +139,54 @@ pub fn point(estimates: &[f64], weights: &[f64], stratum: &[usize]) -> Option<us
     })
 }
 
+/// Cuts every cluster of a clustering into strata, in place: `labels` per interval, `points`
+/// and `weights` per cluster (SimPoint's, -1 for an empty cluster). A cluster's first stratum
+/// keeps its number; each further stratum is appended with the members relabelled. Each
+/// stratum's weight is its share of its cluster's instructions (`insns`) times the cluster's.
+pub fn cut_clusters(
+    estimates: &[f64],
+    insns: &[f64],
+    labels: &mut [u32],
+    points: &mut Vec<i64>,
+    weights: &mut Vec<f64>,
+) {
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); points.len()];
+    for (i, &l) in labels.iter().enumerate() {
+        if let Some(m) = members.get_mut(l as usize) {
+            m.push(i);
+        }
+    }
+    for (c, m) in members.iter().enumerate() {
+        let parts = strata(estimates, insns, m);
+        let total: f64 = m.iter().map(|&i| insns[i]).sum();
+        let share = weights[c];
+        for (j, part) in parts.iter().enumerate() {
+            let point = point(estimates, insns, part).map_or(-1, |p| p as i64);
+            let weight = share * stratum_share(part, insns, total, parts.len());
+            if j == 0 {
+                points[c] = point;
+                weights[c] = weight;
+                continue;
+            }
+            let id = points.len() as u32;
+            points.push(point);
+            weights.push(weight);
+            for &i in part {
+                labels[i] = id;
+            }
+        }
+    }
+}
+
+/// A stratum's share of its cluster's instructions (an equal share when they have none).
+fn stratum_share(part: &[usize], insns: &[f64], total: f64, parts: usize) -> f64 {
+    if total > 0.0 {
+        part.iter().map(|&i| insns[i]).sum::<f64>() / total
+    } else {
+        1.0 / parts as f64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +220,19 @@ mod tests {
         );
         assert_eq!(strata(&est, &w, &[4]), vec![vec![4]]);
         assert!(strata(&est, &w, &[]).is_empty());
+    }
+
+    #[test]
+    fn clusters_are_cut_in_place() {
+        let est = [1.50, 0.98, 1.02, 0.97, 0.90, 0.83, 1.94, 1.69, 1.0, 1.05];
+        let insns = [1.0; 10];
+        let mut labels = [0, 0, 1, 0, 0, 0, 0, 0, 1, 1];
+        let (mut points, mut weights) = (vec![0, 2], vec![0.7, 0.3]);
+        cut_clusters(&est, &insns, &mut labels, &mut points, &mut weights);
+        assert_eq!(labels, [2, 0, 1, 0, 0, 0, 2, 2, 1, 1]);
+        assert_eq!(points, [4, 2, 7]);
+        let w = [0.7 * 4.0 / 7.0, 0.3, 0.7 * 3.0 / 7.0];
+        assert!(weights.iter().zip(w).all(|(a, b)| (a - b).abs() < 1e-12));
     }
 
     #[test]

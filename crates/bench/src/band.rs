@@ -1,0 +1,237 @@
+//! `bbv bench band DIR --whole LOG`: does `bbv simulate`'s 95% band hold? For every k from 1
+//! to K and every k-means seed, the run's vectors are clustered again, the points picked (as
+//! SimPoint does, and cut into strata as `--pick strata` does), each point's CPI taken *in
+//! context* from a whole-run ChampSim simulation with frequent heartbeats (`LOG`, e.g.
+//! `BBV_CHAMPSIM_HEARTBEAT=1000000 scripts/champsim`), and the estimate's true error set
+//! against the band the same code gives `bbv simulate` (`bbv_rundir::band`). Nothing here is
+//! fitted to the errors it reports: the band sees only the points' CPIs and bbv's model.
+//!
+//! What this measures is the band's cover of the choice of points (selection): the regions'
+//! own warmup error is left out, since every point here is read in context.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use bbv_rundir::band::{self, Member, Sampled};
+use bbv_rundir::strata;
+use bbv_simpoint::{KChoice, Options, PostResult, Prepared, Projection, Quiet};
+
+/// How a clustering's points are picked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Pick {
+    Centroid,
+    Strata,
+}
+
+/// One (k, seed, pick) case.
+struct Case {
+    k: usize,
+    seed: usize,
+    pick: Pick,
+    points: usize,
+    error_pct: f64,
+    band_pct: f64,
+}
+
+impl Case {
+    fn covered(&self) -> bool {
+        self.error_pct.abs() <= self.band_pct
+    }
+}
+
+/// Each interval's CPI in context: the whole run's cycles at its boundaries, read off the
+/// heartbeats (linear between two), and the whole run's CPI.
+fn in_context(log: &Path, insns: &[u64]) -> Result<(Vec<f64>, f64)> {
+    let text = std::fs::read_to_string(log).with_context(|| format!("{}", log.display()))?;
+    // The whole run's section of a `bbv simulate --full` log, or a log of the whole run alone.
+    let text = text
+        .find("=== the whole run")
+        .map_or(text.as_str(), |at| &text[at..]);
+    let mut beats: Vec<(u64, u64)> = vec![(0, 0)];
+    beats.extend(text.lines().filter_map(bbv_champsim::stats::heartbeat));
+    let whole = bbv_champsim::stats::Figures::parse(text)
+        .with_context(|| format!("{}: the whole run's figures", log.display()))?;
+    beats.push((whole.instructions, whole.cycles));
+    beats.dedup_by_key(|b| b.0);
+    let interval = insns.iter().copied().max().unwrap_or(0);
+    let period = beats
+        .windows(2)
+        .map(|w| w[1].0 - w[0].0)
+        .max()
+        .unwrap_or(u64::MAX);
+    if beats.len() < 3 || period.saturating_mul(2) > interval {
+        bail!(
+            "{}: heartbeats every {period} instructions are too coarse for intervals of {interval} \
+             (a ChampSim built with BBV_CHAMPSIM_HEARTBEAT=N scripts/champsim, N at most half \
+             the interval)",
+            log.display()
+        );
+    }
+    let cycles_at = |x: u64| -> f64 {
+        let i = beats
+            .partition_point(|b| b.0 < x)
+            .min(beats.len() - 1)
+            .max(1);
+        let ((x0, c0), (x1, c1)) = (beats[i - 1], beats[i]);
+        let slope = (c1 - c0) as f64 / (x1 - x0).max(1) as f64;
+        c0 as f64 + slope * (x as f64 - x0 as f64)
+    };
+    let mut at = 0u64;
+    let cpi = insns
+        .iter()
+        .map(|&n| {
+            let c = (cycles_at(at + n) - cycles_at(at)) / n.max(1) as f64;
+            at += n;
+            c
+        })
+        .collect();
+    Ok((cpi, whole.cpi()))
+}
+
+/// Runs the measurement and prints one line per case and the summary.
+pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
+    let rows = bbv_profile::read_metrics(&dir.join("metrics.csv")).with_context(|| {
+        format!(
+            "{}: a band needs per-interval metrics (bbv run --validate)",
+            dir.display()
+        )
+    })?;
+    let insns: Vec<u64> = rows.iter().map(|r| r.instructions()).collect();
+    let (cpi, full) = in_context(whole, &insns)?;
+    let estimates: Vec<f64> = rows.iter().map(strata::cpi_estimate).collect();
+    let weights: Vec<f64> = insns.iter().map(|&n| n as f64).collect();
+    let summary = bbv_rundir::read_summary(dir)?;
+    let covered: f64 = weights.iter().sum();
+    let tail = (1.0 - covered / summary.instructions.max(1) as f64).max(0.0);
+    let projection = Projection::Random {
+        dim: bbv_simpoint::DEFAULT_DIM,
+        seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
+    };
+    let bb: PathBuf = dir.join("bb.out");
+    let mut data = bbv_simpoint::load_file(&bb, &projection, |_| {})?.vectors;
+    if data.rows() != rows.len() {
+        bail!(
+            "{}: {} vectors for {} metrics rows",
+            bb.display(),
+            data.rows(),
+            rows.len()
+        );
+    }
+    let w = 1.0 / data.rows() as f64;
+    data.weights.iter_mut().for_each(|x| *x = w);
+    let max_k = max_k.min(data.rows());
+    println!(
+        "{}: {} intervals, whole run CPI {full:.4} (ChampSim, in context: {})",
+        dir.display(),
+        rows.len(),
+        whole.display()
+    );
+    println!("k  seed  pick      points  error     95% band  covered");
+    let mut cases = Vec::new();
+    for seed in 0..seeds.max(1) {
+        let opts = Options {
+            k: KChoice::List((1..=max_k).collect()),
+            seed_km: Options::default().seed_km.wrapping_add(seed as i32 * 7919),
+            ..Options::default()
+        };
+        let prep = Prepared::new(&data, &opts)?;
+        let result = bbv_simpoint::cluster(&prep, &opts, &Quiet)?;
+        for r in &result.runs {
+            for pick in [Pick::Centroid, Pick::Strata] {
+                let mut post = PostResult::new(&data, &r.centres);
+                if pick == Pick::Strata {
+                    strata::cut_clusters(
+                        &estimates,
+                        &weights,
+                        &mut post.labels,
+                        &mut post.simpoints,
+                        &mut post.weights,
+                    );
+                }
+                let case = score(&post, &estimates, &weights, &cpi, full, tail)?;
+                let c = Case {
+                    k: r.k,
+                    seed,
+                    pick,
+                    ..case
+                };
+                println!(
+                    "{:2} {:5}  {:8} {:6}  {:+7.2}%  ±{:6.2}%  {}",
+                    c.k,
+                    c.seed,
+                    format!("{:?}", c.pick).to_lowercase(),
+                    c.points,
+                    c.error_pct,
+                    c.band_pct,
+                    if c.covered() { "yes" } else { "NO" }
+                );
+                cases.push(c);
+            }
+        }
+    }
+    for pick in [Pick::Centroid, Pick::Strata] {
+        let of: Vec<&Case> = cases.iter().filter(|c| c.pick == pick).collect();
+        let n = of.len().max(1) as f64;
+        let mut widths: Vec<f64> = of.iter().map(|c| c.band_pct).collect();
+        widths.sort_by(f64::total_cmp);
+        println!(
+            "{:?}: {} cases, covered {:.1}%, median band ±{:.2}%, mean |error| {:.2}%, \
+             points {:.1} on average",
+            pick,
+            of.len(),
+            100.0 * of.iter().filter(|c| c.covered()).count() as f64 / n,
+            widths.get(widths.len() / 2).copied().unwrap_or(f64::NAN),
+            of.iter().map(|c| c.error_pct.abs()).sum::<f64>() / n,
+            of.iter().map(|c| c.points as f64).sum::<f64>() / n,
+        );
+    }
+    Ok(())
+}
+
+/// One clustering's estimate from its points in context, its error and band.
+fn score(
+    post: &PostResult,
+    estimates: &[f64],
+    insns: &[f64],
+    cpi: &[f64],
+    full: f64,
+    tail: f64,
+) -> Result<Case> {
+    let mut share = vec![0.0; post.simpoints.len()];
+    for (i, &l) in post.labels.iter().enumerate() {
+        share[l as usize] += insns[i];
+    }
+    let points: Vec<Sampled> = post
+        .simpoints
+        .iter()
+        .enumerate()
+        .filter(|&(c, &p)| p >= 0 && share[c] > 0.0)
+        .map(|(c, &p)| Sampled {
+            label: c,
+            interval: p as usize,
+            weight: share[c],
+            cpi: cpi[p as usize],
+        })
+        .collect();
+    let total: f64 = points.iter().map(|p| p.weight).sum();
+    let estimate = points.iter().map(|p| p.weight * p.cpi).sum::<f64>() / total;
+    let members: Vec<Member> = post
+        .labels
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| Member {
+            label: l as usize,
+            instructions: insns[i],
+            estimate: estimates[i],
+        })
+        .collect();
+    let b = band::band(&members, &points, estimate, tail)?;
+    Ok(Case {
+        k: 0,
+        seed: 0,
+        pick: Pick::Centroid,
+        points: points.len(),
+        error_pct: 100.0 * (estimate - full) / full,
+        band_pct: b.band_pct,
+    })
+}
