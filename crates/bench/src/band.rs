@@ -148,7 +148,7 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
                         &mut post.weights,
                     );
                 }
-                let case = score(&post, &estimates, &weights, &cpi, full, tail)?;
+                let case = score(&post, &data, &estimates, &weights, (&cpi, full), tail)?;
                 let c = Case {
                     k: r.k,
                     seed,
@@ -191,10 +191,10 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
 /// One clustering's estimate from its points in context, its error and band.
 fn score(
     post: &PostResult,
+    data: &bbv_simpoint::Dataset,
     estimates: &[f64],
     insns: &[f64],
-    cpi: &[f64],
-    full: f64,
+    (cpi, full): (&[f64], f64),
     tail: f64,
 ) -> Result<Case> {
     let mut share = vec![0.0; post.simpoints.len()];
@@ -223,6 +223,7 @@ fn score(
             label: l as usize,
             instructions: insns[i],
             estimate: estimates[i],
+            position: data.row(i).to_vec(),
         })
         .collect();
     let b = band::band(&members, &points, estimate, tail)?;

@@ -18,6 +18,7 @@ mod regions;
 mod report;
 mod simpoint;
 mod simulate;
+mod study;
 mod suite;
 mod threads;
 mod trace;
@@ -169,10 +170,11 @@ pub enum BenchCommand {
     /// `bbv regions DIR` on real runs recorded with an interval that gives at least --intervals
     /// intervals (gzip -9, xz -6 and a python3 script): median time, peak memory, reading speed.
     Regions(Recorded),
-    /// The whole chain on gzip, xz, sqlite3 and python3 (`bbv run`, `bbv trace`,
-    /// `bbv simulate --full`): ChampSim's CPI estimated from the regions against the whole
-    /// run's (target: within 3% each), speedups, ChampSim's speed. Long: about ten minutes per
-    /// 50 million instructions simulated in full.
+    /// The whole chain (`bbv run`, `bbv trace`, `bbv simulate --full`) on the study's real
+    /// programs: gzip, xz, sqlite3, python3, gcc's cc1, perl, LLVM's opt, and with --only
+    /// cc1-large and xz-large of a billion instructions: ChampSim's CPI estimated from the
+    /// regions with its 95% band against the whole run's (target: within 3% each), speedups,
+    /// ChampSim's speed. Long: about ten minutes per 50 million instructions simulated in full.
     Simulate {
         /// Instructions per interval.
         #[arg(long, default_value_t = 2_000_000)]
@@ -197,8 +199,9 @@ pub enum BenchCommand {
         /// Multiplies the inputs (1: about 50 million instructions for gzip).
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
-        /// Only these programs (gzip, xz, sqlite3, python3; default: all).
-        #[arg(long, value_delimiter = ',', value_parser = ["gzip", "xz", "sqlite3", "python3"])]
+        /// Only these programs (default: all but those of a billion instructions and more,
+        /// cc1-large and xz-large, each about 1.5 hours of ChampSim here).
+        #[arg(long, value_delimiter = ',', value_parser = study::KEYS)]
         only: Vec<String>,
         /// `bbv simulate --champsim`: another ChampSim build, e.g. the heartbeat one that
         /// tools/champsim/intervals.py reads (with BBV_BENCH_KEEP=1 to keep the runs).

@@ -8,9 +8,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::measure::{in_temp_root, make_input, time, tool, Workload};
+use crate::measure::{in_temp_root, time, Workload};
+use crate::study;
 
 /// How `bbv run` chooses the regions.
+#[derive(Clone)]
 pub struct Choice {
     pub interval: u64,
     pub warmup: u64,
@@ -50,82 +52,55 @@ impl Choice {
     }
 }
 
-/// Runs the chain on every workload chosen as `choice` says, in `dir`.
+/// Runs the chain on every program of the study chosen (`only`; default: every one under a
+/// billion instructions) as `choice` says, in `dir`; a program this machine lacks is named and
+/// skipped.
 pub fn run(choice: Choice, scale: f64, only: &[String], dir: &Path) -> Result<()> {
     in_temp_root(dir, "simulate", |root| {
-        let text = root.join("input.txt");
-        make_input(&text, (300_000.0 * scale) as usize)?;
-        let s = |p: &Path| p.to_string_lossy().into_owned();
-        let sqlite_sql = root.join("q.sql");
-        std::fs::write(
-            &sqlite_sql,
-            format!(
-                "create table t(a integer, b text);\n\
-                 with recursive n(i) as (select 1 union all select i + 1 from n where i < {})\n\
-                 insert into t select i, hex(i * 7919 % 100003) from n;\n\
-                 select count(*), sum(a) from t where b like '%A%';\n\
-                 select b, count(*) from t group by substr(b, 1, 2) order by 2 desc limit 3;\n",
-                (20_000.0 * scale) as u64
-            ),
-        )?;
-        let script = format!(
-            "d = {{}}\nfor i in range({}):\n    d[str(i * 7919 % 100003)] = i\n\
-             print(sum(sorted(d.values())[::97]))",
-            (30_000.0 * scale) as u64
-        );
-        let workloads = [
-            Workload {
-                name: "gzip -9",
-                argv: vec![s(&tool("gzip")?), "-9".into(), "-c".into(), s(&text)],
-                env: vec![],
-            },
-            Workload {
-                name: "xz -3",
-                argv: vec![
-                    s(&tool("xz")?),
-                    "-3".into(),
-                    "-T1".into(),
-                    "-c".into(),
-                    s(&text),
-                ],
-                env: vec![],
-            },
-            Workload {
-                name: "sqlite3 script",
-                argv: vec![
-                    s(&tool("sqlite3")?),
-                    ":memory:".into(),
-                    format!(".read {}", s(&sqlite_sql)),
-                ],
-                env: vec![],
-            },
-            Workload {
-                name: "python3 script",
-                argv: vec![s(&crate::measure::python3()?), "-c".into(), script],
-                env: vec![("PYTHONHASHSEED", "0")],
-            },
-        ];
         println!(
-            "bbv run {}, bbv trace, bbv simulate --full",
+            "bbv run {}, bbv trace, bbv simulate --full (programs of a billion instructions \
+             and more: intervals of {LARGE_INTERVAL})",
             choice.args().join(" ")
         );
-        println!("program | instructions | k (points) | CPI estimate | CPI full | error | our model's 95% band: L2 misses, mispredicts | speedup (instructions, time) | ChampSim speed");
+        println!("program | instructions | k (points) | CPI estimate | 95% band | CPI full | error | our model's 95% band: L2 misses, mispredicts | speedup (instructions, time) | ChampSim speed");
         let mut errors = Vec::new();
-        for (i, w) in workloads.iter().enumerate() {
-            let first = w.name.split(' ').next().unwrap_or("");
-            if !only.is_empty() && !only.iter().any(|o| o == first) {
+        let mut skipped = Vec::new();
+        for (i, key) in study::KEYS.iter().enumerate() {
+            let named = only.iter().any(|o| o == key);
+            if !named && (!only.is_empty() || key.ends_with("-large")) {
                 continue;
             }
-            let e = chain(w, i, &choice, root).with_context(|| w.name.to_string())?;
+            let p = match study::program(key, root, scale) {
+                Ok(p) => p,
+                Err(e) => {
+                    println!("{key}: skipped: {e:#}");
+                    skipped.push(*key);
+                    continue;
+                }
+            };
+            let mut c = choice.clone();
+            if p.large {
+                c.interval = LARGE_INTERVAL;
+            }
+            let e = chain(&p.workload, i, &c, root).with_context(|| p.workload.name)?;
             errors.push(e.abs());
         }
         println!(
-            "mean |error| {:.2}% (bar: each within 3%)",
-            errors.iter().sum::<f64>() / errors.len().max(1) as f64
+            "mean |error| {:.2}% over {} programs (bar: each within 3%){}",
+            errors.iter().sum::<f64>() / errors.len().max(1) as f64,
+            errors.len(),
+            if skipped.is_empty() {
+                String::new()
+            } else {
+                format!("; skipped: {}", skipped.join(", "))
+            }
         );
         Ok(())
     })
 }
+
+/// Intervals of the study's programs of a billion instructions and more.
+pub const LARGE_INTERVAL: u64 = 10_000_000;
 
 /// One workload through the chain; prints its row and returns its error in percent.
 fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<f64> {
@@ -172,12 +147,13 @@ fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<f64> {
         }
     };
     println!(
-        "{} | {} | {} ({}) | {:.4} | {:.4} | {:+.2}% | {}, {} | {:.1}x, {:.1}x | {:.0}k instructions/s",
+        "{} | {} | {} ({}) | {:.4} | ±{:.2}% | {:.4} | {:+.2}% | {}, {} | {:.1}x, {:.1}x | {:.0}k instructions/s",
         w.name,
         instructions,
         summary["k"],
         sim["regions"].as_array().map_or(0, Vec::len),
         f(&sim["estimate_cpi"]),
+        f(&sim["band_pct"]),
         f(&sim["full_cpi"]),
         error,
         band("l2_misses"),

@@ -56,26 +56,59 @@ fn band_from_files(run: &Path, estimate: f64) -> f64 {
     let e = |i: usize| model(&rows[i]);
     let k =
         pts.iter().map(|p| p.2 * p.3).sum::<f64>() / pts.iter().map(|p| p.2 * e(p.1)).sum::<f64>();
-    let sw2: f64 = pts.iter().map(|p| (p.2 / tw).powi(2)).sum();
-    let mut s2 = pts
-        .iter()
-        .map(|p| p.2 / tw * (p.3 / (k * e(p.1)) - 1.0).powi(2))
-        .sum::<f64>();
-    s2 = if sw2 < 1.0 { s2 / (1.0 - sw2) } else { 0.0 };
-    let dof = (1.0 / sw2 - 1.0).max(0.0);
-    let s2 = (0.04 + dof * s2) / (1.0 + dof);
+    // Every interval's place in SimPoint's projected space (15 dimensions, its default seed).
+    let projection = bbv_simpoint::Projection::Random {
+        dim: bbv_simpoint::DEFAULT_DIM,
+        seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
+    };
+    let data = bbv_simpoint::load_file(&run.join("bb.out"), &projection, |_| {})
+        .unwrap()
+        .vectors;
+    assert_eq!(data.rows(), rows.len());
+    let dist = |a: usize, b: usize| -> f64 {
+        let (x, y) = (data.row(a), data.row(b));
+        x.iter()
+            .zip(y)
+            .map(|(p, q)| (p - q) * (p - q))
+            .sum::<f64>()
+            .sqrt()
+    };
+    // The misfit's growth with distance: (r_a - r_b)^2 = g d_ab through the origin.
+    let r: Vec<f64> = pts.iter().map(|p| p.3 / (k * e(p.1)) - 1.0).collect();
+    let (mut dy, mut dd, mut ds, mut np) = (0.0, 0.0, 0.0, 0);
+    for a in 0..pts.len() {
+        for b in a + 1..pts.len() {
+            let d = dist(pts[a].1, pts[b].1);
+            dy += d * (r[a] - r[b]).powi(2);
+            dd += d * d;
+            ds += d;
+            np += 1;
+        }
+    }
+    let g = if np >= 3 && dd > 0.0 {
+        dy / dd
+    } else {
+        0.08 / (ds / f64::from(np.max(1))).max(1e-3)
+    };
     let mut var = 0.0;
     for &(label, point, w, _) in &pts {
         let members: Vec<usize> = (0..rows.len()).filter(|&i| labels[i] == label).collect();
         if members.len() < 2 {
             continue;
         }
+        assert!(members.len() <= 512, "the test's run is small: no sampling");
         let n = |i: usize| rows[i][1] as f64;
         let t: f64 = members.iter().map(|&i| n(i)).sum();
         let mean = members.iter().map(|&i| n(i) * e(i)).sum::<f64>() / t;
-        let own = e(point).powi(2) * (1.0 - 2.0 * n(point) / t);
-        let others = members.iter().map(|&i| (n(i) * e(i)).powi(2)).sum::<f64>() / (t * t);
-        let v = (k * (e(point) - mean)).powi(2) + k * k * s2 * (own + others).max(0.0);
+        let m = members.len() as f64;
+        let to_point = members.iter().map(|&i| dist(point, i)).sum::<f64>() / m;
+        let within = members
+            .iter()
+            .map(|&a| members.iter().map(|&b| dist(a, b)).sum::<f64>())
+            .sum::<f64>()
+            / (m * m);
+        let spread = (g * (to_point - within / 2.0)).max(0.0);
+        let v = (k * (e(point) - mean)).powi(2) + (k * mean).powi(2) * spread;
         var += (w / tw).powi(2) * v;
     }
     let covered: f64 = rows.iter().map(|r| r[1] as f64).sum();

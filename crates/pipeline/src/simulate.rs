@@ -281,13 +281,24 @@ fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineErro
             labels.len()
         )));
     }
+    let positions = crate::cluster::projected(&rundir::clustered_input(dir, s))?;
+    if positions.rows() != rows.len() {
+        return Err(PipelineError::Invalid(format!(
+            "{}: {} rows for the run's {} vectors",
+            csv.display(),
+            rows.len(),
+            positions.rows()
+        )));
+    }
     let members: Vec<_> = labels
         .iter()
         .zip(&rows)
-        .map(|(&label, row)| bbv_rundir::band::Member {
+        .enumerate()
+        .map(|(i, (&label, row))| bbv_rundir::band::Member {
             label,
             instructions: row.instructions() as f64,
             estimate: bbv_rundir::strata::cpi_estimate(row),
+            position: positions.row(i).to_vec(),
         })
         .collect();
     let covered: f64 = members.iter().map(|m| m.instructions).sum();

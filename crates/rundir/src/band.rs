@@ -6,32 +6,34 @@
 //! the estimate is sum_h W_h c_h with c_h the point's simulated CPI. With one point per stratum
 //! the simulator alone cannot say how much the members differ, so bbv's model stands in: every
 //! interval has a first-order CPI estimate e_i from its per-interval metrics
-//! ([`crate::strata::cpi_estimate`]). Assume each member's true CPI is k e_i (1 + u_i), with one
-//! scale k for the run and independent relative misfits u_i of variance s^2. Then a point's CPI
-//! differs from its stratum's mean by k (e_p - mean e) (the model's own spread, known) plus the
-//! misfits' difference, of variance k^2 s^2 (e_p^2 (1 - 2 n_p/T) + sum n_i^2 e_i^2 / T^2)
-//! (n the intervals' instructions, T their sum; zero for a stratum of one interval).
+//! ([`crate::strata::cpi_estimate`]) and a place x_i in SimPoint's projected BBV space. Each
+//! member's true CPI is taken as k e_i (1 + u_i): one scale k for the run, and a relative misfit
+//! u_i that the model cannot see, which differs between two intervals the more their code
+//! differs: Var(u_i - u_j) = 2 t^2 + g |x_i - x_j|^2 (a nugget t^2 of noise, and a smooth part
+//! growing with the BBV distance). Then a point's CPI differs from its stratum's mean by
+//! k (e_p - mean e), known, plus k mean e (u_p - mean u), of variance
+//! (k mean e)^2 (g |x_p - mean x|^2 + t^2 (1 - 1/N)): small when the point sits at its
+//! stratum's centre in BBV space (SimPoint's own choice) and the stratum is made of like code.
 //!
-//! The simulated points calibrate both: k is the points' simulated CPI over their estimates
-//! (weighted by W), s^2 the weighted variance of their ratio to k e_p, pooled with a weak prior
-//! ([`PRIOR_MISFIT`], one pseudo-point) so that one or two points still give a band. The run's
-//! tail (instructions after the last whole interval) is unrepresented: its share f adds
-//! (f x estimate)^2. Half-width: 1.96 times the square root of the sum.
+//! The simulated points calibrate it: k is the points' simulated CPI over their estimates
+//! (weighted by W); t^2 and g are fitted to the pairs of points, (r_a - r_b)^2 against
+//! |x_a - x_b|^2, r the points' relative misfits (least squares, both at least 0), with fewer
+//! than three pairs a prior ([`PRIOR_MISFIT`]) as pure nugget. The run's tail (instructions
+//! after the last whole interval) is unrepresented: its share f adds (f x estimate)^2.
+//! Half-width: 1.96 times the square root of sum_h W_h^2 Var_h.
 
 use serde::{Deserialize, Serialize};
 
 use crate::RundirError;
 
-/// The model's relative misfit assumed before any point is simulated: a first-order model
-/// (misses and mispredictions at round cycle costs) is commonly off by a fifth.
+/// The model's relative misfit assumed when too few points are simulated to fit it: a
+/// first-order model (misses and mispredictions at round cycle costs) is commonly off by a fifth.
 pub const PRIOR_MISFIT: f64 = 0.2;
-/// Weight of the prior, in points.
-const PRIOR_POINTS: f64 = 1.0;
 /// Two-sided 95% normal quantile.
 pub const Z95: f64 = 1.959_964;
 
 /// One interval as the band sees it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Member {
     /// The point (its label) the interval belongs to.
     pub label: usize,
@@ -39,6 +41,8 @@ pub struct Member {
     pub instructions: f64,
     /// bbv's model's CPI estimate of it.
     pub estimate: f64,
+    /// Its place in SimPoint's projected BBV space.
+    pub position: Vec<f64>,
 }
 
 /// One simulated point.
@@ -67,6 +71,8 @@ pub struct StratumBand {
     pub point_estimate: f64,
     /// The stratum's mean model estimate.
     pub mean_estimate: f64,
+    /// The point's BBV distance to its stratum's centre (projected space).
+    pub distance: f64,
     /// Standard deviation of the point's CPI about the stratum's mean, in CPI.
     pub sd_cpi: f64,
 }
@@ -82,8 +88,9 @@ pub struct Band {
     pub high_cpi: f64,
     /// The simulator's CPI over bbv's model's (the calibration's scale k).
     pub scale: f64,
-    /// The model's relative misfit s, pooled with the prior.
-    pub misfit: f64,
+    /// The model's relative misfit: its variance between two intervals per unit of BBV
+    /// distance (projected space).
+    pub growth: f64,
     /// Share of the run after its last whole interval.
     pub tail_fraction: f64,
     /// One line on how the band was derived.
@@ -132,24 +139,15 @@ pub fn band(
     // Calibration: one scale for the run, the points' relative misfit about it.
     let scale = points.iter().map(|p| w(p) * p.cpi).sum::<f64>()
         / points.iter().map(|p| w(p) * e_point(p)).sum::<f64>();
-    let sum_w2: f64 = points.iter().map(|p| w(p) * w(p)).sum();
-    let data_var = points
+    let misfit: Vec<f64> = points
         .iter()
-        .map(|p| w(p) * (p.cpi / (scale * e_point(p)) - 1.0).powi(2))
-        .sum::<f64>();
-    // Effective points beyond the one the scale used: 1/sum(w^2) - 1.
-    let dof = (1.0 / sum_w2 - 1.0).max(0.0);
-    let data_var = if sum_w2 < 1.0 {
-        data_var / (1.0 - sum_w2)
-    } else {
-        0.0
-    };
-    let misfit_var =
-        (PRIOR_POINTS * PRIOR_MISFIT * PRIOR_MISFIT + dof * data_var) / (PRIOR_POINTS + dof);
+        .map(|p| p.cpi / (scale * e_point(p)) - 1.0)
+        .collect();
+    let growth = fit_misfit(members, points, &misfit);
     let mut var = 0.0;
     let mut strata = Vec::with_capacity(points.len());
     for p in points {
-        let st = stratum(members, p, w(p), scale, misfit_var);
+        let st = stratum(members, p, w(p), scale, growth);
         var += st.weight * st.weight * st.sd_cpi * st.sd_cpi;
         strata.push(st);
     }
@@ -161,43 +159,92 @@ pub fn band(
         low_cpi: estimate - half,
         high_cpi: estimate + half,
         scale,
-        misfit: misfit_var.sqrt(),
+        growth,
         tail_fraction: tail,
         derivation: format!(
-            "stratified sampling, one point per stratum; members' spread from bbv's model \
-             (metrics.csv) scaled by the points' simulated CPI (k = {scale:.3}, relative \
-             misfit {:.3} from {} points and a prior of {PRIOR_MISFIT}); the tail's share \
-             {tail:.4} added whole; warmup not included (see docs/champsim.md)",
-            misfit_var.sqrt(),
+            "stratified sampling, one point per stratum: each stratum's spread from bbv's model \
+             (metrics.csv) scaled by the points' simulated CPI (k = {scale:.3}) and the model's \
+             misfit growing with the BBV distance of the point to its stratum's centre \
+             (variance {growth:.4} per unit of distance, fitted to the {} points' pairs); the \
+             tail's share {tail:.4} added whole; warmup not included (see docs/champsim.md)",
             points.len()
         ),
         strata,
     })
 }
 
-/// Point `p`'s stratum: its members' model estimates, and the variance of the point's CPI
-/// about their mean (offset from the mean plus the misfits' difference).
-fn stratum(
-    members: &[Member],
-    p: &Sampled,
-    weight: f64,
-    scale: f64,
-    misfit_var: f64,
-) -> StratumBand {
-    let (mut t, mut te, mut sum_n2e2, mut n) = (0.0, 0.0, 0.0, 0usize);
+/// The misfit's growth g with the BBV distance, fitted to the points' pairs:
+/// (r_a - r_b)^2 = g d_ab by least squares through the origin (a linear variogram: the misfit
+/// between two intervals grows with the distance between their code, and vanishes with it).
+/// With fewer than three pairs the prior: g such that points at the pairs' typical distance
+/// differ by [`PRIOR_MISFIT`] (or the prior itself when the points are one).
+fn fit_misfit(members: &[Member], points: &[Sampled], misfit: &[f64]) -> f64 {
+    let mut pairs = Vec::new();
+    for a in 0..points.len() {
+        for b in a + 1..points.len() {
+            let d = dist2(
+                &members[points[a].interval].position,
+                &members[points[b].interval].position,
+            )
+            .sqrt();
+            pairs.push((d, (misfit[a] - misfit[b]).powi(2)));
+        }
+    }
+    let sxx: f64 = pairs.iter().map(|p| p.0 * p.0).sum();
+    if pairs.len() >= 3 && sxx > 0.0 {
+        return pairs.iter().map(|p| p.0 * p.1).sum::<f64>() / sxx;
+    }
+    let typical = pairs.iter().map(|p| p.0).sum::<f64>() / pairs.len().max(1) as f64;
+    2.0 * PRIOR_MISFIT * PRIOR_MISFIT / typical.max(1e-3)
+}
+
+/// Mean distance from `x` to each of `set`, and between the members of `set` (a stride of at
+/// most [`BLOCK_SAMPLE`] of them, so that a stratum of many intervals costs no more).
+fn mean_distances(x: &[f64], set: &[&[f64]]) -> (f64, f64) {
+    let step = set.len().div_ceil(BLOCK_SAMPLE).max(1);
+    let sample: Vec<&[f64]> = set.iter().step_by(step).copied().collect();
+    let n = sample.len().max(1) as f64;
+    let to_x = sample.iter().map(|y| dist2(x, y).sqrt()).sum::<f64>() / n;
+    let mut within = 0.0;
+    for a in &sample {
+        within += sample.iter().map(|b| dist2(a, b).sqrt()).sum::<f64>();
+    }
+    (to_x, within / (n * n))
+}
+
+/// Most members of a stratum whose pairwise distances are averaged.
+const BLOCK_SAMPLE: usize = 512;
+
+fn dist2(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+}
+
+/// Point `p`'s stratum: its members' model estimates and centre, and the variance of the
+/// point's CPI about their mean (offset from the mean plus the misfits' difference).
+fn stratum(members: &[Member], p: &Sampled, weight: f64, scale: f64, growth: f64) -> StratumBand {
+    let point = &members[p.interval];
+    let mut centre = vec![0.0; point.position.len()];
+    let (mut t, mut te) = (0.0, 0.0);
+    let mut places: Vec<&[f64]> = Vec::new();
     for m in members.iter().filter(|m| m.label == p.label) {
         t += m.instructions;
         te += m.instructions * m.estimate;
-        sum_n2e2 += (m.instructions * m.estimate).powi(2);
-        n += 1;
+        places.push(&m.position);
+        for (c, x) in centre.iter_mut().zip(&m.position) {
+            *c += m.instructions * x;
+        }
     }
-    let point = members[p.interval];
+    if t > 0.0 {
+        centre.iter_mut().for_each(|c| *c /= t);
+    }
+    let n = places.len();
     let (mean, v) = if t > 0.0 && n > 1 {
         let mean = te / t;
         let offset = scale * (point.estimate - mean);
-        let own = point.estimate.powi(2) * (1.0 - 2.0 * point.instructions / t);
-        let misfit = scale * scale * misfit_var * (own + sum_n2e2 / (t * t)).max(0.0);
-        (mean, offset * offset + misfit)
+        // Var(u_p - mean u) = 2 gamma(p, S) - gamma(S, S), gamma(d) = growth d / 2.
+        let (to_point, within) = mean_distances(&point.position, &places);
+        let spread = (growth * (to_point - within / 2.0)).max(0.0);
+        (mean, offset * offset + (scale * mean).powi(2) * spread)
     } else {
         // A stratum of one interval is its own point.
         (point.estimate, 0.0)
@@ -208,6 +255,7 @@ fn stratum(
         weight,
         point_estimate: point.estimate,
         mean_estimate: mean,
+        distance: dist2(&point.position, &centre).sqrt(),
         sd_cpi: v.sqrt(),
     }
 }
@@ -218,31 +266,29 @@ mod tests {
 
     fn members(spec: &[(usize, f64)]) -> Vec<Member> {
         spec.iter()
-            .map(|&(label, estimate)| Member {
+            .enumerate()
+            .map(|(i, &(label, estimate))| Member {
                 label,
                 instructions: 1e6,
                 estimate,
+                position: vec![label as f64, i as f64 * 0.01],
             })
             .collect()
+    }
+
+    fn sampled(label: usize, interval: usize, weight: f64, cpi: f64) -> Sampled {
+        Sampled {
+            label,
+            interval,
+            weight,
+            cpi,
+        }
     }
 
     #[test]
     fn strata_of_one_interval_are_exact() {
         let m = members(&[(0, 1.0), (1, 2.0)]);
-        let p = [
-            Sampled {
-                label: 0,
-                interval: 0,
-                weight: 0.5,
-                cpi: 1.1,
-            },
-            Sampled {
-                label: 1,
-                interval: 1,
-                weight: 0.5,
-                cpi: 2.2,
-            },
-        ];
+        let p = [sampled(0, 0, 0.5, 1.1), sampled(1, 1, 0.5, 2.2)];
         let b = band(&m, &p, 1.65, 0.0).unwrap();
         assert_eq!(b.band_pct, 0.0);
         assert!((b.scale - 1.1).abs() < 1e-12);
@@ -250,38 +296,25 @@ mod tests {
     }
 
     #[test]
-    fn a_wider_stratum_or_a_worse_fit_widens_the_band() {
+    fn the_prior_stands_for_too_few_points() {
         let like = members(&[(0, 1.0), (0, 1.0), (0, 1.02), (1, 2.0), (1, 2.0)]);
         let spread = members(&[(0, 0.6), (0, 1.0), (0, 1.4), (1, 2.0), (1, 2.0)]);
-        let p = |c1: f64| {
-            [
-                Sampled {
-                    label: 0,
-                    interval: 1,
-                    weight: 0.6,
-                    cpi: 1.0,
-                },
-                Sampled {
-                    label: 1,
-                    interval: 3,
-                    weight: 0.4,
-                    cpi: c1,
-                },
-            ]
-        };
-        let narrow = band(&like, &p(2.0), 1.4, 0.0).unwrap();
-        let wide = band(&spread, &p(2.0), 1.4, 0.0).unwrap();
-        let misfit = band(&like, &p(3.0), 1.8, 0.0).unwrap();
-        assert!(narrow.band_pct > 0.0);
+        let p = [sampled(0, 1, 0.6, 1.0), sampled(1, 3, 0.4, 2.0)];
+        let narrow = band(&like, &p, 1.4, 0.0).unwrap();
+        // A point the model puts off its stratum's mean widens the band by the offset.
+        let off = [sampled(0, 0, 0.6, 0.6), sampled(1, 3, 0.4, 2.0)];
+        let wide = band(&spread, &off, 1.16, 0.0).unwrap();
+        assert!(wide.strata[0].sd_cpi > 0.4 * wide.scale, "{wide:?}");
         assert!(wide.band_pct > narrow.band_pct, "{wide:?} {narrow:?}");
-        assert!(misfit.misfit > narrow.misfit);
-        // By hand: k = 1, misfit^2 = prior pooled with nothing more (both points on the line).
-        let dof = 1.0 / (0.36 + 0.16) - 1.0;
-        let s2 = PRIOR_MISFIT * PRIOR_MISFIT / (1.0 + dof);
+        // By hand: k = 1 (both points on the model's line); one pair, so the prior: points at
+        // their distance (1.0002) differ by PRIOR_MISFIT.
+        let g = 2.0 * PRIOR_MISFIT * PRIOR_MISFIT / (1.0f64 + 0.02 * 0.02).sqrt();
+        assert!((narrow.growth - g).abs() < 1e-12, "{narrow:?}");
+        // Stratum 0 at 0, 0.01, 0.02 (point in the middle): mean distance to the point 0.02/3,
+        // between members 0.08/9; stratum 1 at 0.03, 0.04 (point first): 0.005 and 0.005.
         let mean0: f64 = (1.0 + 1.0 + 1.02) / 3.0;
-        let v0 = (1.0 - mean0).powi(2)
-            + s2 * (1.0 * (1.0 - 2.0 / 3.0) + (1.0 + 1.0 + 1.02f64.powi(2)) / 9.0);
-        let v1 = s2 * (4.0 * (1.0 - 1.0) + (4.0 + 4.0) / 4.0);
+        let v0 = (1.0 - mean0).powi(2) + mean0 * mean0 * g * (0.02 / 3.0 - 0.04 / 9.0);
+        let v1 = 4.0 * g * (0.005 - 0.0025);
         let half = Z95 * (0.36 * v0 + 0.16 * v1).sqrt();
         assert!(
             (narrow.band_pct - 100.0 * half / 1.4).abs() < 1e-9,
@@ -290,27 +323,49 @@ mod tests {
     }
 
     #[test]
+    fn misfit_growing_with_distance_is_fitted() {
+        // Four strata along a line in BBV space, the model's misfit growing with the place.
+        let mut m = Vec::new();
+        for label in 0..4 {
+            for j in 0..5 {
+                m.push(Member {
+                    label,
+                    instructions: 1e6,
+                    estimate: 1.0,
+                    position: vec![label as f64 + 0.1 * j as f64],
+                });
+            }
+        }
+        let cpi = |x: f64| 1.0 + 0.1 * x;
+        // Points at each stratum's centre (j = 2) and at its edge (j = 0).
+        let centred: Vec<Sampled> = (0..4)
+            .map(|l| sampled(l, 5 * l + 2, 0.25, cpi(l as f64 + 0.2)))
+            .collect();
+        let edge: Vec<Sampled> = (0..4)
+            .map(|l| sampled(l, 5 * l, 0.25, cpi(l as f64)))
+            .collect();
+        let c = band(&m, &centred, 1.0, 0.0).unwrap();
+        let e = band(&m, &edge, 1.0, 0.0).unwrap();
+        assert!(c.growth > 0.0, "{c:?}");
+        assert!(c.strata.iter().all(|s| s.distance < 1e-12));
+        assert!(e.strata.iter().all(|s| (s.distance - 0.2).abs() < 1e-12));
+        assert!(e.band_pct > c.band_pct, "{e:?} {c:?}");
+        // Points that agree with the model exactly leave no misfit.
+        let exact: Vec<Sampled> = (0..4).map(|l| sampled(l, 5 * l + 2, 0.25, 1.0)).collect();
+        assert_eq!(band(&m, &exact, 1.0, 0.0).unwrap().band_pct, 0.0);
+    }
+
+    #[test]
     fn the_tail_counts_whole() {
         let m = members(&[(0, 1.0)]);
-        let p = [Sampled {
-            label: 0,
-            interval: 0,
-            weight: 1.0,
-            cpi: 1.0,
-        }];
-        let b = band(&m, &p, 1.0, 0.01).unwrap();
+        let b = band(&m, &[sampled(0, 0, 1.0, 1.0)], 1.0, 0.01).unwrap();
         assert!((b.band_pct - Z95).abs() < 1e-9);
     }
 
     #[test]
     fn bad_points_are_refused() {
         let m = members(&[(0, 1.0)]);
-        let ok = Sampled {
-            label: 0,
-            interval: 0,
-            weight: 1.0,
-            cpi: 1.0,
-        };
+        let ok = sampled(0, 0, 1.0, 1.0);
         assert!(band(&m, &[], 1.0, 0.0).is_err());
         assert!(band(&m, &[Sampled { interval: 5, ..ok }], 1.0, 0.0).is_err());
         assert!(band(
