@@ -64,6 +64,15 @@ pub(crate) fn section(p: &mut String, r: &Report) {
         "<table id=\"simulation-cpi\"><tr><th>estimated CPI</th><td class=\"n\">{:.4}</td></tr>",
         s.estimate_cpi
     );
+    // The band beside the estimate: 0.4% and 20% must not look alike.
+    let band = match (&s.band, &s.no_band) {
+        (Some(b), _) => format!(
+            "±{:.2}% ({:.4} to {:.4})",
+            b.band_pct, b.low_cpi, b.high_cpi
+        ),
+        (None, why) => format!("none: {}", esc(why.as_deref().unwrap_or("not computed"))),
+    };
+    let _ = write!(p, "<tr><th>95% band</th><td class=\"n\">{band}</td></tr>");
     match (s.full_cpi, s.error_pct) {
         (Some(full), Some(err)) => {
             let _ = write!(
