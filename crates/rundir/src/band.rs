@@ -59,7 +59,8 @@ pub struct Sampled {
 }
 
 /// One stratum's part of the band.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct StratumBand {
     /// The point's label.
     pub label: usize,
@@ -78,7 +79,10 @@ pub struct StratumBand {
 }
 
 /// The 95% interval of an estimate and how it was derived (`simulation.json`'s `band`).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// Every field has a default, so that a `simulation.json` of another bbv version reads (its
+/// band is shown as it was; a new `bbv simulate` replaces it).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Band {
     /// Half-width as a percentage of the estimate.
     pub band_pct: f64,
@@ -360,6 +364,16 @@ mod tests {
         let m = members(&[(0, 1.0)]);
         let b = band(&m, &[sampled(0, 0, 1.0, 1.0)], 1.0, 0.01).unwrap();
         assert!((b.band_pct - Z95).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_band_of_another_version_reads() {
+        let old = r#"{"band_pct": 2.5, "low_cpi": 1.0, "strata": [{"label": 3}], "misfit": 0.2}"#;
+        let b: Band = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (b.band_pct, b.strata[0].label, b.strata[0].distance),
+            (2.5, 3, 0.0)
+        );
     }
 
     #[test]
