@@ -224,8 +224,7 @@ pub fn simulate_watched(
         no_band,
     };
     // The report's #simulation section shows the new figures: both files change together.
-    let mut report = bbv_report::from_summary(&req.dir, &s)?;
-    report.simulation = Some(sim.clone());
+    let report = bbv_report::from_summary_with(&req.dir, &s, Some(sim.clone()))?;
     let page = bbv_report::html(&report);
     let mut files = AtomicFiles::default();
     files.write(&req.dir.join("simulation.json"), |w| {

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 pub use gpu::from_gpu_sample;
 pub use html::html;
 pub use matrix::{Matrix, MatrixBuilder};
-pub use run::{from_run_dir, from_summary};
+pub use run::{from_run_dir, from_summary, from_summary_with};
 
 /// Everything that can go wrong building a report.
 #[derive(Debug, thiserror::Error)]

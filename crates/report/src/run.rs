@@ -18,6 +18,16 @@ pub fn from_run_dir(dir: &Path) -> Result<Report, ReportError> {
 /// [`from_run_dir`] with `summary.json`'s content given: `bbv regions` builds the report of
 /// the summary it is about to write, before writing anything.
 pub fn from_summary(dir: &Path, summary: &Summary) -> Result<Report, ReportError> {
+    from_summary_with(dir, summary, rundir::simulation::read(dir)?)
+}
+
+/// [`from_summary`] with the simulation given instead of read: `bbv simulate` builds the
+/// report of the figures it is about to write, whatever `simulation.json` held before.
+pub fn from_summary_with(
+    dir: &Path,
+    summary: &Summary,
+    simulation: Option<rundir::simulation::Simulation>,
+) -> Result<Report, ReportError> {
     let unit = if summary.regions_mode == "looppoint" {
         "slice"
     } else {
@@ -29,7 +39,7 @@ pub fn from_summary(dir: &Path, summary: &Summary) -> Result<Report, ReportError
         ..Report::default()
     };
     facts(&mut r, summary);
-    r.simulation = rundir::simulation::read(dir)?;
+    r.simulation = simulation;
     if summary.intervals == 0 {
         let why = "Nothing was clustered: the program ran no complete interval.";
         r.curves_note = why.into();
