@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use bbv_rundir::band::{self, Member, Sampled};
 use bbv_rundir::strata;
-use bbv_simpoint::{KChoice, Options, PostResult, Prepared, Projection, Quiet};
+use bbv_simpoint::{KChoice, Options, PostResult, Prepared, Quiet};
 
 /// How a clustering's points are picked.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -103,12 +103,8 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
     let summary = bbv_rundir::read_summary(dir)?;
     let covered: f64 = weights.iter().sum();
     let tail = (1.0 - covered / summary.instructions.max(1) as f64).max(0.0);
-    let projection = Projection::Random {
-        dim: bbv_simpoint::DEFAULT_DIM,
-        seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
-    };
     let bb: PathBuf = dir.join("bb.out");
-    let mut data = bbv_simpoint::load_file(&bb, &projection, |_| {})?.vectors;
+    let mut data = bbv_simpoint::load_projected(&bb)?;
     if data.rows() != rows.len() {
         bail!(
             "{}: {} vectors for {} metrics rows",
@@ -119,6 +115,14 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
     }
     let w = 1.0 / data.rows() as f64;
     data.weights.iter_mut().for_each(|x| *x = w);
+    // The intervals as the band sees them, the same for every clustering.
+    let members: Vec<Member> = (0..rows.len())
+        .map(|i| Member {
+            instructions: weights[i],
+            estimate: estimates[i],
+            position: data.row(i).to_vec(),
+        })
+        .collect();
     let max_k = max_k.min(data.rows());
     println!(
         "{}: {} intervals, whole run CPI {full:.4} (ChampSim, in context: {})",
@@ -148,12 +152,14 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
                         &mut post.weights,
                     );
                 }
-                let case = score(&post, &data, &estimates, &weights, (&cpi, full), tail)?;
+                let (points, error_pct, band_pct) = score(&post, &members, (&cpi, full), tail)?;
                 let c = Case {
                     k: r.k,
                     seed,
                     pick,
-                    ..case
+                    points,
+                    error_pct,
+                    band_pct,
                 };
                 println!(
                     "{:2} {:5}  {:8} {:6}  {:+7.2}%  ±{:6.2}%  {}",
@@ -169,6 +175,12 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
             }
         }
     }
+    summarize(&cases);
+    Ok(())
+}
+
+/// Per way of picking: the cases covered, the median width, the mean error and points.
+fn summarize(cases: &[Case]) {
     for pick in [Pick::Centroid, Pick::Strata] {
         let of: Vec<&Case> = cases.iter().filter(|c| c.pick == pick).collect();
         let n = of.len().max(1) as f64;
@@ -185,21 +197,20 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
             of.iter().map(|c| c.points as f64).sum::<f64>() / n,
         );
     }
-    Ok(())
 }
 
-/// One clustering's estimate from its points in context, its error and band.
+/// One clustering's points in context: how many, the estimate's error against the whole run
+/// and its band, both in percent.
 fn score(
     post: &PostResult,
-    data: &bbv_simpoint::Dataset,
-    estimates: &[f64],
-    insns: &[f64],
+    members: &[Member],
     (cpi, full): (&[f64], f64),
     tail: f64,
-) -> Result<Case> {
+) -> Result<(usize, f64, f64)> {
+    let labels: Vec<usize> = post.labels.iter().map(|&l| l as usize).collect();
     let mut share = vec![0.0; post.simpoints.len()];
-    for (i, &l) in post.labels.iter().enumerate() {
-        share[l as usize] += insns[i];
+    for (m, &l) in members.iter().zip(&labels) {
+        share[l] += m.instructions;
     }
     let points: Vec<Sampled> = post
         .simpoints
@@ -215,24 +226,6 @@ fn score(
         .collect();
     let total: f64 = points.iter().map(|p| p.weight).sum();
     let estimate = points.iter().map(|p| p.weight * p.cpi).sum::<f64>() / total;
-    let members: Vec<Member> = post
-        .labels
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| Member {
-            label: l as usize,
-            instructions: insns[i],
-            estimate: estimates[i],
-            position: data.row(i).to_vec(),
-        })
-        .collect();
-    let b = band::band(&members, &points, estimate, tail)?;
-    Ok(Case {
-        k: 0,
-        seed: 0,
-        pick: Pick::Centroid,
-        points: points.len(),
-        error_pct: 100.0 * (estimate - full) / full,
-        band_pct: b.band_pct,
-    })
+    let b = band::band(members, &labels, &points, estimate, tail)?;
+    Ok((points.len(), 100.0 * (estimate - full) / full, b.band_pct))
 }

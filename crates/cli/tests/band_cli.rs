@@ -57,13 +57,7 @@ fn band_from_files(run: &Path, estimate: f64) -> f64 {
     let k =
         pts.iter().map(|p| p.2 * p.3).sum::<f64>() / pts.iter().map(|p| p.2 * e(p.1)).sum::<f64>();
     // Every interval's place in SimPoint's projected space (15 dimensions, its default seed).
-    let projection = bbv_simpoint::Projection::Random {
-        dim: bbv_simpoint::DEFAULT_DIM,
-        seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
-    };
-    let data = bbv_simpoint::load_file(&run.join("bb.out"), &projection, |_| {})
-        .unwrap()
-        .vectors;
+    let data = bbv_simpoint::load_projected(&run.join("bb.out")).unwrap();
     assert_eq!(data.rows(), rows.len());
     let dist = |a: usize, b: usize| -> f64 {
         let (x, y) = (data.row(a), data.row(b));

@@ -5,9 +5,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use bbv_profile::MetricsRow;
-use bbv_simpoint::{
-    Clustering, Dataset, KChoice, Observer, Options, PostResult, Prepared, Projection,
-};
+use bbv_simpoint::{Clustering, Dataset, KChoice, Observer, Options, PostResult, Prepared};
 
 use crate::validate::{self, Clusters, KRow, Pick, Validation};
 use bbv_files::AtomicFiles;
@@ -71,16 +69,6 @@ fn clusters_of(post: &PostResult) -> Clusters {
     }
 }
 
-/// The vectors of `input` as SimPoint 3.2 clusters them: projected to its default 15
-/// dimensions with its default seed.
-pub fn projected(input: &Path) -> Result<Dataset, PipelineError> {
-    let projection = Projection::Random {
-        dim: bbv_simpoint::DEFAULT_DIM,
-        seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
-    };
-    Ok(bbv_simpoint::load_file(input, &projection, |_| {})?.vectors)
-}
-
 /// [`cluster_file`], and with `validate` also the error of every k tried (`PREFIX`'s folder
 /// gets `validation.json`). `PREFIX`'s folder also gets `bic.csv`: every k tried, its BIC and
 /// its place in the range. With a target error every k from 1 to `max_k` is tried and the
@@ -93,7 +81,7 @@ pub fn cluster_validated(
     observer: &dyn Observer,
     validate: Option<&Validate>,
 ) -> Result<Option<Validation>, PipelineError> {
-    let mut data = projected(input)?;
+    let mut data = bbv_simpoint::load_projected(input)?;
     if !var_length {
         let w = 1.0 / data.rows() as f64;
         data.weights.iter_mut().for_each(|x| *x = w);

@@ -192,17 +192,20 @@ pub fn simulate_watched(
     let (band, no_band) = match members {
         // After the simulations a band that cannot be had is said, not an error: the
         // figures are kept.
-        Ok((members, tail)) => match sampled(&s, &regions, members.len()).and_then(|points| {
-            Ok(bbv_rundir::band::band(
-                &members,
-                &points,
-                estimate_cpi,
-                tail,
-            )?)
-        }) {
-            Ok(b) => (Some(b), None),
-            Err(e) => (None, Some(e.to_string())),
-        },
+        Ok((members, labels, tail)) => {
+            match sampled(&s, &regions, members.len()).and_then(|points| {
+                Ok(bbv_rundir::band::band(
+                    &members,
+                    &labels,
+                    &points,
+                    estimate_cpi,
+                    tail,
+                )?)
+            }) {
+                Ok(b) => (Some(b), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        }
         Err(why) => (None, Some(why)),
     };
     let sim = Simulation {
@@ -253,9 +256,9 @@ pub fn simulate_watched(
     Ok(sim)
 }
 
-/// Every interval of the run for the band (label, instructions, model estimate) and the share
-/// of the run after its last interval; Err(why) when the run cannot be banded.
-type Members = Result<(Vec<bbv_rundir::band::Member>, f64), String>;
+/// Every interval of the run for the band (instructions, model estimate, place), their labels
+/// and the share of the run after its last interval; Err(why) when the run cannot be banded.
+type Members = Result<(Vec<bbv_rundir::band::Member>, Vec<usize>, f64), String>;
 
 fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineError> {
     if s.regions_mode != "intervals" {
@@ -280,7 +283,7 @@ fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineErro
             labels.len()
         )));
     }
-    let positions = crate::cluster::projected(&rundir::clustered_input(dir, s))?;
+    let positions = bbv_simpoint::load_projected(&rundir::clustered_input(dir, s))?;
     if positions.rows() != rows.len() {
         return Err(PipelineError::Invalid(format!(
             "{}: {} rows for the run's {} vectors",
@@ -289,12 +292,10 @@ fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineErro
             positions.rows()
         )));
     }
-    let members: Vec<_> = labels
+    let members: Vec<_> = rows
         .iter()
-        .zip(&rows)
         .enumerate()
-        .map(|(i, (&label, row))| bbv_rundir::band::Member {
-            label,
+        .map(|(i, row)| bbv_rundir::band::Member {
             instructions: row.instructions() as f64,
             estimate: bbv_rundir::strata::cpi_estimate(row),
             position: positions.row(i).to_vec(),
@@ -307,7 +308,7 @@ fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineErro
     } else {
         0.0
     };
-    Ok(Ok((members, tail)))
+    Ok(Ok((members, labels, tail)))
 }
 
 /// The simulated regions as the band's points: each region's point (its interval), its share of

@@ -32,11 +32,9 @@ pub const PRIOR_MISFIT: f64 = 0.2;
 /// Two-sided 95% normal quantile.
 pub const Z95: f64 = 1.959_964;
 
-/// One interval as the band sees it.
+/// One interval as the band sees it (which point it belongs to is the labels').
 #[derive(Clone, Debug, PartialEq)]
 pub struct Member {
-    /// The point (its label) the interval belongs to.
-    pub label: usize,
     /// Its instructions.
     pub instructions: f64,
     /// bbv's model's CPI estimate of it.
@@ -103,10 +101,12 @@ pub struct Band {
     pub strata: Vec<StratumBand>,
 }
 
-/// The band of `estimate` (the points' weighted CPI) from every interval of the run and the
-/// simulated points. `tail_fraction` is the share of the run no interval holds.
+/// The band of `estimate` (the points' weighted CPI) from every interval of the run, each
+/// interval's point (`labels`) and the simulated points. `tail_fraction` is the share of the
+/// run no interval holds.
 pub fn band(
     members: &[Member],
+    labels: &[usize],
     points: &[Sampled],
     estimate: f64,
     tail_fraction: f64,
@@ -114,6 +114,13 @@ pub fn band(
     let invalid = |m: String| Err(RundirError::Invalid(m));
     if points.is_empty() {
         return invalid("no simulated point: no band".into());
+    }
+    if labels.len() != members.len() {
+        return invalid(format!(
+            "{} labels for {} intervals: no band",
+            labels.len(),
+            members.len()
+        ));
     }
     if !(estimate.is_finite() && estimate > 0.0) {
         return invalid(format!("estimate {estimate}: no band"));
@@ -151,7 +158,7 @@ pub fn band(
     let mut var = 0.0;
     let mut strata = Vec::with_capacity(points.len());
     for p in points {
-        let st = stratum(members, p, w(p), scale, growth);
+        let st = stratum((members, labels), p, w(p), scale, growth);
         var += st.weight * st.weight * st.sd_cpi * st.sd_cpi;
         strata.push(st);
     }
@@ -225,12 +232,19 @@ fn dist2(a: &[f64], b: &[f64]) -> f64 {
 
 /// Point `p`'s stratum: its members' model estimates and centre, and the variance of the
 /// point's CPI about their mean (offset from the mean plus the misfits' difference).
-fn stratum(members: &[Member], p: &Sampled, weight: f64, scale: f64, growth: f64) -> StratumBand {
+fn stratum(
+    (members, labels): (&[Member], &[usize]),
+    p: &Sampled,
+    weight: f64,
+    scale: f64,
+    growth: f64,
+) -> StratumBand {
     let point = &members[p.interval];
     let mut centre = vec![0.0; point.position.len()];
     let (mut t, mut te) = (0.0, 0.0);
     let mut places: Vec<&[f64]> = Vec::new();
-    for m in members.iter().filter(|m| m.label == p.label) {
+    let of_p = members.iter().zip(labels).filter(|&(_, &l)| l == p.label);
+    for (m, _) in of_p {
         t += m.instructions;
         te += m.instructions * m.estimate;
         places.push(&m.position);
@@ -268,16 +282,24 @@ fn stratum(members: &[Member], p: &Sampled, weight: f64, scale: f64, growth: f64
 mod tests {
     use super::*;
 
-    fn members(spec: &[(usize, f64)]) -> Vec<Member> {
-        spec.iter()
+    /// Intervals and their labels.
+    type Run = (Vec<Member>, Vec<usize>);
+
+    fn members(spec: &[(usize, f64)]) -> Run {
+        let m = spec
+            .iter()
             .enumerate()
             .map(|(i, &(label, estimate))| Member {
-                label,
                 instructions: 1e6,
                 estimate,
                 position: vec![label as f64, i as f64 * 0.01],
             })
-            .collect()
+            .collect();
+        (m, spec.iter().map(|s| s.0).collect())
+    }
+
+    fn banded(run: &Run, p: &[Sampled], estimate: f64, tail: f64) -> Result<Band, RundirError> {
+        band(&run.0, &run.1, p, estimate, tail)
     }
 
     fn sampled(label: usize, interval: usize, weight: f64, cpi: f64) -> Sampled {
@@ -293,7 +315,7 @@ mod tests {
     fn strata_of_one_interval_are_exact() {
         let m = members(&[(0, 1.0), (1, 2.0)]);
         let p = [sampled(0, 0, 0.5, 1.1), sampled(1, 1, 0.5, 2.2)];
-        let b = band(&m, &p, 1.65, 0.0).unwrap();
+        let b = banded(&m, &p, 1.65, 0.0).unwrap();
         assert_eq!(b.band_pct, 0.0);
         assert!((b.scale - 1.1).abs() < 1e-12);
         assert_eq!(b.low_cpi, 1.65);
@@ -304,10 +326,10 @@ mod tests {
         let like = members(&[(0, 1.0), (0, 1.0), (0, 1.02), (1, 2.0), (1, 2.0)]);
         let spread = members(&[(0, 0.6), (0, 1.0), (0, 1.4), (1, 2.0), (1, 2.0)]);
         let p = [sampled(0, 1, 0.6, 1.0), sampled(1, 3, 0.4, 2.0)];
-        let narrow = band(&like, &p, 1.4, 0.0).unwrap();
+        let narrow = banded(&like, &p, 1.4, 0.0).unwrap();
         // A point the model puts off its stratum's mean widens the band by the offset.
         let off = [sampled(0, 0, 0.6, 0.6), sampled(1, 3, 0.4, 2.0)];
-        let wide = band(&spread, &off, 1.16, 0.0).unwrap();
+        let wide = banded(&spread, &off, 1.16, 0.0).unwrap();
         assert!(wide.strata[0].sd_cpi > 0.4 * wide.scale, "{wide:?}");
         assert!(wide.band_pct > narrow.band_pct, "{wide:?} {narrow:?}");
         // By hand: k = 1 (both points on the model's line); one pair, so the prior: points at
@@ -329,11 +351,11 @@ mod tests {
     #[test]
     fn misfit_growing_with_distance_is_fitted() {
         // Four strata along a line in BBV space, the model's misfit growing with the place.
-        let mut m = Vec::new();
+        let mut m: Run = (Vec::new(), Vec::new());
         for label in 0..4 {
             for j in 0..5 {
-                m.push(Member {
-                    label,
+                m.1.push(label);
+                m.0.push(Member {
                     instructions: 1e6,
                     estimate: 1.0,
                     position: vec![label as f64 + 0.1 * j as f64],
@@ -348,21 +370,21 @@ mod tests {
         let edge: Vec<Sampled> = (0..4)
             .map(|l| sampled(l, 5 * l, 0.25, cpi(l as f64)))
             .collect();
-        let c = band(&m, &centred, 1.0, 0.0).unwrap();
-        let e = band(&m, &edge, 1.0, 0.0).unwrap();
+        let c = banded(&m, &centred, 1.0, 0.0).unwrap();
+        let e = banded(&m, &edge, 1.0, 0.0).unwrap();
         assert!(c.growth > 0.0, "{c:?}");
         assert!(c.strata.iter().all(|s| s.distance < 1e-12));
         assert!(e.strata.iter().all(|s| (s.distance - 0.2).abs() < 1e-12));
         assert!(e.band_pct > c.band_pct, "{e:?} {c:?}");
         // Points that agree with the model exactly leave no misfit.
         let exact: Vec<Sampled> = (0..4).map(|l| sampled(l, 5 * l + 2, 0.25, 1.0)).collect();
-        assert_eq!(band(&m, &exact, 1.0, 0.0).unwrap().band_pct, 0.0);
+        assert_eq!(banded(&m, &exact, 1.0, 0.0).unwrap().band_pct, 0.0);
     }
 
     #[test]
     fn the_tail_counts_whole() {
         let m = members(&[(0, 1.0)]);
-        let b = band(&m, &[sampled(0, 0, 1.0, 1.0)], 1.0, 0.01).unwrap();
+        let b = banded(&m, &[sampled(0, 0, 1.0, 1.0)], 1.0, 0.01).unwrap();
         assert!((b.band_pct - Z95).abs() < 1e-9);
     }
 
@@ -380,9 +402,9 @@ mod tests {
     fn bad_points_are_refused() {
         let m = members(&[(0, 1.0)]);
         let ok = sampled(0, 0, 1.0, 1.0);
-        assert!(band(&m, &[], 1.0, 0.0).is_err());
-        assert!(band(&m, &[Sampled { interval: 5, ..ok }], 1.0, 0.0).is_err());
-        assert!(band(
+        assert!(banded(&m, &[], 1.0, 0.0).is_err());
+        assert!(banded(&m, &[Sampled { interval: 5, ..ok }], 1.0, 0.0).is_err());
+        assert!(banded(
             &m,
             &[Sampled {
                 cpi: f64::NAN,
@@ -392,8 +414,8 @@ mod tests {
             0.0
         )
         .is_err());
-        assert!(band(&m, &[Sampled { cpi: 0.0, ..ok }], 1.0, 0.0).is_err());
-        assert!(band(&m, &[Sampled { weight: 0.0, ..ok }], 1.0, 0.0).is_err());
-        assert!(band(&m, &[ok], f64::INFINITY, 0.0).is_err());
+        assert!(banded(&m, &[Sampled { cpi: 0.0, ..ok }], 1.0, 0.0).is_err());
+        assert!(banded(&m, &[Sampled { weight: 0.0, ..ok }], 1.0, 0.0).is_err());
+        assert!(banded(&m, &[ok], f64::INFINITY, 0.0).is_err());
     }
 }

@@ -172,6 +172,16 @@ pub const DEFAULT_SEED_PROJ: i32 = 2_042_712_918;
 /// Default `-dim`.
 pub const DEFAULT_DIM: usize = 15;
 
+/// The vectors of `path` as SimPoint 3.2 clusters them by default: projected to
+/// [`DEFAULT_DIM`] dimensions with [`DEFAULT_SEED_PROJ`].
+pub fn load_projected(path: &std::path::Path) -> Result<Dataset, SimpointError> {
+    let projection = Projection::Random {
+        dim: DEFAULT_DIM,
+        seed: i64::from(DEFAULT_SEED_PROJ),
+    };
+    Ok(load_file(path, &projection, |_| {})?.vectors)
+}
+
 /// One seed trial of one run.
 #[derive(Clone, Debug)]
 pub struct Trial {
