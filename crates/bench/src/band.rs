@@ -39,53 +39,72 @@ impl Case {
     }
 }
 
-/// Each interval's CPI in context: the whole run's cycles at its boundaries, read off the
-/// heartbeats (linear between two), and the whole run's CPI.
-fn in_context(log: &Path, insns: &[u64]) -> Result<(Vec<f64>, f64)> {
-    let text = std::fs::read_to_string(log).with_context(|| format!("{}", log.display()))?;
-    // The whole run's section of a `bbv simulate --full` log, or a log of the whole run alone.
-    let text = text
-        .find("=== the whole run")
-        .map_or(text.as_str(), |at| &text[at..]);
-    let mut beats: Vec<(u64, u64)> = vec![(0, 0)];
-    beats.extend(text.lines().filter_map(bbv_champsim::stats::heartbeat));
-    let whole = bbv_champsim::stats::Figures::parse(text)
-        .with_context(|| format!("{}: the whole run's figures", log.display()))?;
-    beats.push((whole.instructions, whole.cycles));
-    beats.dedup_by_key(|b| b.0);
-    let interval = insns.iter().copied().max().unwrap_or(0);
-    let period = beats
-        .windows(2)
-        .map(|w| w[1].0 - w[0].0)
-        .max()
-        .unwrap_or(u64::MAX);
-    if beats.len() < 3 || period.saturating_mul(2) > interval {
-        bail!(
-            "{}: heartbeats every {period} instructions are too coarse for intervals of {interval} \
-             (a ChampSim built with BBV_CHAMPSIM_HEARTBEAT=N scripts/champsim, N at most half \
-             the interval)",
-            log.display()
-        );
+/// A whole run's ChampSim log read as cycles against instructions retired.
+pub(crate) struct Whole {
+    /// (instructions, cycles) at each heartbeat, from (0, 0) to the run's end.
+    beats: Vec<(u64, u64)>,
+    /// The whole run's figures.
+    pub figures: bbv_champsim::stats::Figures,
+}
+
+impl Whole {
+    /// Reads `log`, whose heartbeats must be at most half of `interval` apart.
+    pub fn read(log: &Path, interval: u64) -> Result<Whole> {
+        let text = std::fs::read_to_string(log).with_context(|| format!("{}", log.display()))?;
+        // The whole run's section of a `bbv simulate --full` log, or a log of the whole run.
+        let text = text
+            .find("=== the whole run")
+            .map_or(text.as_str(), |at| &text[at..]);
+        let mut beats: Vec<(u64, u64)> = vec![(0, 0)];
+        beats.extend(text.lines().filter_map(bbv_champsim::stats::heartbeat));
+        let figures = bbv_champsim::stats::Figures::parse(text)
+            .with_context(|| format!("{}: the whole run's figures", log.display()))?;
+        beats.push((figures.instructions, figures.cycles));
+        beats.dedup_by_key(|b| b.0);
+        let period = beats
+            .windows(2)
+            .map(|w| w[1].0 - w[0].0)
+            .max()
+            .unwrap_or(u64::MAX);
+        if beats.len() < 3 || period.saturating_mul(2) > interval {
+            bail!(
+                "{}: heartbeats every {period} instructions are too coarse for intervals of \
+                 {interval} (a ChampSim built with BBV_CHAMPSIM_HEARTBEAT=N scripts/champsim, N \
+                 at most half the interval)",
+                log.display()
+            );
+        }
+        Ok(Whole { beats, figures })
     }
-    let cycles_at = |x: u64| -> f64 {
-        let i = beats
-            .partition_point(|b| b.0 < x)
-            .min(beats.len() - 1)
-            .max(1);
-        let ((x0, c0), (x1, c1)) = (beats[i - 1], beats[i]);
+
+    /// Cycles when `x` instructions had retired (linear between two heartbeats).
+    pub fn cycles_at(&self, x: u64) -> f64 {
+        let b = &self.beats;
+        let i = b.partition_point(|b| b.0 < x).min(b.len() - 1).max(1);
+        let ((x0, c0), (x1, c1)) = (b[i - 1], b[i]);
         let slope = (c1 - c0) as f64 / (x1 - x0).max(1) as f64;
         c0 as f64 + slope * (x as f64 - x0 as f64)
-    };
+    }
+
+    /// CPI of the `n` instructions after the first `from`, in context.
+    pub fn cpi(&self, from: u64, n: u64) -> f64 {
+        (self.cycles_at(from + n) - self.cycles_at(from)) / n.max(1) as f64
+    }
+}
+
+/// Each interval's CPI in context, and the whole run's CPI.
+fn in_context(log: &Path, insns: &[u64]) -> Result<(Vec<f64>, f64)> {
+    let whole = Whole::read(log, insns.iter().copied().max().unwrap_or(0))?;
     let mut at = 0u64;
     let cpi = insns
         .iter()
         .map(|&n| {
-            let c = (cycles_at(at + n) - cycles_at(at)) / n.max(1) as f64;
+            let c = whole.cpi(at, n);
             at += n;
             c
         })
         .collect();
-    Ok((cpi, whole.cpi()))
+    Ok((cpi, whole.figures.cpi()))
 }
 
 /// Runs the measurement and prints one line per case and the summary.

@@ -22,6 +22,7 @@ mod study;
 mod suite;
 mod threads;
 mod trace;
+mod warmup;
 
 use std::path::PathBuf;
 
@@ -230,6 +231,25 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2)]
         seeds: usize,
     },
+    /// Condensed warmups against every warmup record, side by side on a run traced with
+    /// `bbv trace --full-warmup`: per region the CPI (and in context with --whole) and
+    /// ChampSim's wall time warming and in all; the estimates against the whole run's.
+    Warmup {
+        /// A traced run directory.
+        dir: PathBuf,
+        /// ChampSim's output for the whole run with heartbeats (as for `bbv bench band`).
+        #[arg(long, value_name = "LOG")]
+        whole: Option<PathBuf>,
+        /// Records before each region kept whole.
+        #[arg(long, default_value_t = bbv_champsim::condense::Condense::default().detail)]
+        detail: u64,
+        /// Lines whose last touch is kept.
+        #[arg(long, default_value_t = bbv_champsim::condense::Condense::default().lines)]
+        lines: usize,
+        /// The ChampSim binary (default: the one scripts/champsim builds).
+        #[arg(long, value_name = "PATH")]
+        champsim: Option<PathBuf>,
+    },
     /// `bbv trace` against bare QEMU and `bbv replay` on gzip -9: the time per traced
     /// instruction with the records written uncompressed (target: at most 30x bare QEMU's per
     /// instruction) and with xz -0 (its rate beside it), and the fast-forward between short
@@ -315,6 +335,20 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             max_k,
             seeds,
         } => band::run(&dir, &whole, max_k, seeds),
+        BenchCommand::Warmup {
+            dir,
+            whole,
+            detail,
+            lines,
+            champsim,
+        } => {
+            let how = bbv_champsim::condense::Condense {
+                detail,
+                lines,
+                ..Default::default()
+            };
+            warmup::run(&dir, whole.as_deref(), how, champsim.as_deref())
+        }
         BenchCommand::GpuSimulate {
             data,
             warmup_launches,

@@ -12,6 +12,7 @@
 
 pub mod aarch64;
 mod classify;
+pub mod condense;
 mod operands;
 mod record;
 pub mod riscv;

@@ -80,6 +80,12 @@ pub struct Simulated {
     pub figures: Figures,
     /// Wall seconds of the whole ChampSim run (warmup included).
     pub seconds: f64,
+    /// Wall seconds until ChampSim said its warmup had finished (0 without a warmup line).
+    pub warmup_seconds: f64,
+    /// ChampSim's CPU seconds (user and system; what the simulation costs, however many
+    /// other processes share the cores), and those until its warmup had finished; None
+    /// where `/proc` does not say.
+    pub cpu: Option<(f64, f64)>,
     /// ChampSim's own report (its standard output): every cache's and predictor's figures.
     pub output: String,
 }
@@ -126,6 +132,9 @@ pub fn run_watched(
     };
     let mut child = cmd.spawn().map_err(start_error)?;
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let mut warmup_seconds = 0.0;
+    let mut warmup_cpu = None;
+    let pid = child.id();
     let (stdout, err) = std::thread::scope(|scope| {
         let err = scope.spawn(move || {
             let mut text = String::new();
@@ -144,12 +153,19 @@ pub fn run_watched(
                 if let Some((retired, _)) = crate::stats::heartbeat(&l) {
                     beat(retired);
                 }
+                if warmup_seconds == 0.0 && l.starts_with("Warmup finished") {
+                    warmup_seconds = start.elapsed().as_secs_f64();
+                    warmup_cpu = cpu_seconds(pid);
+                }
                 text.push_str(&l);
                 line.clear();
             }
         }
         (text, err.join().unwrap_or_default())
     });
+    // At the end of its output ChampSim has exited or is exiting: unreaped, its /proc entry
+    // holds its final times.
+    let cpu = cpu_seconds(pid).map(|all| (all, warmup_cpu.unwrap_or(0.0)));
     let status = child.wait().map_err(start_error)?;
     let seconds = start.elapsed().as_secs_f64();
     if !status.success() {
@@ -167,13 +183,42 @@ pub fn run_watched(
     Ok(Simulated {
         figures: Figures::parse(&stdout)?,
         seconds,
+        warmup_seconds,
+        cpu,
         output: stdout,
     })
+}
+
+/// CPU seconds (user and system) process `pid` has used, from `/proc/PID/stat` (fields 14
+/// and 15, in clock ticks of 1/100 s, as Linux reports them to user space).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count from the ')' that ends it.
+    let mut f = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_seconds_are_read_from_proc() {
+        // Spinning, this process's CPU time grows by a tenth of a second, however loaded the
+        // machine (the wall-clock limit only stops a broken reading).
+        let me = std::process::id();
+        let before = cpu_seconds(me).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        while cpu_seconds(me).unwrap() < before + 0.1 {
+            assert!(Instant::now() < deadline, "no CPU time counted");
+            for i in 0..1_000_000u64 {
+                std::hint::black_box(i);
+            }
+        }
+        assert_eq!(cpu_seconds(u32::MAX), None);
+    }
 
     #[test]
     fn a_missing_champsim_names_the_script() {

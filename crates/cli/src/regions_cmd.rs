@@ -64,6 +64,15 @@ pub struct TraceArgs {
     /// Write the records uncompressed (region-R.champsim, 64 bytes per instruction).
     #[arg(long, conflicts_with = "xz_preset")]
     pub raw: bool,
+    /// Write every record of the warmups (by default each warmup but its last
+    /// --warmup-detail records is condensed to the records that leave ChampSim's caches and
+    /// predictor as the whole warmup does: docs/champsim.md#condensed-warmups).
+    #[arg(long = "full-warmup")]
+    pub full_warmup: bool,
+    /// Records before each region written whole when warmups are condensed.
+    #[arg(long = "warmup-detail", value_name = "N", conflicts_with = "full_warmup",
+          default_value_t = bbv_pipeline::trace::Condense::default().detail)]
+    pub warmup_detail: u64,
     #[command(flatten)]
     pub replay: ReplayArgs,
 }
@@ -148,7 +157,9 @@ pub fn report(a: ReportArgs) -> Result<()> {
 pub fn trace(a: TraceArgs) -> Result<u8> {
     let out = a.output.unwrap_or_else(|| a.replay.dir.join("traces"));
     let preset = (!a.raw).then_some(a.xz_preset);
-    let spec = bbv_pipeline::trace::TraceSpec::new(std::path::absolute(&out)?, a.tail, preset)?;
+    let detail = (!a.full_warmup).then_some(a.warmup_detail);
+    let spec =
+        bbv_pipeline::trace::TraceSpec::new(std::path::absolute(&out)?, a.tail, preset, detail)?;
     let extra = Extra {
         trace: Some(spec),
         ..Default::default()
@@ -156,14 +167,7 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
     let (outcome, passed) = run_replay(a.replay, extra)?;
     match outcome.traces {
         Some(Ok(t)) => {
-            eprintln!(
-                "{} region traces in {} (regions.json: ChampSim's command for each)",
-                t.regions.len(),
-                t.dir.display()
-            );
-            if let Some(why) = t.short_warmups() {
-                eprintln!("bbv: note: {why}");
-            }
+            eprint!("{}", t.text());
             Ok(if passed { 0 } else { 1 })
         }
         Some(Err(e @ bbv_pipeline::PipelineError::NotTraced(_))) => {

@@ -92,6 +92,7 @@ fn regions_are_traced_whole_and_simulated() {
     }
     checked_regions(&run, &bin, "gzip");
     traced_raw(&run, &guest, list);
+    condensed_against_full(&run, &guest, &bin);
     simulated_in_full(&run, &guest, &bin, list);
     crate::band_cli::max_band_checked(&run);
     killed_leaves_no_champsim(&run);
@@ -112,11 +113,14 @@ pub(crate) fn checked_regions(run: &Path, bin: &Path, name: &str) -> BTreeMap<&'
     let mut all = BTreeMap::new();
     for r in list {
         let id = r["id"].as_u64().unwrap();
+        // A condensed warmup (docs/champsim.md#condensed-warmups) has fewer records than
+        // instructions; ChampSim's command warms on the records.
         let (w, n, tail) = (
-            r["warmup_instructions"].as_u64().unwrap(),
+            r["warmup_records"].as_u64().unwrap(),
             r["region_instructions"].as_u64().unwrap(),
             r["tail_instructions"].as_u64().unwrap(),
         );
+        assert!(w <= r["warmup_instructions"].as_u64().unwrap(), "{name}");
         let replayed = replay["regions"]
             .as_array()
             .unwrap()
@@ -264,6 +268,97 @@ fn traced_raw(run: &Path, guest: &[String], regions: &[serde_json::Value]) {
     }
 }
 
+/// `bbv trace --warmup-detail 100000` against `bbv trace --full-warmup --raw`: each warmup but
+/// its last 100,000 records condensed to fewer records, all of them the warmup's own (a
+/// branch kept as a plain instruction excepted) in their order; the detail, region and tail
+/// byte for byte the full trace's; regions.json says how; ChampSim runs the command it gives.
+fn condensed_against_full(run: &Path, guest: &[String], bin: &Path) {
+    let (full, small) = (run.join("full"), run.join("small"));
+    for (dir, args) in [
+        (&full, &["--full-warmup", "--raw"][..]),
+        (&small, &["--warmup-detail", "100000"][..]),
+    ] {
+        let o = guest_env(&mut bbv())
+            .arg("trace")
+            .arg(run)
+            .arg("-o")
+            .arg(dir)
+            .args(args)
+            .args(["--tail", "2000", "--"])
+            .args(guest)
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let small_table = json(&small.join("regions.json"));
+    assert_eq!(small_table["condensed"]["detail"].as_u64(), Some(100_000));
+    assert!(json(&full.join("regions.json"))["condensed"].is_null());
+    let mut condensed_any = false;
+    for r in small_table["regions"].as_array().unwrap() {
+        let (w, kept, n) = (
+            r["warmup_instructions"].as_u64().unwrap(),
+            r["warmup_records"].as_u64().unwrap(),
+            r["region_instructions"].as_u64().unwrap(),
+        );
+        let whole = std::fs::read(full.join(format!("region-{}.champsim", r["id"]))).unwrap();
+        let mut cut = Vec::new();
+        xz2::read::XzDecoder::new(
+            std::fs::File::open(small.join(r["trace"].as_str().unwrap())).unwrap(),
+        )
+        .read_to_end(&mut cut)
+        .unwrap();
+        let rec = RECORD_BYTES as u64;
+        assert_eq!(cut.len() as u64, (kept + n + 2000) * rec);
+        let stretch = w.saturating_sub(100_000);
+        // Detail, region and tail: the full trace's.
+        assert!(cut[((kept + stretch - w) * rec) as usize..] == whole[(stretch * rec) as usize..]);
+        if stretch > 0 {
+            condensed_any = true;
+            let condensed = kept + stretch - w;
+            assert!(
+                condensed < stretch,
+                "region {}: {condensed} of {stretch}",
+                r["id"]
+            );
+            // In order, each one of the stretch's records (its registers and branch bits
+            // dropped when made plain, a store added to a line written earlier).
+            let ips: Vec<u64> = whole[..(stretch * rec) as usize]
+                .chunks_exact(RECORD_BYTES)
+                .map(|c| u64::from_le_bytes(c[..8].try_into().unwrap()))
+                .collect();
+            let mut at = 0;
+            for c in cut[..(condensed * rec) as usize].chunks_exact(RECORD_BYTES) {
+                let ip = u64::from_le_bytes(c[..8].try_into().unwrap());
+                at += ips[at..]
+                    .iter()
+                    .position(|&x| x == ip)
+                    .expect("a record of the stretch");
+            }
+        }
+        let args: Vec<String> = r["champsim_command"]
+            .as_str()
+            .unwrap()
+            .split(' ')
+            .skip(1)
+            .map(String::from)
+            .collect();
+        assert_eq!(args[1], kept.to_string());
+        let c = Command::new(bin.join("champsim"))
+            .current_dir(&small)
+            .args(&args)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&c.stdout);
+        assert!(
+            c.status.success() && out.contains("Simulation complete"),
+            "{out}"
+        );
+        assert!(!out.contains("Reached end of trace"), "{out}");
+    }
+    assert!(condensed_any, "no warmup longer than the detail");
+}
+
 /// `bbv simulate --full`, its figures recomputed: the estimate from the regions' own, and the
 /// whole run's CPI from a ChampSim run of our own on the plugin's records of the whole run.
 fn simulated_in_full(run: &Path, guest: &[String], bin: &Path, regions: &[serde_json::Value]) {
@@ -402,6 +497,12 @@ fn bad_trace_options_are_refused() {
     for (args, want) in [
         (&["--tail", "10"][..], "at least 1000 records"),
         (&["--xz-preset", "12"][..], "0 to 9"),
+        (&["--warmup-detail", "5"][..], "at least 100000 records"),
+        (&["--warmup-detail", "-1"][..], "--warmup-detail"),
+        (
+            &["--full-warmup", "--warmup-detail", "200000"][..],
+            "cannot be used with",
+        ),
     ] {
         let o = bbv()
             .args(["trace", "/nonexistent"])

@@ -97,8 +97,18 @@ struct TracedRegion {
     weight: f64,
     multiplier: f64,
     warmup_instructions: u64,
+    /// Absent in traces of bbv before condensed warmups: every record.
+    #[serde(default)]
+    warmup_records: Option<u64>,
     region_instructions: u64,
     trace: String,
+}
+
+impl TracedRegion {
+    /// Records ChampSim warms on.
+    fn warmup(&self) -> u64 {
+        self.warmup_records.unwrap_or(self.warmup_instructions)
+    }
 }
 
 /// Reads `DIR/trace.json`, refusing traces of another run than `s` (DIR's summary).
@@ -185,29 +195,13 @@ pub fn simulate_watched(
     let sampled_instructions: u64 = t
         .regions
         .iter()
-        .map(|r| r.warmup_instructions + r.region_instructions)
+        .map(|r| r.warmup() + r.region_instructions)
         .sum();
     let sampled_wall: f64 = regions.iter().map(|r| r.seconds).sum();
     let full_cpi = full.as_ref().map(|f| f.figures.cpi());
-    let (band, no_band) = match members {
-        // After the simulations a band that cannot be had is said, not an error: the
-        // figures are kept.
-        Ok((members, labels, tail)) => {
-            match sampled(&s, &regions, members.len()).and_then(|points| {
-                Ok(bbv_rundir::band::band(
-                    &members,
-                    &labels,
-                    &points,
-                    estimate_cpi,
-                    tail,
-                )?)
-            }) {
-                Ok(b) => (Some(b), None),
-                Err(e) => (None, Some(e.to_string())),
-            }
-        }
-        Err(why) => (None, Some(why)),
-    };
+    let (band, no_band) = banded(&s, &regions, members, estimate_cpi);
+    let sampled_cpu: Option<f64> = regions.iter().map(|r| r.cpu_seconds).sum();
+    let warmup_share = bbv_rundir::simulation::warmup_share(&regions);
     let sim = Simulation {
         simulator: "champsim".into(),
         commit: bin
@@ -222,6 +216,10 @@ pub fn simulate_watched(
             .as_ref()
             .map(|f| f.figures.instructions as f64 / sampled_instructions.max(1) as f64),
         speedup_wall: full.as_ref().map(|f| f.seconds / sampled_wall.max(1e-9)),
+        speedup_cpu: full
+            .as_ref()
+            .and_then(|f| Some(f.cpu?.0 / sampled_cpu?.max(1e-9))),
+        warmup_share,
         band_pct: band.as_ref().map(|b| b.band_pct),
         band,
         no_band,
@@ -242,7 +240,10 @@ pub fn simulate_watched(
             writeln!(
                 w,
                 "=== region {}: champsim --warmup-instructions {} --simulation-instructions {} {}",
-                r.id, r.warmup_instructions, r.region_instructions, r.trace
+                r.id,
+                r.warmup(),
+                r.region_instructions,
+                r.trace
             )?;
             w.write_all(out.as_bytes())?;
         }
@@ -254,6 +255,33 @@ pub fn simulate_watched(
     })?;
     files.commit()?;
     Ok(sim)
+}
+
+/// The estimate's band, or why there is none: after the simulations a band that cannot be had
+/// is said, not an error, so that the figures are kept.
+fn banded(
+    s: &rundir::Summary,
+    regions: &[RegionSim],
+    members: Members,
+    estimate_cpi: f64,
+) -> (Option<bbv_rundir::band::Band>, Option<String>) {
+    let (members, labels, tail) = match members {
+        Ok(m) => m,
+        Err(why) => return (None, Some(why)),
+    };
+    let band = sampled(s, regions, members.len()).and_then(|points| {
+        Ok(bbv_rundir::band::band(
+            &members,
+            &labels,
+            &points,
+            estimate_cpi,
+            tail,
+        )?)
+    });
+    match band {
+        Ok(b) => (Some(b), None),
+        Err(e) => (None, Some(e.to_string())),
+    }
 }
 
 /// Every interval of the run for the band (instructions, model estimate, place), their labels
@@ -359,7 +387,7 @@ fn simulate_regions(
     let total: u64 = t
         .regions
         .iter()
-        .map(|r| r.warmup_instructions + r.region_instructions)
+        .map(|r| r.warmup() + r.region_instructions)
         .sum();
     let tell = || {
         let so_far = retired.iter().map(|r| r.load(Ordering::Relaxed)).sum();
@@ -379,18 +407,9 @@ fn simulate_regions(
                     retired[i].store(n, Ordering::Relaxed);
                     tell();
                 };
-                let got = sim::run_watched(
-                    bin,
-                    &trace,
-                    r.warmup_instructions,
-                    r.region_instructions,
-                    &beat,
-                )
-                .map_err(PipelineError::from);
-                retired[i].store(
-                    r.warmup_instructions + r.region_instructions,
-                    Ordering::Relaxed,
-                );
+                let got = sim::run_watched(bin, &trace, r.warmup(), r.region_instructions, &beat)
+                    .map_err(PipelineError::from);
+                retired[i].store(r.warmup() + r.region_instructions, Ordering::Relaxed);
                 finished.fetch_add(1, Ordering::Relaxed);
                 tell();
                 results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(got);
@@ -411,6 +430,9 @@ fn simulate_regions(
                 cycles: s.figures.cycles,
                 ipc: 1.0 / s.figures.cpi(),
                 seconds: s.seconds,
+                warmup_seconds: s.warmup_seconds,
+                cpu_seconds: s.cpu.map(|c| c.0),
+                warmup_cpu_seconds: s.cpu.map(|c| c.1),
             };
             Ok((region, s.output))
         })

@@ -10,6 +10,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
+pub use bbv_champsim::condense::Condense;
+use bbv_champsim::condense::{CondenseWriter, Condensed};
 use bbv_collect::Events;
 use bbv_files::AtomicFiles;
 use serde::Serialize;
@@ -26,6 +28,19 @@ const RECORD: u64 = 64;
 pub const WARM_ENOUGH: u64 = 8_000_000;
 
 impl TraceReport {
+    /// What `bbv trace` says when done: where the traces are, and any note.
+    pub fn text(&self) -> String {
+        let mut t = format!(
+            "{} region traces in {} (regions.json: ChampSim's command for each)\n",
+            self.regions.len(),
+            self.dir.display()
+        );
+        if let Some(why) = self.short_warmups() {
+            let _ = writeln!(t, "bbv: note: {why}");
+        }
+        t
+    }
+
     /// Why the estimate may read high: every warmup is shorter than [`WARM_ENOUGH`].
     pub fn short_warmups(&self) -> Option<String> {
         let longest = self.regions.iter().map(|r| r.warmup_instructions).max()?;
@@ -49,11 +64,23 @@ pub struct TraceSpec {
     pub tail: u64,
     /// xz preset (0-9); None writes the records uncompressed (`region-R.champsim`).
     pub preset: Option<u32>,
+    /// How warmups are condensed (None: every record of them written).
+    pub condense: Option<Condense>,
 }
 
 impl TraceSpec {
-    /// A spec, its tail and preset checked.
-    pub fn new(dir: PathBuf, tail: u64, preset: Option<u32>) -> Result<TraceSpec, PipelineError> {
+    /// A spec, its tail, preset and detail checked. `detail`: records before each region written whole, the rest of the warmup condensed
+    /// ([`Condense`]'s other defaults); None writes every record of the warmups.
+    pub fn new(
+        dir: PathBuf,
+        tail: u64,
+        preset: Option<u32>,
+        detail: Option<u64>,
+    ) -> Result<TraceSpec, PipelineError> {
+        let condense = detail.map(|detail| Condense {
+            detail,
+            ..Condense::default()
+        });
         if tail < 1000 {
             return Err(PipelineError::Invalid(format!(
                 "--tail {tail}: at least 1000 records (ChampSim reads ahead of retirement)"
@@ -62,7 +89,19 @@ impl TraceSpec {
         if let Some(p) = preset.filter(|&p| p > 9) {
             return Err(PipelineError::Invalid(format!("--xz-preset {p}: 0 to 9")));
         }
-        Ok(TraceSpec { dir, tail, preset })
+        if let Some(c) = condense.filter(|c| c.detail < 100_000) {
+            return Err(PipelineError::Invalid(format!(
+                "--warmup-detail {}: at least 100000 records (ChampSim's queues, return stack \
+                 and predictor history before the region come from records kept whole)",
+                c.detail
+            )));
+        }
+        Ok(TraceSpec {
+            dir,
+            tail,
+            preset,
+            condense,
+        })
     }
 }
 
@@ -77,8 +116,11 @@ pub struct RegionTrace {
     pub weight: f64,
     /// Instructions of the cluster's intervals over the region's.
     pub multiplier: f64,
-    /// Records of the warmup.
+    /// Instructions of the warmup (its records as traced).
     pub warmup_instructions: u64,
+    /// Records of the warmup in the trace (ChampSim's `--warmup-instructions`): fewer than
+    /// `warmup_instructions` when condensed.
+    pub warmup_records: u64,
     /// Records of the region.
     pub region_instructions: u64,
     /// Records after the region.
@@ -102,16 +144,59 @@ pub struct TraceReport {
     pub run_instructions: u64,
     /// `count_rep` of the run: one record per rep instance or per iteration.
     pub count_rep: String,
+    /// How the warmups were condensed (None: every record written).
+    pub condensed: Option<CondenseDoc>,
     /// Per region, in the run's order.
     pub regions: Vec<RegionTrace>,
+}
+
+/// How the warmups were condensed (`regions.json`; docs/champsim.md#condensed-warmups).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CondenseDoc {
+    /// Records before each region kept whole.
+    pub detail: u64,
+    /// Lines whose last touch is kept (the newest).
+    pub lines: usize,
+    /// Executions of each branch kept (the last ones) with the record after each.
+    pub branch_repeats: usize,
+    /// In words.
+    pub rule: String,
+}
+
+impl CondenseDoc {
+    fn of(c: Condense) -> CondenseDoc {
+        CondenseDoc {
+            detail: c.detail,
+            lines: c.lines,
+            branch_repeats: c.branch_repeats,
+            rule: "of each warmup but its last `detail` records, the records that are the last \
+                   touch of one of their cache lines (instruction or data; written lines stay \
+                   written) among the newest `lines` lines, and each branch's last \
+                   `branch_repeats` executions with the record after each; the rest of the \
+                   warmup and the region whole"
+                .into(),
+        }
+    }
 }
 
 struct Window {
     region: usize,
     partial: PathBuf,
+    /// Records of the warmup condensed (0: none), and how.
+    stretch: u64,
+    how: Condense,
     /// The FIFO and the thread compressing what comes through it; None when the plugin writes
     /// `partial` itself.
-    reader: Option<(PathBuf, JoinHandle<std::io::Result<u64>>)>,
+    reader: Option<(PathBuf, JoinHandle<std::io::Result<Written>>)>,
+}
+
+/// What a window's reader read and wrote.
+#[derive(Clone, Copy, Debug, Default)]
+struct Written {
+    /// Bytes read.
+    bytes: u64,
+    /// Records written, counted as [`CondenseWriter`] does (its stretch 0: none condensed).
+    kept: Condensed,
 }
 
 /// A tracing replay under way: the FIFOs, their readers and the windows' file. Dropped
@@ -125,14 +210,18 @@ pub struct Tracing {
 
 impl Drop for Tracing {
     fn drop(&mut self) {
-        for (_, partial, _) in collect(std::mem::take(&mut self.windows)) {
+        for (_, partial, _) in collect(std::mem::take(&mut self.windows), false) {
             let _ = std::fs::remove_file(partial);
         }
     }
 }
 
-/// Releases and joins every reader: (region, partial file, bytes read).
-fn collect(windows: Vec<Window>) -> Vec<(usize, PathBuf, std::io::Result<u64>)> {
+/// Releases and joins every reader: (region, partial file, what it read and wrote); with
+/// `condense`, windows the plugin wrote itself are condensed now.
+fn collect(
+    windows: Vec<Window>,
+    condense: bool,
+) -> Vec<(usize, PathBuf, std::io::Result<Written>)> {
     let mut got = Vec::new();
     for w in windows {
         let bytes = match w.reader {
@@ -149,8 +238,8 @@ fn collect(windows: Vec<Window>) -> Vec<(usize, PathBuf, std::io::Result<u64>)> 
             }
             // A window that never opened has no file: no records.
             None => match std::fs::metadata(&w.partial) {
-                Ok(m) => Ok(m.len()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+                Ok(m) => condense_file(&w.partial, m.len(), w.stretch * u64::from(condense), w.how),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Written::default()),
                 Err(e) => Err(e),
             },
         };
@@ -189,6 +278,12 @@ impl Tracing {
         let mut windows = Vec::new();
         for (r, p) in s.points.iter().enumerate() {
             let name = trace_name(region_id(p), spec.preset.is_some());
+            // The markers' tolerance (0.5% of an interval) is far inside the detail kept.
+            let stretch = match (spec.condense, &p.warmup) {
+                (Some(c), Some(_)) => p.warmup_length.saturating_sub(c.detail),
+                _ => 0,
+            };
+            let how = spec.condense.unwrap_or_default();
             let partial = spec
                 .dir
                 .join(format!(".{name}.{}.partial", std::process::id()));
@@ -196,7 +291,7 @@ impl Tracing {
                 Some(preset) => {
                     let fifo = work.join(format!("region-{r}.fifo"));
                     make_fifo(&fifo)?;
-                    let reader = spawn_xz(fifo.clone(), partial.clone(), preset);
+                    let reader = spawn_xz(fifo.clone(), partial.clone(), preset, stretch, how);
                     Some((fifo, reader))
                 }
                 None => None,
@@ -214,6 +309,8 @@ impl Tracing {
             windows.push(Window {
                 region: r,
                 partial,
+                stretch,
+                how,
                 reader,
             });
         }
@@ -235,13 +332,14 @@ impl Tracing {
         s: &Summary,
         events: Option<&Events>,
     ) -> Result<TraceReport, PipelineError> {
-        let got = collect(std::mem::take(&mut self.windows));
+        let got = collect(std::mem::take(&mut self.windows), true);
         let result = check(s, &self.spec, events, &got).map(|regions| TraceReport {
             dir: self.spec.dir.clone(),
             run: run.to_path_buf(),
             build_id: s.program.build_id.clone(),
             run_instructions: s.threads.first().map_or(0, |t| t.instructions),
             count_rep: s.count_rep.clone(),
+            condensed: self.spec.condense.map(CondenseDoc::of),
             regions,
         });
         let placed = result.and_then(|report| {
@@ -281,16 +379,58 @@ pub(crate) fn make_fifo(path: &Path) -> Result<(), PipelineError> {
 }
 
 /// Reads a FIFO to its end (blocking until the plugin opens it) and writes what comes into
-/// `to`, compressed with xz at `preset`; returns the bytes read.
-fn spawn_xz(fifo: PathBuf, to: PathBuf, preset: u32) -> JoinHandle<std::io::Result<u64>> {
+/// `to`, its first `stretch` records condensed as `how` says, compressed with xz at `preset`.
+fn spawn_xz(
+    fifo: PathBuf,
+    to: PathBuf,
+    preset: u32,
+    stretch: u64,
+    how: Condense,
+) -> JoinHandle<std::io::Result<Written>> {
     std::thread::spawn(move || {
         let input = std::fs::File::open(&fifo)?;
         let out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&to)?);
-        let mut xz = xz2::write::XzEncoder::new(out, preset);
-        let total = copy_all(input, &mut xz)?;
+        let xz = xz2::write::XzEncoder::new(out, preset);
+        let mut w = CondenseWriter::new(xz, stretch, how);
+        let bytes = copy_all(input, &mut w)?;
+        let (xz, kept) = w.finish()?;
         xz.finish()?.flush()?;
-        Ok(total)
+        Ok(Written { bytes, kept })
     })
+}
+
+/// A window the plugin wrote itself (`bytes` long), its first `stretch` records condensed
+/// in place.
+fn condense_file(
+    partial: &Path,
+    bytes: u64,
+    stretch: u64,
+    how: Condense,
+) -> std::io::Result<Written> {
+    if stretch == 0 {
+        let kept = Condensed {
+            records_in: bytes / RECORD,
+            records_out: bytes / RECORD,
+            ..Condensed::default()
+        };
+        return Ok(Written { bytes, kept });
+    }
+    let mut name = partial.as_os_str().to_owned();
+    name.push(".condensed");
+    let to = PathBuf::from(name);
+    let result = (|| {
+        let out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&to)?);
+        let mut w = CondenseWriter::new(out, stretch, how);
+        copy_all(std::fs::File::open(partial)?, &mut w)?;
+        let (out, kept) = w.finish()?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&to, partial)?;
+        Ok(Written { bytes, kept })
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&to);
+    }
+    result
 }
 
 /// Copies until the writer of the FIFO closes it; the bytes copied.
@@ -324,7 +464,7 @@ fn check(
     s: &Summary,
     spec: &TraceSpec,
     events: Option<&Events>,
-    got: &[(usize, PathBuf, std::io::Result<u64>)],
+    got: &[(usize, PathBuf, std::io::Result<Written>)],
 ) -> Result<Vec<RegionTrace>, PipelineError> {
     let mut regions = Vec::new();
     let mut missing = Vec::new();
@@ -340,8 +480,8 @@ fn check(
         };
         // The window opened at whichever came first (see the plugin's record module).
         let first = warm.min(start);
-        let bytes = match bytes {
-            Ok(b) => *b,
+        let written = match bytes {
+            Ok(w) => *w,
             Err(e) => {
                 missing.push(format!("region {id}: writing its trace: {e}"));
                 continue;
@@ -349,6 +489,7 @@ fn check(
         };
         let (warmup, region) = (start.saturating_sub(first), end.saturating_sub(start));
         let want = (warmup + region + spec.tail) * RECORD;
+        let bytes = written.bytes;
         if bytes != want {
             missing.push(format!(
                 "region {id}: {} records traced, {} expected ({warmup} warmup + {region} region + {} tail)",
@@ -358,6 +499,14 @@ fn check(
             ));
             continue;
         }
+        let Some(warmup_records) = written.kept.warmup_records(warmup) else {
+            missing.push(format!(
+                "region {id}: {} records condensed, but its warmup is {warmup} (trace again \
+                 with --full-warmup)",
+                written.kept.stretch_in
+            ));
+            continue;
+        };
         let trace = trace_name(id, spec.preset.is_some());
         regions.push(RegionTrace {
             id,
@@ -365,10 +514,11 @@ fn check(
             weight: p.weight,
             multiplier: p.multiplier,
             warmup_instructions: warmup,
+            warmup_records,
             region_instructions: region,
             tail_instructions: spec.tail,
             champsim_command: format!(
-                "champsim --warmup-instructions {warmup} --simulation-instructions {region} {trace}"
+                "champsim --warmup-instructions {warmup_records} --simulation-instructions {region} {trace}"
             ),
             trace,
         });
@@ -393,16 +543,17 @@ fn write_tables(report: &TraceReport) -> Result<(), PipelineError> {
         })?;
     }
     files.write(&report.dir.join("regions.tsv"), |w| {
-        writeln!(w, "id\tcluster\tweight\tmultiplier\twarmup_instructions\tregion_instructions\ttail_instructions\ttrace\tchampsim_command")?;
+        writeln!(w, "id\tcluster\tweight\tmultiplier\twarmup_instructions\twarmup_records\tregion_instructions\ttail_instructions\ttrace\tchampsim_command")?;
         for r in &report.regions {
             writeln!(
                 w,
-                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                 r.id,
                 r.cluster,
                 r.weight,
                 r.multiplier,
                 r.warmup_instructions,
+                r.warmup_records,
                 r.region_instructions,
                 r.tail_instructions,
                 r.trace,
@@ -426,6 +577,7 @@ mod tests {
             build_id: None,
             run_instructions: 0,
             count_rep: "instance".into(),
+            condensed: None,
             regions: warmups
                 .iter()
                 .map(|&w| RegionTrace {
@@ -434,6 +586,7 @@ mod tests {
                     weight: 1.0,
                     multiplier: 1.0,
                     warmup_instructions: w,
+                    warmup_records: w,
                     region_instructions: 1,
                     tail_instructions: 1,
                     trace: String::new(),

@@ -24,6 +24,16 @@ pub struct RegionSim {
     pub ipc: f64,
     /// ChampSim's wall seconds (warmup included).
     pub seconds: f64,
+    /// Its wall seconds warming.
+    #[serde(default)]
+    pub warmup_seconds: f64,
+    /// Its CPU seconds in all and warming (None where the system did not say): what the
+    /// simulation costs, however many processes shared the cores.
+    #[serde(default)]
+    pub cpu_seconds: Option<f64>,
+    /// Its CPU seconds warming.
+    #[serde(default)]
+    pub warmup_cpu_seconds: Option<f64>,
 }
 
 /// `simulation.json`.
@@ -45,6 +55,13 @@ pub struct Simulation {
     pub speedup_instructions: Option<f64>,
     /// ChampSim's wall time in full over the regions' together.
     pub speedup_wall: Option<f64>,
+    /// ChampSim's CPU time in full over the regions' together.
+    #[serde(default)]
+    pub speedup_cpu: Option<f64>,
+    /// The share of the regions' ChampSim time spent warming (CPU time where every region
+    /// has it, else wall time).
+    #[serde(default)]
+    pub warmup_share: Option<f64>,
     /// Half-width of the estimate's 95% interval, percent of the estimate (None: the run has
     /// no per-interval metrics, or its regions are LoopPoint slices).
     #[serde(default)]
@@ -55,6 +72,22 @@ pub struct Simulation {
     /// Why the estimate has no band.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_band: Option<String>,
+}
+
+/// The share of `regions`' ChampSim time spent warming: CPU time where every region has it,
+/// else wall time (None without time).
+pub fn warmup_share(regions: &[RegionSim]) -> Option<f64> {
+    let cpu: Option<Vec<(f64, f64)>> = regions
+        .iter()
+        .map(|r| Some((r.warmup_cpu_seconds?, r.cpu_seconds?)))
+        .collect();
+    let (warm, all) = match cpu {
+        Some(c) => c.iter().fold((0.0, 0.0), |a, x| (a.0 + x.0, a.1 + x.1)),
+        None => regions
+            .iter()
+            .fold((0.0, 0.0), |a, r| (a.0 + r.warmup_seconds, a.1 + r.seconds)),
+    };
+    (all > 0.0).then(|| warm / all)
 }
 
 impl Simulation {
@@ -82,12 +115,21 @@ impl Simulation {
                 r.id, r.weight, r.multiplier, r.instructions, r.cycles, r.ipc
             );
         }
+        if let Some(w) = self.warmup_share {
+            let _ = writeln!(
+                t,
+                "warmups: {:.0}% of the regions' ChampSim time",
+                100.0 * w
+            );
+        }
         if let (Some(full), Some(err)) = (self.full_cpi, self.error_pct) {
             let _ = writeln!(
                 t,
-                "full run CPI {full:.4}: error {err:+.2}%; speedup {:.1}x in instructions, {:.1}x in time",
+                "full run CPI {full:.4}: error {err:+.2}%; speedup {:.1}x in instructions, {:.1}x in \
+                 time ({:.1}x in CPU time)",
                 self.speedup_instructions.unwrap_or(f64::NAN),
-                self.speedup_wall.unwrap_or(f64::NAN)
+                self.speedup_wall.unwrap_or(f64::NAN),
+                self.speedup_cpu.unwrap_or(f64::NAN)
             );
         }
         t
