@@ -22,6 +22,10 @@ const LONG: u64 = 2_000_000;
 const SHORT: u64 = 20_000;
 /// The short run's tail.
 const SHORT_TAIL: &str = "1000";
+/// Every record written (the figures are per record traced; condensing is measured by
+/// `bbv bench warmup`), and warmups as short as the runs make them.
+const FULL: &str = "--full-warmup";
+const SHORT_WARMUPS: &str = "--short-warmups";
 
 /// What one traced run directory holds.
 struct Traced {
@@ -74,15 +78,23 @@ pub fn run(mb: f64, runs: usize, dir: &Path, qemu: Option<&Path>) -> Result<()> 
             bare.push(t(&bare_argv)?);
             replay_l.push(t(&bbv(&["replay", &l]))?);
             clear(&long)?;
-            raw.push(t(&bbv(&["trace", &l, "--raw"]))?);
+            raw.push(t(&bbv(&["trace", &l, "--raw", FULL, SHORT_WARMUPS]))?);
             let bytes = read(&long)?.records * RECORD;
             clear(&long)?;
             sink.push(write_bytes(&root.join("sink"), bytes)?);
-            xz.push(t(&bbv(&["trace", &l]))?);
+            xz.push(t(&bbv(&["trace", &l, FULL, SHORT_WARMUPS]))?);
             clear(&long)?;
             replay_s.push(t(&bbv(&["replay", &s]))?);
             clear(&short)?;
-            ff.push(t(&bbv(&["trace", &s, "--raw", "--tail", SHORT_TAIL]))?);
+            ff.push(t(&bbv(&[
+                "trace",
+                &s,
+                "--raw",
+                "--tail",
+                SHORT_TAIL,
+                FULL,
+                SHORT_WARMUPS,
+            ]))?);
         }
         println!("QEMU: {qemu}");
         print_table(

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use bbv_pipeline::simulate::{simulate_watched, FullRun, SimulateRequest};
+use bbv_pipeline::trace::TraceSpec;
 
 /// `bbv regions`.
 #[derive(clap::Args, Debug)]
@@ -73,6 +74,10 @@ pub struct TraceArgs {
     #[arg(long = "warmup-detail", value_name = "N", conflicts_with = "full_warmup",
           default_value_t = bbv_pipeline::trace::Condense::default().detail)]
     pub warmup_detail: u64,
+    /// Trace regions whose warmups are shorter than 8 million instructions though the run has
+    /// room for longer ones (refused otherwise: their caches would start colder than the run's).
+    #[arg(long = "short-warmups")]
+    pub short_warmups: bool,
     #[command(flatten)]
     pub replay: ReplayArgs,
 }
@@ -110,15 +115,13 @@ pub struct SimulateArgs {
 /// `bbv simulate`: prints the estimate with its band, the regions' IPC (and the error with
 /// --full); 1 when the band is wider than --max-band.
 pub fn simulate(a: SimulateArgs) -> Result<u8> {
-    let launch = a.launch;
-    let full = (a.full)
-        .then(|| FullRun::of(&a.command, launch.qemu, launch.plugin, launch.sysroot))
-        .transpose()?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let l = a.launch;
+    let full = (a.full).then(|| FullRun::of(&a.command, l.qemu, l.plugin, l.sysroot));
+    let full = full.transpose()?;
     let req = SimulateRequest {
         dir: a.dir.clone(),
         champsim: a.champsim,
-        jobs: a.jobs.unwrap_or(cores),
+        jobs: a.jobs.unwrap_or(0),
         full,
         need_band: a.max_band.is_some(),
     };
@@ -155,11 +158,10 @@ pub fn report(a: ReportArgs) -> Result<()> {
 
 /// `bbv trace`: the replay's exit statuses; 1 also when a region could not be traced whole.
 pub fn trace(a: TraceArgs) -> Result<u8> {
-    let out = a.output.unwrap_or_else(|| a.replay.dir.join("traces"));
-    let preset = (!a.raw).then_some(a.xz_preset);
+    let out = std::path::absolute(a.output.unwrap_or_else(|| a.replay.dir.join("traces")))?;
     let detail = (!a.full_warmup).then_some(a.warmup_detail);
-    let spec =
-        bbv_pipeline::trace::TraceSpec::new(std::path::absolute(&out)?, a.tail, preset, detail)?;
+    let preset = (!a.raw).then_some(a.xz_preset);
+    let spec = TraceSpec::new(out, a.tail, preset, detail, a.short_warmups)?;
     let extra = Extra {
         trace: Some(spec),
         ..Default::default()
@@ -189,7 +191,7 @@ pub fn replay(a: ReplayArgs) -> Result<u8> {
 #[derive(Default)]
 pub struct Extra {
     /// ChampSim traces (`bbv trace`).
-    pub trace: Option<bbv_pipeline::trace::TraceSpec>,
+    pub trace: Option<TraceSpec>,
     /// Checkpoints (`bbv checkpoint`).
     pub checkpoint: Option<bbv_pipeline::checkpoint::CheckpointSpec>,
 }

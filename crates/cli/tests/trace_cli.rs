@@ -74,7 +74,7 @@ fn regions_are_traced_whole_and_simulated() {
     let o = guest_env(&mut bbv())
         .arg("trace")
         .arg(&run)
-        .args(["--tail", "2000", "--"])
+        .args(["--tail", "2000", "--short-warmups", "--"])
         .args(&guest)
         .stdout(Stdio::null())
         .output()
@@ -82,7 +82,7 @@ fn regions_are_traced_whole_and_simulated() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // Warmups this short leave ChampSim's caches cold: bbv says so.
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--warmup 8000000"), "{err}");
+    assert!(err.contains("--warmup 50000000"), "{err}");
     let regions = json(&run.join("traces/regions.json"));
     assert_eq!(regions, json(&run.join("trace.json")));
     let list = regions["regions"].as_array().unwrap();
@@ -244,7 +244,7 @@ fn traced_raw(run: &Path, guest: &[String], regions: &[serde_json::Value]) {
         .arg(run)
         .arg("-o")
         .arg(&raw)
-        .args(["--raw", "--tail", "2000", "--"])
+        .args(["--raw", "--tail", "2000", "--short-warmups", "--"])
         .args(guest)
         .stdout(Stdio::null())
         .output()
@@ -284,7 +284,7 @@ fn condensed_against_full(run: &Path, guest: &[String], bin: &Path) {
             .arg("-o")
             .arg(dir)
             .args(args)
-            .args(["--tail", "2000", "--"])
+            .args(["--tail", "2000", "--short-warmups", "--"])
             .args(guest)
             .stdout(Stdio::null())
             .output()
@@ -490,6 +490,53 @@ fn a_region_not_reached_writes_no_trace() {
     before.remove(&run.join("replay.json"));
     after.retain(|p, _| !p.starts_with(run.join("traces")));
     assert_eq!(after, before);
+}
+
+/// A run whose regions lie past 8 million instructions but are warmed for less (here: not at
+/// all, `bbv run`'s default) is refused before the guest runs, with the command that
+/// lengthens the warmups; nothing is written.
+#[test]
+fn short_warmups_are_refused_before_the_guest_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let guest = gzip_run(d, 300_000);
+    let run = d.join("R");
+    let o = guest_env(&mut bbv())
+        .args(["run", "-o"])
+        .arg(&run)
+        .args(["--interval", "2000000", "--max-k", "3", "--"])
+        .args(&guest)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let far = json(&run.join("summary.json"))["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["start_position"].as_u64().unwrap() >= 8_000_000)
+        .count();
+    assert!(
+        far > 0,
+        "no region past 8M instructions: a longer input is needed"
+    );
+    let o = guest_env(&mut bbv())
+        .arg("trace")
+        .arg(&run)
+        .arg("--")
+        .args(&guest)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("bbv regions {} --warmup 50000000", run.display()))
+            && err.contains("--short-warmups"),
+        "{err}"
+    );
+    // Refused before the guest ran: not a byte of its output, no traces.
+    assert!(o.stdout.is_empty());
+    assert!(!run.join("traces").exists() && !run.join("trace.json").exists());
 }
 
 #[test]

@@ -35,7 +35,7 @@ fn traced_and_checked(d: &Path, bin: &Path, cc: &str, name: &str, flags: &[&str]
         .env_remove("QEMU_LD_PREFIX")
         .arg("trace")
         .arg(&run)
-        .args(["--tail", "2000", "--"])
+        .args(["--tail", "2000", "--short-warmups", "--"])
         .arg(&prog)
         .stdout(Stdio::null())
         .output()

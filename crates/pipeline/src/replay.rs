@@ -309,6 +309,9 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
             req.dir.display()
         )));
     }
+    if let Some(spec) = &req.trace {
+        spec.check_run(&req.dir, &s)?;
+    }
     let program = bbv_collect::resolve_program(&req.program)?;
     let plan = plan(&req.dir, &s, &program)?;
     let blocks = rundir::read_blocks(&req.dir.join("blocks.tsv"))?;

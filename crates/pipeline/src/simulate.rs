@@ -30,7 +30,7 @@ pub struct SimulateRequest {
     pub dir: PathBuf,
     /// ChampSim's binary (None: where scripts/champsim puts it).
     pub champsim: Option<PathBuf>,
-    /// Simulations at a time.
+    /// Simulations at a time (0: one per core).
     pub jobs: usize,
     /// Also simulate the whole run: the program and its arguments, and how to launch it.
     pub full: Option<FullRun>,
@@ -180,7 +180,9 @@ pub fn simulate_watched(
         )));
     }
     let bin = sim::find(req.champsim.as_deref())?;
-    let (regions, outputs) = simulate_regions(&bin, &t, req.jobs.max(1), watcher)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let jobs = if req.jobs == 0 { cores } else { req.jobs };
+    let (regions, outputs) = simulate_regions(&bin, &t, jobs, watcher)?;
     let (cycles, instructions) = regions.iter().fold((0.0, 0.0), |(c, n), r| {
         (
             c + r.multiplier * r.cycles as f64,

@@ -49,10 +49,28 @@ impl TraceReport {
             format!(
                 "warmups of at most {longest} instructions: ChampSim's caches stay colder than in \
                  the whole run and the regions read slow (gzip's by up to 46% with 2 million); \
-                 `bbv regions DIR --warmup {WARM_ENOUGH}` and trace again (docs/champsim.md)"
+                 `bbv regions DIR --warmup {WARMUP_ADVISED}` and trace again (docs/champsim.md)"
             )
         })
     }
+}
+
+/// The warmup `bbv trace` names when it refuses short ones: xz's 730 KB run read as in context
+/// with 32M and cc1's heaviest region with 50M (docs/champsim.md); condensed, a warmup of any
+/// length costs ChampSim about its detail kept whole plus a record per line it leaves.
+pub const WARMUP_ADVISED: u64 = 50_000_000;
+
+/// Regions (id, warmup) that lie at least [`WARM_ENOUGH`] into the run yet are warmed for
+/// less: their traces would start with caches colder than the run's.
+fn cold_regions(s: &Summary) -> Vec<(usize, u64)> {
+    // Markers sit within 0.5% of an interval of their cuts: 8M asked can trace a little less.
+    let enough = WARM_ENOUGH - WARM_ENOUGH / 100;
+    s.points
+        .iter()
+        .map(|p| (p, p.warmup.as_ref().map_or(0, |_| p.warmup_length)))
+        .filter(|(p, w)| p.start_position >= WARM_ENOUGH && *w < enough)
+        .map(|(p, w)| (region_id(p), w))
+        .collect()
 }
 
 /// What to trace besides the replay.
@@ -66,6 +84,8 @@ pub struct TraceSpec {
     pub preset: Option<u32>,
     /// How warmups are condensed (None: every record of them written).
     pub condense: Option<Condense>,
+    /// Trace regions whose warmups are too short (`--short-warmups`) instead of refusing.
+    pub short_warmups: bool,
 }
 
 impl TraceSpec {
@@ -76,6 +96,7 @@ impl TraceSpec {
         tail: u64,
         preset: Option<u32>,
         detail: Option<u64>,
+        short_warmups: bool,
     ) -> Result<TraceSpec, PipelineError> {
         let condense = detail.map(|detail| Condense {
             detail,
@@ -101,7 +122,37 @@ impl TraceSpec {
             tail,
             preset,
             condense,
+            short_warmups,
         })
+    }
+
+    /// Refuses, before anything runs, a run of LoopPoint regions, and one whose regions could
+    /// be warmed for [`WARM_ENOUGH`] instructions and are not (naming the command that
+    /// lengthens them; unless `short_warmups`).
+    pub fn check_run(&self, dir: &Path, s: &Summary) -> Result<(), PipelineError> {
+        if s.regions_mode == "looppoint" {
+            // The records are thread 1's; a LoopPoint region spans every thread.
+            return Err(PipelineError::Invalid(
+                "the regions are LoopPoint slices of several threads: bbv trace writes one \
+                 thread's records (single-core ChampSim traces); profile with --regions intervals"
+                    .into(),
+            ));
+        }
+        let cold = cold_regions(s);
+        if self.short_warmups || cold.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<String> = cold.iter().map(|(id, w)| format!("{id} ({w})")).collect();
+        Err(PipelineError::Invalid(format!(
+            "regions {} have warmups shorter than {WARM_ENOUGH} instructions though the run has \
+             room for them: ChampSim's caches would stay colder than in the whole run and the \
+             regions read slow (gzip's by up to 46% with 2 million, xz's +13% as a whole); \
+             `bbv regions {} --warmup {WARMUP_ADVISED}` and trace again (warmups are condensed: \
+             a long one costs ChampSim little more than a short one), or --short-warmups to \
+             trace them as they are",
+            list.join(", "),
+            dir.display(),
+        )))
     }
 }
 
@@ -262,14 +313,6 @@ impl Tracing {
     /// Makes a FIFO per region in `work` and starts its reader (for xz), and writes the
     /// windows' file.
     pub fn start(spec: &TraceSpec, s: &Summary, work: &Path) -> Result<Tracing, PipelineError> {
-        if s.regions_mode == "looppoint" {
-            // The records are thread 1's; a LoopPoint region spans every thread.
-            return Err(PipelineError::Invalid(
-                "the regions are LoopPoint slices of several threads: bbv trace writes one \
-                 thread's records (single-core ChampSim traces); profile with --regions intervals"
-                    .into(),
-            ));
-        }
         std::fs::create_dir_all(&spec.dir).map_err(|source| PipelineError::Create {
             what: format!("cannot create {}", spec.dir.display()),
             source,
