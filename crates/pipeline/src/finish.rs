@@ -107,8 +107,24 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
         let placed = match place(dir, &summary, &rows, &chosen, &labels, None) {
             Err(PipelineError::NoMarker { .. }) => {
                 let distances = read_label_distances(&dir.join("simpoint.labels"))?;
-                let stand_ins = regions::stand_ins(&chosen, &labels, &distances);
-                place(dir, &summary, &rows, &chosen, &labels, Some(&stand_ins))
+                let mut fallback = regions::Fallback {
+                    stand_ins: regions::stand_ins(&chosen, &labels, &distances),
+                    forward: Vec::new(),
+                };
+                // A point none of whose own cluster delimits (the dynamic loader's start-up,
+                // where no marker may go) may stand for it from the first interval after it
+                // that a marker delimits: tried for one such point at a time, since each
+                // needs the counts at many cuts.
+                loop {
+                    match place(dir, &summary, &rows, &chosen, &labels, Some(&fallback)) {
+                        Err(PipelineError::NoMarker { interval, .. })
+                            if !fallback.forward.contains(&interval) =>
+                        {
+                            fallback.forward.push(interval)
+                        }
+                        placed => break placed,
+                    }
+                }
             }
             placed => placed,
         };
@@ -140,7 +156,7 @@ fn place(
     rows: &Rows,
     chosen: &[Chosen],
     labels: &[usize],
-    fallback: Option<&[Vec<u64>]>,
+    fallback: Option<&regions::Fallback>,
 ) -> Result<(Profile, Vec<Point>), PipelineError> {
     let n_warm = regions::warmup_intervals(summary.warmup, summary.interval);
     let reach = if fallback.is_some() {
@@ -148,10 +164,17 @@ fn place(
     } else {
         0
     };
+    let forward = fallback.into_iter().flat_map(|f| &f.forward);
     let tried: BTreeSet<u64> = chosen
         .iter()
         .map(|c| c.interval)
-        .chain(fallback.into_iter().flatten().flatten().copied())
+        .chain(
+            fallback
+                .into_iter()
+                .flat_map(|f| f.stand_ins.iter().flatten().copied()),
+        )
+        .chain(forward.flat_map(|&i| i + 1..=i + regions::FORWARD))
+        .filter(|&i| i < summary.intervals)
         .collect();
     let mut cuts = BTreeSet::new();
     for &i in &tried {

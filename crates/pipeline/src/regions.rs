@@ -63,15 +63,30 @@ pub const REACH: u64 = 4;
 /// How many of a cluster's members are tried when its representative has no marker.
 pub const STAND_INS: usize = 4;
 
+/// How many intervals after a point no marker delimits (nor its cluster's stand-ins, nor
+/// [`REACH`]) are tried to stand in for it.
+pub const FORWARD: u64 = 32;
+
+/// What a point no marker delimits may fall back on.
+#[derive(Clone, Debug, Default)]
+pub struct Fallback {
+    /// Per chosen point, its cluster's members nearest its centre ([`stand_ins`]).
+    pub stand_ins: Vec<Vec<u64>>,
+    /// Points (their intervals) that may stand in from up to [`FORWARD`] intervals after.
+    pub forward: Vec<u64>,
+}
+
 /// Builds every point's markers. `labels` = the cluster of each interval. Without `fallback`
 /// every point is its representative, delimited at its own cuts; with it, a representative no
 /// marker delimits gives way to the first of its stand-ins (per chosen point, in order) that
-/// one does, which says whom it stands in for, else reaches up to [`REACH`] cuts around.
+/// one does, then (for the points `forward` names) to the first of the [`FORWARD`] intervals
+/// after it that one does, each saying whom it stands in for; else it reaches up to [`REACH`]
+/// cuts around.
 pub fn build(
     placer: &Placer,
     profile: &Profile,
     chosen: &[Chosen],
-    fallback: Option<&[Vec<u64>]>,
+    fallback: Option<&Fallback>,
     labels: &[usize],
     lengths: [u64; 2],
     entry: Option<&Entry>,
@@ -80,19 +95,29 @@ pub fn build(
     let mut points = Vec::new();
     for (n, c) in chosen.iter().enumerate() {
         let point = match (one(c, 0), fallback) {
-            (Err(PipelineError::NoMarker { .. }), Some(stand_ins)) => {
-                let stood = stand_ins[n].iter().find_map(|&other| {
-                    let mut p = one(
-                        &Chosen {
-                            interval: other,
-                            ..*c
-                        },
-                        0,
-                    )
-                    .ok()?;
-                    p.stand_in_for = Some(c.interval);
-                    Some(p)
-                });
+            (Err(PipelineError::NoMarker { .. }), Some(fallback)) => {
+                let after = match fallback.forward.contains(&c.interval) {
+                    true => {
+                        c.interval + 1..(c.interval + 1 + FORWARD).min(profile.lengths.len() as u64)
+                    }
+                    false => 0..0,
+                };
+                let stood = fallback.stand_ins[n]
+                    .iter()
+                    .copied()
+                    .chain(after)
+                    .find_map(|other| {
+                        let mut p = one(
+                            &Chosen {
+                                interval: other,
+                                ..*c
+                            },
+                            0,
+                        )
+                        .ok()?;
+                        p.stand_in_for = Some(c.interval);
+                        Some(p)
+                    });
                 match stood {
                     Some(p) => p,
                     None => one(c, REACH)?,
@@ -455,7 +480,10 @@ mod tests {
         // Interval 2 (no start marker) is nearest the centre; 3 comes next, then 1.
         let distances = [0.0, 0.3, 0.1, 0.2, 0.0];
         let place = |labels: &[usize]| {
-            let alts = stand_ins(&chosen, labels, &distances);
+            let alts = Fallback {
+                stand_ins: stand_ins(&chosen, labels, &distances),
+                forward: Vec::new(),
+            };
             let p = build(
                 &placer,
                 &profile,
@@ -465,7 +493,7 @@ mod tests {
                 [10, 0],
                 None,
             );
-            (alts, p.unwrap())
+            (alts.stand_ins, p.unwrap())
         };
         // Interval 2 (no start marker) is nearest the centre; 3 comes next, then 1.
         let (alts, p) = place(&[0, 1, 1, 1, 2]);
@@ -480,5 +508,24 @@ mod tests {
         assert_eq!((p[0].interval, p[0].stand_in_for), (2, None));
         assert_eq!((p[0].start_instruction, p[0].length), (10, 20));
         assert!((p[0].multiplier - 0.5).abs() < 1e-9);
+        // Allowed forward (a pass found no marker for it even so), the first interval after
+        // it that one delimits stands in for it, before any reaching.
+        let forward = Fallback {
+            stand_ins: vec![Vec::new()],
+            forward: vec![2],
+        };
+        let labels = [0, 2, 1, 2, 2];
+        let p = build(
+            &placer,
+            &profile,
+            &chosen,
+            Some(&forward),
+            &labels,
+            [10, 0],
+            None,
+        );
+        let p = p.unwrap();
+        assert_eq!((p[0].interval, p[0].stand_in_for), (3, Some(2)));
+        assert_eq!((p[0].start_instruction, p[0].length), (30, 10));
     }
 }
