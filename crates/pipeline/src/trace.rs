@@ -73,6 +73,20 @@ fn cold_regions(s: &Summary) -> Vec<(usize, u64)> {
         .collect()
 }
 
+/// Records of `p`'s warmup to condense: all but the detail, when its warmup marker says where
+/// it starts (the markers' tolerance, 0.5% of an interval, lies far inside the detail). A
+/// warmup from the program's entry point starts wherever the dynamic loader has finished (17M
+/// instructions into LLVM's `opt`), not where the profile's `warmup_length` assumes: it is
+/// written whole rather than condensed past its own end.
+fn stretch(condense: Option<Condense>, p: &bbv_rundir::Point) -> u64 {
+    match (condense, &p.warmup) {
+        (Some(c), Some(_)) if p.warmup_length < p.start_position => {
+            p.warmup_length.saturating_sub(c.detail)
+        }
+        _ => 0,
+    }
+}
+
 /// What to trace besides the replay.
 #[derive(Clone, Debug)]
 pub struct TraceSpec {
@@ -321,11 +335,7 @@ impl Tracing {
         let mut windows = Vec::new();
         for (r, p) in s.points.iter().enumerate() {
             let name = trace_name(region_id(p), spec.preset.is_some());
-            // The markers' tolerance (0.5% of an interval) is far inside the detail kept.
-            let stretch = match (spec.condense, &p.warmup) {
-                (Some(c), Some(_)) => p.warmup_length.saturating_sub(c.detail),
-                _ => 0,
-            };
+            let stretch = stretch(spec.condense, p);
             let how = spec.condense.unwrap_or_default();
             let partial = spec
                 .dir
@@ -637,6 +647,25 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn warmups_from_a_marker_are_condensed_and_from_the_entry_point_not() {
+        let text = r#"{"cluster":0,"interval":9,"weight":0.5,"start_instruction":18000000,
+            "start":{"image":"a","offset":"0x10","count":1},
+            "end":{"image":"a","offset":"0x20","count":1},
+            "warmup":{"image":"a","offset":"0x30","count":4},
+            "length":2000000,"start_position":18000005,"warmup_length":16000000,
+            "multiplier":2.0,"end_relative":1}"#;
+        let mut p: bbv_rundir::Point = serde_json::from_str(text).unwrap();
+        let c = Some(Condense::default());
+        assert_eq!(stretch(c, &p), 14_000_000);
+        assert_eq!(stretch(None, &p), 0);
+        // From the entry point: warmup_length is the start position, an assumption.
+        p.warmup_length = p.start_position;
+        assert_eq!(stretch(c, &p), 0);
+        p.warmup = None;
+        assert_eq!(stretch(c, &p), 0);
     }
 
     #[test]
