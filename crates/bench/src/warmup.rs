@@ -34,8 +34,8 @@ fn regions(dir: &Path) -> Result<Vec<Region>> {
     rs.iter()
         .map(|r| {
             let n = |k: &str| r[k].as_u64().with_context(|| format!("trace.json: no {k}"));
-            if r.get("warmup_records").and_then(|w| w.as_u64()) != r["warmup_instructions"].as_u64()
-                && r.get("warmup_records").is_some()
+            if r.get("warmup_records")
+                .is_some_and(|w| *w != r["warmup_instructions"])
             {
                 bail!("trace.json: the warmups are condensed already (bbv trace --full-warmup)");
             }

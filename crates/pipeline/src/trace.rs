@@ -27,6 +27,10 @@ const RECORD: u64 = 64;
 /// (docs/champsim.md): with 2 million instructions regions still read up to 46% slow.
 pub const WARM_ENOUGH: u64 = 8_000_000;
 
+/// [`WARM_ENOUGH`] as traced: markers sit within 0.5% of an interval of their cuts, so 8M asked
+/// can trace a little less.
+const WARM_ENOUGH_TRACED: u64 = WARM_ENOUGH - WARM_ENOUGH / 100;
+
 impl TraceReport {
     /// What `bbv trace` says when done: where the traces are, and any note.
     pub fn text(&self) -> String {
@@ -44,8 +48,7 @@ impl TraceReport {
     /// Why the estimate may read high: every warmup is shorter than [`WARM_ENOUGH`].
     pub fn short_warmups(&self) -> Option<String> {
         let longest = self.regions.iter().map(|r| r.warmup_instructions).max()?;
-        // Markers sit within 0.5% of an interval of their cuts: 8M asked can trace a little less.
-        (longest < WARM_ENOUGH - WARM_ENOUGH / 100).then(|| {
+        (longest < WARM_ENOUGH_TRACED).then(|| {
             format!(
                 "warmups of at most {longest} instructions: ChampSim's caches stay colder than in \
                  the whole run and the regions read slow (gzip's by up to 46% with 2 million); \
@@ -63,12 +66,10 @@ pub const WARMUP_ADVISED: u64 = 50_000_000;
 /// Regions (id, warmup) that lie at least [`WARM_ENOUGH`] into the run yet are warmed for
 /// less: their traces would start with caches colder than the run's.
 fn cold_regions(s: &Summary) -> Vec<(usize, u64)> {
-    // Markers sit within 0.5% of an interval of their cuts: 8M asked can trace a little less.
-    let enough = WARM_ENOUGH - WARM_ENOUGH / 100;
     s.points
         .iter()
         .map(|p| (p, p.warmup.as_ref().map_or(0, |_| p.warmup_length)))
-        .filter(|(p, w)| p.start_position >= WARM_ENOUGH && *w < enough)
+        .filter(|(p, w)| p.start_position >= WARM_ENOUGH && *w < WARM_ENOUGH_TRACED)
         .map(|(p, w)| (region_id(p), w))
         .collect()
 }
@@ -103,8 +104,9 @@ pub struct TraceSpec {
 }
 
 impl TraceSpec {
-    /// A spec, its tail, preset and detail checked. `detail`: records before each region written whole, the rest of the warmup condensed
-    /// ([`Condense`]'s other defaults); None writes every record of the warmups.
+    /// A spec, its tail, preset and detail checked. `detail`: records before each region
+    /// written whole, the rest of the warmup condensed ([`Condense`]'s other defaults); None
+    /// writes every record of the warmups.
     pub fn new(
         dir: PathBuf,
         tail: u64,
