@@ -31,6 +31,8 @@ struct Case {
     points: usize,
     error_pct: f64,
     band_pct: f64,
+    /// The band predicted before simulation (what `bbv run --target-error` chooses by).
+    predicted_pct: f64,
 }
 
 impl Case {
@@ -120,8 +122,7 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
     let estimates: Vec<f64> = rows.iter().map(strata::cpi_estimate).collect();
     let weights: Vec<f64> = insns.iter().map(|&n| n as f64).collect();
     let summary = bbv_rundir::read_summary(dir)?;
-    let covered: f64 = weights.iter().sum();
-    let tail = (1.0 - covered / summary.instructions.max(1) as f64).max(0.0);
+    let tail = summary.tail_fraction(weights.iter().sum());
     let bb: PathBuf = dir.join("bb.out");
     let mut data = bbv_simpoint::load_projected(&bb)?;
     if data.rows() != rows.len() {
@@ -135,13 +136,7 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
     let w = 1.0 / data.rows() as f64;
     data.weights.iter_mut().for_each(|x| *x = w);
     // The intervals as the band sees them, the same for every clustering.
-    let members: Vec<Member> = (0..rows.len())
-        .map(|i| Member {
-            instructions: weights[i],
-            estimate: estimates[i],
-            position: data.row(i).to_vec(),
-        })
-        .collect();
+    let members = band::members(&rows, |i| data.row(i));
     let max_k = max_k.min(data.rows());
     println!(
         "{}: {} intervals, whole run CPI {full:.4} (ChampSim, in context: {})",
@@ -149,7 +144,7 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
         rows.len(),
         whole.display()
     );
-    println!("k  seed  pick      points  error     95% band  covered");
+    println!("k  seed  pick      points  error     95% band  predicted  covered");
     let mut cases = Vec::new();
     for seed in 0..seeds.max(1) {
         let opts = Options {
@@ -171,7 +166,8 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
                         &mut post.weights,
                     );
                 }
-                let (points, error_pct, band_pct) = score(&post, &members, (&cpi, full), tail)?;
+                let (points, error_pct, band_pct, predicted_pct) =
+                    score(&post, &members, (&cpi, full), tail)?;
                 let c = Case {
                     k: r.k,
                     seed,
@@ -179,15 +175,17 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
                     points,
                     error_pct,
                     band_pct,
+                    predicted_pct,
                 };
                 println!(
-                    "{:2} {:5}  {:8} {:6}  {:+7.2}%  ±{:6.2}%  {}",
+                    "{:2} {:5}  {:8} {:6}  {:+7.2}%  ±{:6.2}%  ±{:6.2}%  {}",
                     c.k,
                     c.seed,
                     format!("{:?}", c.pick).to_lowercase(),
                     c.points,
                     c.error_pct,
                     c.band_pct,
+                    c.predicted_pct,
                     if c.covered() { "yes" } else { "NO" }
                 );
                 cases.push(c);
@@ -195,37 +193,85 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
         }
     }
     summarize(&cases);
+    by_target(&cases, seeds.max(1));
     Ok(())
 }
 
+/// What choosing by the predicted band would give: for each target, seed and way of picking,
+/// the case with the fewest points (then the smallest k) whose predicted band is within the
+/// target, and its true error.
+fn by_target(cases: &[Case], seeds: usize) {
+    println!("choosing by the predicted band (bbv run --target-error's rule):");
+    for target in TARGETS {
+        for pick in [Pick::Centroid, Pick::Strata] {
+            let mut chosen = Vec::new();
+            for seed in 0..seeds {
+                let meeting = cases
+                    .iter()
+                    .filter(|c| c.pick == pick && c.seed == seed && c.predicted_pct <= target)
+                    .min_by_key(|c| (c.points, c.k));
+                match meeting {
+                    Some(c) => chosen.push(c),
+                    None => println!("  ±{target}% {pick:?} seed {seed}: no k meets it"),
+                }
+            }
+            if chosen.is_empty() {
+                continue;
+            }
+            let within = chosen
+                .iter()
+                .filter(|c| c.error_pct.abs() <= target)
+                .count();
+            let each: Vec<String> = chosen
+                .iter()
+                .map(|c| format!("k {} ({} points) {:+.2}%", c.k, c.points, c.error_pct))
+                .collect();
+            println!(
+                "  ±{target}% {pick:?}: {within} of {} within the target: {}",
+                chosen.len(),
+                each.join(", ")
+            );
+        }
+    }
+}
+
+/// The targets `by_target` tries, in percent.
+const TARGETS: [f64; 4] = [1.0, 2.0, 3.0, 5.0];
+
 /// Per way of picking: the cases covered, the median width, the mean error and points.
 fn summarize(cases: &[Case]) {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
     for pick in [Pick::Centroid, Pick::Strata] {
         let of: Vec<&Case> = cases.iter().filter(|c| c.pick == pick).collect();
         let n = of.len().max(1) as f64;
-        let mut widths: Vec<f64> = of.iter().map(|c| c.band_pct).collect();
-        widths.sort_by(f64::total_cmp);
+        let share =
+            |f: &dyn Fn(&Case) -> bool| 100.0 * of.iter().filter(|c| f(c)).count() as f64 / n;
         println!(
             "{:?}: {} cases, covered {:.1}%, median band ±{:.2}%, mean |error| {:.2}%, \
-             points {:.1} on average",
+             points {:.1} on average; the predicted band covered {:.1}%, median ±{:.2}%",
             pick,
             of.len(),
-            100.0 * of.iter().filter(|c| c.covered()).count() as f64 / n,
-            widths.get(widths.len() / 2).copied().unwrap_or(f64::NAN),
+            share(&|c| c.covered()),
+            median(of.iter().map(|c| c.band_pct).collect()),
             of.iter().map(|c| c.error_pct.abs()).sum::<f64>() / n,
             of.iter().map(|c| c.points as f64).sum::<f64>() / n,
+            share(&|c| c.error_pct.abs() <= c.predicted_pct),
+            median(of.iter().map(|c| c.predicted_pct).collect()),
         );
     }
 }
 
-/// One clustering's points in context: how many, the estimate's error against the whole run
-/// and its band, both in percent.
+/// One clustering's points in context: how many, the estimate's error against the whole run,
+/// its band and the band predicted before simulation, all in percent.
 fn score(
     post: &PostResult,
     members: &[Member],
     (cpi, full): (&[f64], f64),
     tail: f64,
-) -> Result<(usize, f64, f64)> {
+) -> Result<(usize, f64, f64, f64)> {
     let labels: Vec<usize> = post.labels.iter().map(|&l| l as usize).collect();
     let mut share = vec![0.0; post.simpoints.len()];
     for (m, &l) in members.iter().zip(&labels) {
@@ -246,5 +292,11 @@ fn score(
     let total: f64 = points.iter().map(|p| p.weight).sum();
     let estimate = points.iter().map(|p| p.weight * p.cpi).sum::<f64>() / total;
     let b = band::band(members, &labels, &points, estimate, tail)?;
-    Ok((points.len(), 100.0 * (estimate - full) / full, b.band_pct))
+    let predicted = band::predicted(members, &labels, &points, tail)?;
+    Ok((
+        points.len(),
+        100.0 * (estimate - full) / full,
+        b.band_pct,
+        predicted.band_pct,
+    ))
 }

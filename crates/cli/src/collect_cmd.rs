@@ -150,9 +150,10 @@ pub struct RunArgs {
     /// points estimate each (DIR/validation.json and the summary's error table).
     #[arg(long)]
     pub validate: bool,
-    /// Choose k as the smallest (up to --max-k) whose estimate of every metric is within PCT
-    /// percent of the full run (or 0.01 per 1000 instructions), instead of SimPoint's BIC
-    /// rule; implies --validate.
+    /// Choose k (up to --max-k) as the one with the fewest points whose estimate of every
+    /// metric is within PCT percent of the full run (or 0.01 per 1000 instructions) and whose
+    /// CPI band predicted by bbv's model (95%) is at most PCT, instead of SimPoint's BIC rule;
+    /// when none is, the nearest, with a warning first. Implies --validate.
     #[arg(long = "target-error", value_name = "PCT", value_parser = percent)]
     pub target_error: Option<f64>,
     /// Each cluster's point: the interval nearest its centre (centroid, SimPoint 3.2's), the

@@ -536,31 +536,48 @@ fn validation_recomputes_from_the_run_files_and_target_error_chooses_k() {
     run("plain", &[]);
     assert!(!dir.path().join("plain/validation.json").exists());
     assert!(!dir.path().join("plain/metrics.csv").exists());
-    // A loose target: the smallest k whose every metric meets it.
-    run("t", &["--target-error", "20"]);
+    // A loose target: the k with the fewest points whose every metric meets it and whose
+    // predicted CPI band (given for every k) is within it.
+    let text = run("t", &["--target-error", "20"]);
     let t = json(&dir.path().join("t/validation.json"));
     let by_k = t["by_k"].as_array().unwrap();
     assert_eq!(by_k.len(), 8, "every k from 1 to --max-k is tried");
+    let band = |row: &serde_json::Value| row["predicted_band_pct"].as_f64().unwrap();
+    assert!(by_k.iter().all(|r| band(r) > 0.0 && band(r).is_finite()));
     let meets = |row: &serde_json::Value| {
-        row["metrics"].as_array().unwrap().iter().all(|m| {
-            m["abs_error"].as_f64().unwrap() <= 0.01
-                || m["rel_error"].as_f64().is_some_and(|e| e <= 0.20)
-        })
+        band(row) <= 20.0
+            && row["metrics"].as_array().unwrap().iter().all(|m| {
+                m["abs_error"].as_f64().unwrap() <= 0.01
+                    || m["rel_error"].as_f64().is_some_and(|e| e <= 0.20)
+            })
     };
-    let first = by_k.iter().find(|r| meets(r)).expect("some k meets 20%");
-    assert_eq!(t["k"], first["k"]);
+    let fewest = by_k
+        .iter()
+        .filter(|r| meets(r))
+        .min_by_key(|r| (r["points"].as_u64(), r["k"].as_u64()))
+        .expect("some k meets 20%");
+    assert_eq!(t["k"], fewest["k"]);
     assert!(t["k_rule"].as_str().unwrap().contains("--target-error 20%"));
+    let said = format!("CPI band predicted for these points: ±{:.2}%", band(fewest));
+    assert!(text.contains(&said), "{text}");
+    // A target no k meets: the nearest k, and the warning says so before the summary.
+    let text = run("tight", &["--target-error", "0.01"]);
+    let warned = text.find("bbv: warning: --target-error 0.01% not met by any k up to 8");
+    let summary = text.find("instructions: ");
+    assert!(warned.is_some() && warned < summary, "{text}");
+    assert!(text.contains("--max-k or shorter intervals"), "{text}");
 }
 
 #[test]
 fn bad_metrics_options_exit_2_before_running() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [&[&str]; 9] = [
+    let cases: [&[&str]; 10] = [
         &["run", "--validate", "--l1d", "48K,12,64"],
         &["run", "--pick", "median"],
         &["run", "--validate", "--l2", "1M,16,128"],
         &["run", "--l1d", "16K,4,64"],
         &["run", "--target-error", "0"],
+        &["run", "--target-error=-1"],
         &["collect", "--metrics-out-file", "m", "--instr-count-only"],
         &["collect", "--l2", "3M,16,64", "--metrics-out-file", "m"],
         &["collect", "--model-thread", "no"],

@@ -21,6 +21,10 @@ pub struct Validate<'a> {
     pub target_error: Option<f64>,
     /// How each cluster's point is picked (for every k tried, before its errors are measured).
     pub pick: Pick,
+    /// The share of the run after its last whole interval, when the vectors are intervals
+    /// (each k's CPI band is then predicted, [`bbv_rundir::band::predicted`]); None for
+    /// LoopPoint's slices, which get no band.
+    pub tail: Option<f64>,
 }
 
 /// Which k are tried.
@@ -179,12 +183,19 @@ fn validate_runs(
     }
     let clusterings: Vec<Clusters> = posts.iter().map(clusters_of).collect();
     let bbv = validate::bbv_errors(input, &clusterings)?;
+    let members = v
+        .tail
+        .map(|_| bbv_rundir::band::members(v.rows, |i| data.row(i)));
     let mut by_k = Vec::new();
     for (((run, c), bbv_error), &bic_fraction) in
         result.runs.iter().zip(&clusterings).zip(bbv).zip(fractions)
     {
         let metrics = validate::metric_errors(v.rows, c)?;
         let worst = metrics.iter().map(|m| m.rank()).fold(0.0, f64::max);
+        let predicted = match (&members, v.tail) {
+            (Some(m), Some(tail)) => Some(predicted_band(m, c, tail)?),
+            _ => None,
+        };
         by_k.push(KRow {
             k: run.k,
             points: c.points.len(),
@@ -193,6 +204,7 @@ fn validate_runs(
             worst_rel_error: worst.is_finite().then_some(worst),
             bbv_error,
             metrics,
+            predicted_band_pct: predicted,
         });
     }
     let (best, rule) = match target {
@@ -216,6 +228,31 @@ fn validate_runs(
         pick: v.pick,
     };
     Ok((posts.swap_remove(best), validation))
+}
+
+/// The CPI band, in percent, that a clustering's points are expected to get when simulated.
+fn predicted_band(
+    members: &[bbv_rundir::band::Member],
+    c: &Clusters,
+    tail: f64,
+) -> Result<f64, PipelineError> {
+    let mut share = vec![0.0; c.labels.iter().max().map_or(0, |&l| l + 1)];
+    for (m, &l) in members.iter().zip(&c.labels) {
+        share[l] += m.instructions;
+    }
+    let points: Vec<bbv_rundir::band::Sampled> = c
+        .points
+        .iter()
+        .filter(|p| share.get(p.1).is_some_and(|&s| s > 0.0))
+        .map(|&(interval, label, _)| bbv_rundir::band::Sampled {
+            label,
+            interval,
+            weight: share[label],
+            cpi: 0.0,
+        })
+        .collect();
+    let b = bbv_rundir::band::predicted(members, &c.labels, &points, tail)?;
+    Ok(b.band_pct)
 }
 
 /// Replaces each cluster's point by [`validate::typical_points`]' choice.
@@ -276,38 +313,56 @@ fn bic_fractions(runs: &[bbv_simpoint::Run]) -> Vec<f64> {
         .collect()
 }
 
-/// The smallest k meeting `target` on every metric, else the k with the smallest worst error;
-/// returns the index into `rows` (in run order) and the rule as said in the summary.
+/// The k with the fewest points (then the smallest k) whose every metric is within `target`
+/// and whose predicted CPI band is at most `target`; when none is, the one nearest to it (the
+/// smallest of its worst metric error and its band, each over the target). Returns the index
+/// into `rows` (in run order) and the rule as said in the summary.
 fn choose_by_target(rows: &[KRow], target: f64) -> (usize, String) {
     let pct = 100.0 * target;
+    let band = |r: &KRow| r.predicted_band_pct.map_or(0.0, |b| b / 100.0);
+    let banded = rows.iter().any(|r| r.predicted_band_pct.is_some());
+    let what = if banded {
+        "every metric within and a predicted CPI band of at most"
+    } else {
+        "every metric within"
+    };
     let meeting = rows
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.metrics.iter().all(|m| m.meets(target)))
-        .min_by_key(|(_, r)| r.k);
-    match meeting {
-        Some((i, _)) => (
+        .filter(|(_, r)| r.metrics.iter().all(|m| m.meets(target)) && band(r) <= target)
+        .min_by_key(|(_, r)| (r.points, r.k));
+    if let Some((i, _)) = meeting {
+        return (
             i,
-            format!("--target-error {pct}%: the smallest k whose every metric is within {pct}%"),
-        ),
-        None => {
-            let rank = |r: &KRow| r.metrics.iter().map(|m| m.rank()).fold(0.0, f64::max);
-            let (i, r) = rows
-                .iter()
-                .enumerate()
-                .min_by(|a, b| rank(a.1).total_cmp(&rank(b.1)).then(a.1.k.cmp(&b.1.k)))
-                .expect("at least one k is tried");
-            (
-                i,
-                format!(
-                    "--target-error {pct}% not met by any k up to {}: k = {} has the smallest worst error, {:.2}%",
-                    rows.iter().map(|r| r.k).max().unwrap_or(0),
-                    r.k,
-                    100.0 * rank(r)
-                ),
-            )
-        }
+            format!("--target-error {pct}%: the fewest points with {what} {pct}%"),
+        );
     }
+    let worst = |r: &KRow| r.metrics.iter().map(|m| m.rank()).fold(0.0, f64::max);
+    let rank = |r: &KRow| worst(r).max(band(r));
+    let (i, r) = rows
+        .iter()
+        .enumerate()
+        .min_by(|a, b| {
+            rank(a.1)
+                .total_cmp(&rank(b.1))
+                .then((a.1.points, a.1.k).cmp(&(b.1.points, b.1.k)))
+        })
+        .expect("at least one k is tried");
+    let band_said = r
+        .predicted_band_pct
+        .map_or(String::new(), |b| format!(", predicted CPI band ±{b:.2}%"));
+    (
+        i,
+        format!(
+            "--target-error {pct}% not met by any k up to {} ({what} {pct}%): k = {} ({} points) \
+             comes nearest, worst metric error {:.2}%{band_said}; a larger --max-k or shorter \
+             intervals give more points",
+            rows.iter().map(|r| r.k).max().unwrap_or(0),
+            r.k,
+            r.points,
+            100.0 * worst(r)
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -353,5 +408,65 @@ mod tests {
         assert!((c.points.iter().map(|p| p.2).sum::<f64>() - 1.0).abs() < 1e-12);
         // Metrics for another number of intervals are refused.
         assert!(pick_strata(&mut post, &rows[..7]).is_err());
+    }
+
+    /// A k of `points` points whose one metric is off by `rel` and whose band is `band` (%).
+    fn k_row(k: usize, points: usize, rel: f64, band: Option<f64>) -> KRow {
+        KRow {
+            k,
+            points,
+            bic: 0.0,
+            bic_fraction: 0.0,
+            worst_rel_error: Some(rel),
+            bbv_error: 0.0,
+            metrics: vec![bbv_rundir::validate::MetricError {
+                name: "cpi".into(),
+                per_kilo_instruction: false,
+                full: 1.0,
+                estimate: 1.0 + rel,
+                rel_error: Some(rel),
+                abs_error: rel,
+                std_error: 0.0,
+                band95: 0.0,
+                worst_case: 0.0,
+                max_cluster_cv: 0.0,
+                random_sampling_std_error: 0.0,
+            }],
+            predicted_band_pct: band,
+        }
+    }
+
+    #[test]
+    fn the_target_takes_the_fewest_points_meeting_metrics_and_band() {
+        let rows = [
+            k_row(2, 2, 0.01, Some(9.0)),
+            k_row(3, 3, 0.04, Some(2.0)),
+            // Strata: k = 4 cut into 6 points, k = 5 into 5; both meet 3%.
+            k_row(4, 6, 0.01, Some(2.5)),
+            k_row(5, 5, 0.02, Some(2.9)),
+        ];
+        let (i, rule) = choose_by_target(&rows, 0.03);
+        assert_eq!(rows[i].k, 5, "{rule}");
+        assert!(rule.contains("predicted CPI band of at most 3%"), "{rule}");
+        // Met by none: the nearest, its figures said with the way to more points.
+        let (i, rule) = choose_by_target(&rows, 0.01);
+        // Nearest: the larger of metric error and band, 9%, 4%, 2.5% and 2.9%.
+        assert_eq!(rows[i].k, 4, "{rule}");
+        assert!(
+            rule.contains("not met") && rule.contains("±2.50%"),
+            "{rule}"
+        );
+        assert!(rule.contains("--max-k"), "{rule}");
+        // Without bands (LoopPoint's slices) the metrics alone decide.
+        let slices: Vec<KRow> = rows
+            .iter()
+            .map(|r| KRow {
+                predicted_band_pct: None,
+                ..r.clone()
+            })
+            .collect();
+        let (i, rule) = choose_by_target(&slices, 0.03);
+        assert_eq!(slices[i].k, 2, "{rule}");
+        assert!(!rule.contains("band"), "{rule}");
     }
 }

@@ -220,6 +220,8 @@ fn cluster_as(
             rows,
             target_error: req.target_error,
             pick: req.pick,
+            tail: (!var_length)
+                .then(|| summary.tail_fraction(rows.iter().map(|r| r.instructions() as f64).sum())),
         });
         let v = crate::cluster::cluster_validated(
             &input,
@@ -233,7 +235,7 @@ fn cluster_as(
             validate.as_ref(),
         )?;
         if let Some(v) = v.filter(|v| v.k_rule.contains("not met")) {
-            warnings.push(format!("--target-error: {}", v.k_rule));
+            warnings.push(v.k_rule);
         }
     }
     Ok(())

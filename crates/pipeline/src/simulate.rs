@@ -322,22 +322,8 @@ fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineErro
             positions.rows()
         )));
     }
-    let members: Vec<_> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, row)| bbv_rundir::band::Member {
-            instructions: row.instructions() as f64,
-            estimate: bbv_rundir::strata::cpi_estimate(row),
-            position: positions.row(i).to_vec(),
-        })
-        .collect();
-    let covered: f64 = members.iter().map(|m| m.instructions).sum();
-    let run = s.threads.first().map_or(0, |t| t.instructions) as f64;
-    let tail = if run > 0.0 {
-        (1.0 - covered / run).max(0.0)
-    } else {
-        0.0
-    };
+    let members = bbv_rundir::band::members(&rows, |i| positions.row(i));
+    let tail = s.tail_fraction(members.iter().map(|m| m.instructions).sum());
     Ok(Ok((members, labels, tail)))
 }
 

@@ -43,6 +43,23 @@ pub struct Member {
     pub position: Vec<f64>,
 }
 
+/// Every interval of a run as the band sees it: its instructions and bbv's model's CPI
+/// estimate from its metrics row, and its place (`position(i)`, the projected BBV space that
+/// was clustered).
+pub fn members<'a>(
+    rows: &[bbv_profile::MetricsRow],
+    position: impl Fn(usize) -> &'a [f64],
+) -> Vec<Member> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, row)| Member {
+            instructions: row.instructions() as f64,
+            estimate: crate::strata::cpi_estimate(row),
+            position: position(i).to_vec(),
+        })
+        .collect()
+}
+
 /// One simulated point.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sampled {
@@ -101,16 +118,13 @@ pub struct Band {
     pub strata: Vec<StratumBand>,
 }
 
-/// The band of `estimate` (the points' weighted CPI) from every interval of the run, each
-/// interval's point (`labels`) and the simulated points. `tail_fraction` is the share of the
-/// run no interval holds.
-pub fn band(
+/// Refuses what cannot be banded; the points' total weight.
+fn checked(
     members: &[Member],
     labels: &[usize],
     points: &[Sampled],
     estimate: f64,
-    tail_fraction: f64,
-) -> Result<Band, RundirError> {
+) -> Result<f64, RundirError> {
     let invalid = |m: String| Err(RundirError::Invalid(m));
     if points.is_empty() {
         return invalid("no simulated point: no band".into());
@@ -145,6 +159,20 @@ pub fn band(
     if total_w <= 0.0 {
         return invalid("the points have no weight: no band".into());
     }
+    Ok(total_w)
+}
+
+/// The band of `estimate` (the points' weighted CPI) from every interval of the run, each
+/// interval's point (`labels`) and the simulated points. `tail_fraction` is the share of the
+/// run no interval holds.
+pub fn band(
+    members: &[Member],
+    labels: &[usize],
+    points: &[Sampled],
+    estimate: f64,
+    tail_fraction: f64,
+) -> Result<Band, RundirError> {
+    let total_w = checked(members, labels, points, estimate)?;
     let w = |p: &Sampled| p.weight / total_w;
     let e_point = |p: &Sampled| members[p.interval].estimate.max(1e-9);
     // Calibration: one scale for the run, the points' relative misfit about it.
@@ -155,33 +183,96 @@ pub fn band(
         .map(|p| p.cpi / (scale * e_point(p)) - 1.0)
         .collect();
     let growth = fit_misfit(members, points, &misfit);
+    let mut b = assemble(
+        (members, labels),
+        points,
+        estimate,
+        tail_fraction,
+        (scale, growth),
+    );
+    b.derivation = format!(
+        "stratified sampling, one point per stratum: each stratum's spread from bbv's model \
+         (metrics.csv) scaled by the points' simulated CPI (k = {scale:.3}) and the model's \
+         misfit growing with the BBV distance of the point to its stratum's centre \
+         (variance {growth:.4} per unit of distance, fitted to the {} points' pairs); the \
+         tail's share {:.4} added whole; warmup not included (see docs/champsim.md)",
+        points.len(),
+        b.tail_fraction
+    );
+    Ok(b)
+}
+
+/// The band a choice of points is expected to get before any is simulated (`bbv run
+/// --target-error`): each point's CPI taken as bbv's model's estimate of it (scale 1, so the
+/// percentage is the model's), and the misfit's growth the prior, [`PRIOR_MISFIT`] between two
+/// intervals at the run's mean BBV distance apart. The points' `cpi` is not read.
+pub fn predicted(
+    members: &[Member],
+    labels: &[usize],
+    points: &[Sampled],
+    tail_fraction: f64,
+) -> Result<Band, RundirError> {
+    let modelled: Vec<Sampled> = points
+        .iter()
+        .map(|p| Sampled {
+            cpi: members
+                .get(p.interval)
+                .map_or(1.0, |m| m.estimate.max(1e-9)),
+            ..*p
+        })
+        .collect();
+    let total_w = checked(members, labels, &modelled, 1.0)?;
+    let estimate = modelled.iter().map(|p| p.weight * p.cpi).sum::<f64>() / total_w;
+    let all: Vec<&[f64]> = members.iter().map(|m| m.position.as_slice()).collect();
+    let mean_distance = mean_within(&strided(&all));
+    let growth = 2.0 * PRIOR_MISFIT * PRIOR_MISFIT / mean_distance.max(1e-3);
+    let mut b = assemble(
+        (members, labels),
+        &modelled,
+        estimate,
+        tail_fraction,
+        (1.0, growth),
+    );
+    b.derivation = format!(
+        "predicted before simulation: stratified sampling, one point per stratum, each point \
+         read as bbv's model's estimate of it; the model's misfit the prior ({PRIOR_MISFIT} \
+         between intervals at the run's mean BBV distance, {mean_distance:.3}: variance \
+         {growth:.4} per unit of distance); the tail's share {:.4} added whole",
+        b.tail_fraction
+    );
+    Ok(b)
+}
+
+/// The band from a calibration (`scale`, `growth`): each stratum's variance, the tail's, and
+/// the 95% interval about `estimate` (the derivation is the caller's to say).
+fn assemble(
+    run: (&[Member], &[usize]),
+    points: &[Sampled],
+    estimate: f64,
+    tail_fraction: f64,
+    (scale, growth): (f64, f64),
+) -> Band {
+    let total_w: f64 = points.iter().map(|p| p.weight).sum();
     let mut var = 0.0;
     let mut strata = Vec::with_capacity(points.len());
     for p in points {
-        let st = stratum((members, labels), p, w(p), scale, growth);
+        let st = stratum(run, p, p.weight / total_w, scale, growth);
         var += st.weight * st.weight * st.sd_cpi * st.sd_cpi;
         strata.push(st);
     }
     let tail = tail_fraction.clamp(0.0, 1.0);
     var += (tail * estimate).powi(2);
     let half = Z95 * var.sqrt();
-    Ok(Band {
+    Band {
         band_pct: 100.0 * half / estimate,
         low_cpi: estimate - half,
         high_cpi: estimate + half,
         scale,
         growth,
         tail_fraction: tail,
-        derivation: format!(
-            "stratified sampling, one point per stratum: each stratum's spread from bbv's model \
-             (metrics.csv) scaled by the points' simulated CPI (k = {scale:.3}) and the model's \
-             misfit growing with the BBV distance of the point to its stratum's centre \
-             (variance {growth:.4} per unit of distance, fitted to the {} points' pairs); the \
-             tail's share {tail:.4} added whole; warmup not included (see docs/champsim.md)",
-            points.len()
-        ),
+        derivation: String::new(),
         strata,
-    })
+    }
 }
 
 /// The misfit's growth g with the BBV distance, fitted to the points' pairs:
@@ -212,15 +303,27 @@ fn fit_misfit(members: &[Member], points: &[Sampled], misfit: &[f64]) -> f64 {
 /// Mean distance from `x` to each of `set`, and between the members of `set` (a stride of at
 /// most [`BLOCK_SAMPLE`] of them, so that a stratum of many intervals costs no more).
 fn mean_distances(x: &[f64], set: &[&[f64]]) -> (f64, f64) {
-    let step = set.len().div_ceil(BLOCK_SAMPLE).max(1);
-    let sample: Vec<&[f64]> = set.iter().step_by(step).copied().collect();
+    let sample = strided(set);
     let n = sample.len().max(1) as f64;
     let to_x = sample.iter().map(|y| dist2(x, y).sqrt()).sum::<f64>() / n;
+    (to_x, mean_within(&sample))
+}
+
+/// At most [`BLOCK_SAMPLE`] of `set`, evenly strided.
+fn strided<'a>(set: &[&'a [f64]]) -> Vec<&'a [f64]> {
+    let step = set.len().div_ceil(BLOCK_SAMPLE).max(1);
+    set.iter().step_by(step).copied().collect()
+}
+
+/// Mean distance between two of `sample` (each with itself included, as the variance of a
+/// stratum's mean counts it).
+fn mean_within(sample: &[&[f64]]) -> f64 {
+    let n = sample.len().max(1) as f64;
     let mut within = 0.0;
-    for a in &sample {
+    for a in sample {
         within += sample.iter().map(|b| dist2(a, b).sqrt()).sum::<f64>();
     }
-    (to_x, within / (n * n))
+    within / (n * n)
 }
 
 /// Most members of a stratum whose pairwise distances are averaged.
@@ -417,5 +520,46 @@ mod tests {
         assert!(banded(&m, &[Sampled { cpi: 0.0, ..ok }], 1.0, 0.0).is_err());
         assert!(banded(&m, &[Sampled { weight: 0.0, ..ok }], 1.0, 0.0).is_err());
         assert!(banded(&m, &[ok], f64::INFINITY, 0.0).is_err());
+    }
+
+    #[test]
+    fn the_predicted_band_reads_the_model_and_the_prior() {
+        let spread = members(&[(0, 0.6), (0, 1.0), (0, 1.4), (1, 2.0), (1, 2.0)]);
+        // The points' CPI is not read: any value predicts the same band.
+        let p = [sampled(0, 1, 0.6, 7.0), sampled(1, 3, 0.4, 0.1)];
+        let b = predicted(&spread.0, &spread.1, &p, 0.0).unwrap();
+        let q = [sampled(0, 1, 0.6, 1.0), sampled(1, 3, 0.4, 2.0)];
+        assert_eq!(b, predicted(&spread.0, &spread.1, &q, 0.0).unwrap());
+        assert_eq!(b.scale, 1.0);
+        // The prior: PRIOR_MISFIT at the run's mean distance (self-pairs included), here the
+        // five places (0, 0), (0, .01), (0, .02), (1, .03), (1, .04).
+        let pos: Vec<&[f64]> = spread.0.iter().map(|m| m.position.as_slice()).collect();
+        let mut sum = 0.0;
+        for a in &pos {
+            for b in &pos {
+                sum += dist2(a, b).sqrt();
+            }
+        }
+        let g = 2.0 * PRIOR_MISFIT * PRIOR_MISFIT / (sum / 25.0);
+        assert!((b.growth - g).abs() < 1e-12, "{b:?}");
+        // Estimate 0.6 x 1.0 + 0.4 x 2.0: its band by hand, as in the band's own test.
+        // Stratum 0: the point (1.0) at its mean, so the misfit alone.
+        let v0 = g * (0.02 / 3.0 - 0.04 / 9.0);
+        let v1 = 4.0 * g * (0.005 - 0.0025);
+        let half = Z95 * (0.36 * v0 + 0.16 * v1).sqrt();
+        assert!((b.band_pct - 100.0 * half / 1.4).abs() < 1e-9, "{b:?}");
+        assert!(b.derivation.starts_with("predicted before simulation"));
+        // Each interval its own point: nothing left to predict but the tail.
+        let all: Vec<Sampled> = (0..5).map(|i| sampled(i, i, 0.2, 1.0)).collect();
+        let own: Vec<usize> = (0..5).collect();
+        let exact = predicted(&spread.0, &own, &all, 0.01).unwrap();
+        assert!(
+            (exact.band_pct - 100.0 * Z95 * 0.01).abs() < 1e-9,
+            "{exact:?}"
+        );
+        // What the band refuses, the prediction refuses.
+        assert!(predicted(&spread.0, &spread.1, &[], 0.0).is_err());
+        let beyond = [sampled(0, 9, 1.0, 1.0)];
+        assert!(predicted(&spread.0, &spread.1, &beyond, 0.0).is_err());
     }
 }

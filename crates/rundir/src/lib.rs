@@ -178,6 +178,19 @@ pub struct Summary {
     pub points: Vec<Point>,
 }
 
+impl Summary {
+    /// The share of the main thread's instructions after the last of the intervals that hold
+    /// `covered` instructions (no interval stands for it; 0 for an empty run).
+    pub fn tail_fraction(&self, covered: f64) -> f64 {
+        let run = self.threads.first().map_or(0, |t| t.instructions) as f64;
+        if run > 0.0 {
+            (1.0 - covered / run).max(0.0)
+        } else {
+            0.0
+        }
+    }
+}
+
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }

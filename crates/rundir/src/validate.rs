@@ -91,6 +91,10 @@ pub struct KRow {
     pub bbv_error: f64,
     /// The metrics' errors at this k.
     pub metrics: Vec<MetricError>,
+    /// The 95% CPI band its points are expected to get when simulated, in percent
+    /// ([`crate::band::predicted`]; None for slices and files of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_band_pct: Option<f64>,
 }
 
 /// How each cluster's point is picked (`bbv run --pick`).
@@ -429,6 +433,14 @@ pub fn table(v: &Validation) -> String {
         v.bbv_error,
         100.0 * v.bic_fraction
     );
+    let chosen = v.by_k.iter().find(|r| r.k == v.k);
+    if let Some(b) = chosen.and_then(|r| r.predicted_band_pct) {
+        let _ = writeln!(
+            t,
+            "  CPI band predicted for these points: ±{b:.2}% (95%, from bbv's model before any \
+             simulation; `bbv simulate` gives the band from the simulated CPI)"
+        );
+    }
     t
 }
 

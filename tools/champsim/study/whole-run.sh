@@ -14,9 +14,16 @@ repo=$(cd "$(dirname "$0")/../../.." && pwd)
 out=$1; n=$2; shift 2
 CS=${CS:-${XDG_CACHE_HOME:-$HOME/.cache}/bbvkit/champsim-heartbeat-1000000/bin/champsim}
 PLUGIN=${PLUGIN:-$repo/target/release/libbbv_qemu.so}
-mkdir -p "$out/plugin"; rm -f "$out/rec"; mkfifo "$out/rec"
+# The plugin refuses a folder holding an earlier run's tables: start from an empty one.
+rm -rf "$out/plugin"; mkdir -p "$out/plugin"; rm -f "$out/rec"; mkfifo "$out/rec"
 start=$(date +%s.%N)
-nice -n 10 qemu-x86_64 -plugin "$PLUGIN,interval=2305843009213693951,count_only=on,record=$out/rec,dir=$out/plugin" -- "$@" > /dev/null 2> "$out/guest.err" &
+# When QEMU or the plugin fails before opening the FIFO, ChampSim would wait on it forever: once
+# QEMU is gone the subshell opens it once itself, which ends ChampSim's wait (harmless otherwise).
+(
+  nice -n 10 qemu-x86_64 -plugin "$PLUGIN,interval=2305843009213693951,count_only=on,record=$out/rec,dir=$out/plugin" -- "$@" > /dev/null 2> "$out/guest.err"
+  [ -s "$out/plugin/error" ] && echo "whole-run.sh: the plugin failed: $(cat "$out/plugin/error")" >&2
+  timeout 5 sh -c ': > "$1"' _ "$out/rec"
+) &
 q=$!
 nice -n 10 "$CS" --warmup-instructions 0 --simulation-instructions $((n - 10000)) "$out/rec" > "$out/champsim.out" 2>&1
 rc=$?
