@@ -136,9 +136,10 @@ pub struct RunArgs {
     /// Instructions per interval.
     #[arg(long, value_name = "N", default_value = "100000000", value_parser = positive)]
     pub interval: u64,
-    /// Largest k tried by the SimPoint search.
-    #[arg(long = "max-k", value_name = "K", default_value_t = 30)]
-    pub max_k: usize,
+    /// Largest k tried (default: 30, SimPoint's; 100 with --target-error, which may need more
+    /// points than SimPoint's default allows).
+    #[arg(long = "max-k", value_name = "K")]
+    pub max_k: Option<usize>,
     /// Try every k from 1 to --max-k and apply SimPoint's BIC rule to all of them (SimPoint's
     /// `-k 1:K`) instead of its binary search (`-maxK K`).
     #[arg(long = "every-k")]
@@ -218,7 +219,7 @@ impl RunArgs {
     pub fn options(&self) -> RunOptions {
         RunOptions {
             interval: self.interval,
-            max_k: self.max_k,
+            max_k: bbv_pipeline::default_max_k(self.max_k, self.target_error.is_some()),
             every_k: self.every_k,
             output: self.output.clone(),
             validate: self.validate,

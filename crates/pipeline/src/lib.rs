@@ -43,7 +43,7 @@ pub use gpu_count::{gpu_bbv, gpu_count, GpuCount};
 pub use gpu_job::{gpu_run, gpu_sample, GpuRun, GpuRunOutcome};
 pub use gpu_simulate::{gpu_simulate, GpuSimulate, GpuSimulation};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
-pub use options::{CollectOptions, GuestOptions, RunOptions, Schedule};
+pub use options::{default_max_k, CollectOptions, GuestOptions, RunOptions, Schedule};
 
 /// Writes `metrics.csv` (see `bbv_profile::MetricsWriter`).
 pub fn write_metrics(

@@ -136,6 +136,14 @@ pub const MAX_INSTRUCTIONS: u64 = 1 << 62;
 /// The largest `--max-k`: a million regions would be no sampling at all.
 pub const MAX_K: usize = 1 << 20;
 
+/// `--max-k` when not given: SimPoint 3.2's 30, or with `--target-error` 100, since a band
+/// of a few percent on a program of many phases (a compiler) takes 40-50 points
+/// (docs/champsim.md, "Choosing k by the predicted band") and every k tried costs only
+/// clustering.
+pub fn default_max_k(given: Option<usize>, target_error: bool) -> usize {
+    given.unwrap_or(if target_error { 100 } else { 30 })
+}
+
 /// Refuses an instruction count beyond [`MAX_INSTRUCTIONS`].
 fn check_count(option: &str, n: u64) -> Result<()> {
     if n > MAX_INSTRUCTIONS {
