@@ -304,3 +304,51 @@ fn bad_options_and_vector_files_name_what_is_wrong() {
         &err[..err.len().min(500)]
     );
 }
+
+/// A panic in the QEMU plugin (injected where the first block is translated, and at the guest's
+/// exit) never unwinds into QEMU: the plugin's guard writes it where the host looks, QEMU ends,
+/// and bbv says the plugin failed and why (exit 2), writing no vectors. Both plugins: API v1
+/// under Debian's QEMU 7.2, v3 under QEMU 10.
+#[test]
+fn a_panic_in_the_plugin_is_reported_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let qemu10 = crate::qemu10_cli::qemu10().join("qemu-x86_64");
+    let cases = [
+        (None, "tb_trans"),
+        (None, "exit"),
+        (Some(&qemu10), "tb_trans"),
+        (Some(&qemu10), "exit"),
+    ];
+    for (qemu, point) in cases {
+        let mut c = bbv();
+        c.arg("collect");
+        if let Some(q) = qemu {
+            c.arg("--qemu").arg(q);
+        }
+        let out = c
+            .current_dir(dir.path())
+            .env(bbv_plugin_contract::INJECT_PANIC_ENV, point)
+            .args(["--interval-size", "100000"])
+            .args(["--bb-out-file", &format!("{point}.bb")])
+            .args(["--pc-out-file", &format!("{point}.pc")])
+            .args(["--", "/bin/echo", "ran"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{point}: {err}");
+        let said = "the QEMU plugin failed: the plugin panicked (a bug in bbv)";
+        assert!(err.contains(said), "{point}: {err}");
+        assert!(
+            err.contains(&format!("injected at {point}")),
+            "{point}: {err}"
+        );
+        // At the exit the guest has run to its end: its own output is kept.
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(stdout == "ran\n", point == "exit", "{point}: {stdout:?}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no vector or PC file written"
+    );
+}

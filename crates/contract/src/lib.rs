@@ -24,6 +24,11 @@ pub mod syscalls;
 pub use config::{MetricsConfig, PluginConfig};
 pub use isa::Isa;
 
+/// The environment variable that makes the plugin panic in one of its callbacks (`tb_trans`:
+/// the first block translated; `exit`: at the guest's exit): how the tests reach the plugin's
+/// guard at the C boundary. Real runs leave it unset.
+pub const INJECT_PANIC_ENV: &str = "BBV_PLUGIN_INJECT_PANIC";
+
 /// What can go wrong reading a file of the plugin's.
 #[derive(Debug, thiserror::Error)]
 pub enum ContractError {

@@ -30,11 +30,12 @@
 //! # Design constraints
 //! * Plugin API v1 (QEMU 7.2, what Debian ships) has no per-vCPU scoreboards and no
 //!   conditional callbacks; v3 (QEMU 9.1+) has both but no inline add to a plain address. The
-//!   API-specific calls live in [`api`] (and `fast::board`), one build per level.
+//!   API-specific calls live in `ffi` (and `fast::board`), one build per level.
 //! * Threads are numbered in creation order (QEMU 9+: as they first run; 1 = main thread),
 //!   never by QEMU's reusable vCPU index.
 //! * Blocks are keyed by (mapped file, file offset), so ids do not depend on load addresses.
-//! * Nothing may panic across the C boundary: bad arguments are reported in `DIR/error`.
+//! * Nothing may panic across the C boundary: bad arguments are reported in `DIR/error`, and a
+//!   panic anywhere is written there too and ends QEMU before it unwinds ([`guard`]).
 //! * Guests close fd 2 before exiting, so nothing is printed; everything goes to files.
 
 #![cfg_attr(test, allow(dead_code))]
@@ -65,6 +66,7 @@ mod decode;
 mod fast;
 mod flow;
 mod fork;
+mod guard;
 mod guest;
 mod maplog;
 mod maps;

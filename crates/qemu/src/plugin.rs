@@ -35,12 +35,14 @@ impl Register for BbvPlugin {
         args: &Args,
         info: &Info,
     ) -> qemu_plugin::Result<()> {
+        let dir = args.raw.iter().find_map(|a| a.strip_prefix("dir="));
+        crate::guard::install(dir.map(std::path::Path::new));
         let cfg = match parse_args(&args.raw, &info.target_name) {
             Ok(cfg) => cfg,
             Err(msg) => {
                 // Without a valid configuration there is nowhere to count into; leave the error
                 // where the host looks (if the directory is known) and let the guest run.
-                if let Some(dir) = args.raw.iter().find_map(|a| a.strip_prefix("dir=")) {
+                if let Some(dir) = dir {
                     let _ = std::fs::write(std::path::Path::new(dir).join(files::ERROR), msg);
                 }
                 return Ok(());
@@ -200,6 +202,7 @@ fn marker_flags() -> qemu_plugin_cb_flags {
 // carry no context of ours); everything they call takes it as an argument.
 
 extern "C" fn on_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
+    crate::guard::inject("exit");
     if let Some(cfg) = CONFIG.get() {
         thread::finish_all(cfg);
     }
@@ -383,6 +386,7 @@ unsafe fn register_check(tb: *mut qemu_plugin_tb, udata: *mut c_void, every_time
 
 extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     let Some(cfg) = CONFIG.get() else { return };
+    crate::guard::inject("tb_trans");
     // SAFETY: the tb handle and its instructions are valid for the duration of this callback.
     unsafe {
         let n = sys::qemu_plugin_tb_n_insns(tb);
