@@ -2,6 +2,7 @@
 //! order). Straight-line code per mapping and descriptor: a table-driven loop would be shorter,
 //! but this runs once.
 
+use bbv_plugin_contract::sysno::x86_64;
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
 
@@ -11,27 +12,28 @@ mod traps;
 use crate::restorer::{filter, FdOp, Layout, Restore, Run, FILTER_LEN, SYS_BRK, SYS_EXIT_GROUP};
 use crate::{CheckpointError, EXIT_EARLY, EXIT_FOREIGN_TRAP, EXIT_RESTORE_FAILED};
 
-const SYS_WRITE: i32 = 1;
-const SYS_OPEN: i32 = 2;
-const SYS_CLOSE: i32 = 3;
-const SYS_LSEEK: i32 = 8;
-const SYS_MMAP: i32 = 9;
-const SYS_MPROTECT: i32 = 10;
-const SYS_MUNMAP: i32 = 11;
-const SYS_RT_SIGACTION: i32 = 13;
-const SYS_PREAD64: i32 = 17;
-const SYS_RT_SIGPROCMASK: i32 = 14;
-const SYS_RT_SIGRETURN: i32 = 15;
-const SYS_DUP2: i32 = 33;
-const SYS_SENDFILE: i32 = 40;
-const SYS_FCNTL: i32 = 72;
-const SYS_CHDIR: i32 = 80;
-const SYS_PRCTL: i32 = 157;
-const SYS_ARCH_PRCTL: i32 = 158;
-const SYS_SETRLIMIT: i32 = 160;
-const SYS_SECCOMP: i32 = 317;
-const SYS_MEMFD_CREATE: i32 = 319;
-const SYS_PIPE2: i32 = 293;
+// The calls the restorer makes (x86-64 numbers fit an instruction's 32-bit immediate).
+const SYS_WRITE: i32 = x86_64::WRITE as i32;
+const SYS_OPEN: i32 = x86_64::OPEN as i32;
+const SYS_CLOSE: i32 = x86_64::CLOSE as i32;
+const SYS_LSEEK: i32 = x86_64::LSEEK as i32;
+const SYS_MMAP: i32 = x86_64::MMAP as i32;
+const SYS_MPROTECT: i32 = x86_64::MPROTECT as i32;
+const SYS_MUNMAP: i32 = x86_64::MUNMAP as i32;
+const SYS_RT_SIGACTION: i32 = x86_64::RT_SIGACTION as i32;
+const SYS_PREAD64: i32 = x86_64::PREAD64 as i32;
+const SYS_RT_SIGPROCMASK: i32 = x86_64::RT_SIGPROCMASK as i32;
+const SYS_RT_SIGRETURN: i32 = x86_64::RT_SIGRETURN as i32;
+const SYS_DUP2: i32 = x86_64::DUP2 as i32;
+const SYS_SENDFILE: i32 = x86_64::SENDFILE as i32;
+const SYS_FCNTL: i32 = x86_64::FCNTL as i32;
+const SYS_CHDIR: i32 = x86_64::CHDIR as i32;
+const SYS_PRCTL: i32 = x86_64::PRCTL as i32;
+const SYS_ARCH_PRCTL: i32 = x86_64::ARCH_PRCTL as i32;
+const SYS_SETRLIMIT: i32 = x86_64::SETRLIMIT as i32;
+const SYS_SECCOMP: i32 = x86_64::SECCOMP as i32;
+const SYS_MEMFD_CREATE: i32 = x86_64::MEMFD_CREATE as i32;
+const SYS_PIPE2: i32 = x86_64::PIPE2 as i32;
 
 /// The descriptor the restorer reads its own file through: above any the process had.
 const EXE_FD: i32 = 1000;

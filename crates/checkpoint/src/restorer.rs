@@ -3,6 +3,7 @@
 //! (a table-driven loop would be shorter, but this is read once and runs once).
 
 use bbv_plugin_contract::checkpoint::SigAction;
+use bbv_plugin_contract::sysno::x86_64;
 
 /// A file's bytes the checkpoint carries: (path, start, length).
 pub(crate) type Blob = (std::path::PathBuf, u64, u64);
@@ -106,7 +107,9 @@ impl Restore {
 }
 
 /// exit_group, which the seccomp filter watches.
-pub(crate) const SYS_EXIT_GROUP: i32 = 231;
+pub(crate) const SYS_EXIT_GROUP: i32 = x86_64::EXIT_GROUP as i32;
+/// exit, which it watches too.
+const SYS_EXIT: i32 = x86_64::EXIT as i32;
 
 /// The seccomp filter: brk traps (SIGSYS; the handler keeps the captured heap's break, which
 /// the kernel's, placed after the checkpoint's own segment, cannot), and so do exit and
@@ -126,7 +129,7 @@ pub(crate) fn filter(lo: u64, hi: u64) -> Vec<u8> {
         ins(ld, 0, 0, 0),
         ins(jeq, 7, 0, SYS_BRK as u32),
         ins(jeq, 1, 0, SYS_EXIT_GROUP as u32),
-        ins(jeq, 0, 6, 60),
+        ins(jeq, 0, 6, SYS_EXIT as u32),
         ins(ld, 0, 0, 12),
         ins(jeq, 0, 3, (lo >> 32) as u32),
         ins(ld, 0, 0, 8),
@@ -141,4 +144,4 @@ pub(crate) fn filter(lo: u64, hi: u64) -> Vec<u8> {
 /// Instructions in [`filter`].
 pub(crate) const FILTER_LEN: u64 = 13;
 /// brk, which the filter traps.
-pub(crate) const SYS_BRK: i32 = 12;
+pub(crate) const SYS_BRK: i32 = x86_64::BRK as i32;

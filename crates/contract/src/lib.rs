@@ -8,6 +8,7 @@
 //! * [`events`]: the reader of the marker events a replay writes;
 //! * [`checkpoint`]: a captured guest process (`bbv checkpoint`);
 //! * [`syscalls`]: thread 1's system calls among a replay's events;
+//! * [`sysno`]: system call numbers and what bbv does with each call;
 //! * [`Isa`]: the guest instruction sets, as the host and the plugin each tell them.
 //!
 //! Both sides depend on this crate, so a field or a file name is spelled once.
@@ -20,6 +21,7 @@ pub mod files;
 mod isa;
 pub mod state;
 pub mod syscalls;
+pub mod sysno;
 
 pub use config::{MetricsConfig, PluginConfig};
 pub use isa::Isa;

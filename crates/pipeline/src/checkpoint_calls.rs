@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use bbv_plugin_contract::syscalls::{Call, Entry, Window};
+use bbv_plugin_contract::sysno::{self, x86_64, Syscall};
 use serde::Serialize;
 
 use crate::PipelineError;
@@ -13,106 +14,25 @@ use crate::PipelineError;
 /// Calls kept per region: a region that makes more is compared over its first ones.
 pub const CAP: usize = 200_000;
 
-/// Names of the calls a region commonly makes, for messages.
-const NAMES: &[(i64, &str)] = &[
-    (0, "read"),
-    (1, "write"),
-    (2, "open"),
-    (3, "close"),
-    (4, "stat"),
-    (5, "fstat"),
-    (6, "lstat"),
-    (7, "poll"),
-    (8, "lseek"),
-    (9, "mmap"),
-    (10, "mprotect"),
-    (11, "munmap"),
-    (12, "brk"),
-    (13, "rt_sigaction"),
-    (14, "rt_sigprocmask"),
-    (16, "ioctl"),
-    (17, "pread64"),
-    (18, "pwrite64"),
-    (19, "readv"),
-    (20, "writev"),
-    (21, "access"),
-    (22, "pipe"),
-    (23, "select"),
-    (24, "sched_yield"),
-    (25, "mremap"),
-    (28, "madvise"),
-    (32, "dup"),
-    (33, "dup2"),
-    (39, "getpid"),
-    (40, "sendfile"),
-    (41, "socket"),
-    (42, "connect"),
-    (44, "sendto"),
-    (45, "recvfrom"),
-    (56, "clone"),
-    (57, "fork"),
-    (59, "execve"),
-    (61, "wait4"),
-    (62, "kill"),
-    (63, "uname"),
-    (72, "fcntl"),
-    (74, "fsync"),
-    (77, "ftruncate"),
-    (79, "getcwd"),
-    (80, "chdir"),
-    (82, "rename"),
-    (87, "unlink"),
-    (89, "readlink"),
-    (96, "gettimeofday"),
-    (97, "getrlimit"),
-    (98, "getrusage"),
-    (99, "sysinfo"),
-    (100, "times"),
-    (102, "getuid"),
-    (110, "getppid"),
-    (131, "sigaltstack"),
-    (158, "arch_prctl"),
-    (186, "gettid"),
-    (201, "time"),
-    (202, "futex"),
-    (217, "getdents64"),
-    (218, "set_tid_address"),
-    (228, "clock_gettime"),
-    (257, "openat"),
-    (262, "newfstatat"),
-    (273, "set_robust_list"),
-    (293, "pipe2"),
-    (302, "prlimit64"),
-    (318, "getrandom"),
-    (332, "statx"),
-    (334, "rseq"),
-];
-
-/// Calls whose first argument is a descriptor (or a number the program chose): it must be the
-/// same. Other first arguments are addresses, which may differ harmlessly.
-const FD_FIRST: &[i64] = &[
-    0, 1, 3, 5, 8, 16, 17, 18, 19, 20, 32, 33, 40, 44, 45, 72, 74, 77, 217, 257, 262, 332,
-];
-
-/// Calls that return a new descriptor: the lowest number free, which QEMU's own descriptors
-/// (not the program's) decide, so the checkpoint's may be another; later calls on it are
-/// compared through the pairing.
-const FD_RETURNING: &[i64] = &[2, 32, 41, 43, 213, 253, 257, 284, 288, 290, 291, 294, 319];
-
 /// The kernel's return from a signal handler: the checkpoint's own SIGTRAP handler makes one
 /// per end-marker execution before the last, so none are compared.
-pub const RT_SIGRETURN: i64 = 15;
+pub const RT_SIGRETURN: i64 = x86_64::RT_SIGRETURN;
 
-/// Calls whose result is an address (brk's included), a process or thread id or a time: only
-/// whether they succeeded must be the same.
-const OUTCOME_ONLY: &[i64] = &[
-    9, 12, 25, 39, 56, 57, 96, 98, 99, 100, 110, 186, 201, 218, 228, 334,
-];
+/// What the table says of call `nr` (nothing for a call it does not list).
+fn known(nr: i64) -> Syscall {
+    sysno::x86_64(nr).copied().unwrap_or(Syscall {
+        nr,
+        name: "",
+        fd_first: false,
+        returns_fd: false,
+        outcome_only: false,
+    })
+}
 
 /// A call's name.
 pub fn name(nr: i64) -> String {
-    match NAMES.iter().find(|n| n.0 == nr) {
-        Some((_, n)) => n.to_string(),
+    match sysno::x86_64(nr) {
+        Some(s) => s.name.to_string(),
         None => format!("syscall {nr}"),
     }
 }
@@ -120,7 +40,7 @@ pub fn name(nr: i64) -> String {
 /// brk(0) asks for the break; brk(addr) succeeded when it returned addr.
 fn succeeded(c: &Call) -> bool {
     match c.nr {
-        12 => c.arg0 == 0 || c.ret as u64 == c.arg0,
+        x86_64::BRK => c.arg0 == 0 || c.ret as u64 == c.arg0,
         _ => c.ret >= 0 || c.ret < -4095,
     }
 }
@@ -153,9 +73,9 @@ impl Fds {
 
     /// What a call that succeeded in both runs did to the numbering.
     fn after(&mut self, want: &Call, here: &Call) {
-        if FD_RETURNING.contains(&want.nr) {
+        if known(want.nr).returns_fd {
             self.pairs.insert(want.ret as u64, here.ret as u64);
-        } else if want.nr == 3 {
+        } else if want.nr == x86_64::CLOSE {
             self.pairs.remove(&want.arg0);
             self.open.retain(|&f| f != want.arg0);
         }
@@ -164,9 +84,10 @@ impl Fds {
 
 /// Whether the checkpoint's call `here` is the profile's `want` again.
 fn same(want: &Call, here: &Call, fds: &mut Fds) -> bool {
+    let call = known(want.nr);
     want.nr == here.nr
-        && (!FD_FIRST.contains(&want.nr) || fds.matches(want.arg0, here.arg0))
-        && match OUTCOME_ONLY.contains(&want.nr) || FD_RETURNING.contains(&want.nr) {
+        && (!call.fd_first || fds.matches(want.arg0, here.arg0))
+        && match call.outcome_only || call.returns_fd {
             true => succeeded(want) == succeeded(here),
             false => want.ret == here.ret,
         }
@@ -174,14 +95,14 @@ fn same(want: &Call, here: &Call, fds: &mut Fds) -> bool {
 
 /// `read(3) = 4096`, `brk(0x55d0c000) failed (0x55d0a000)`.
 fn describe(c: &Call) -> String {
-    let arg = match FD_FIRST.contains(&c.nr) {
+    let arg = match known(c.nr).fd_first {
         true => c.arg0.to_string(),
         false => format!("{:#x}", c.arg0),
     };
     let ret = match (succeeded(c), c.nr) {
-        (false, 12) => format!("failed ({:#x})", c.ret),
+        (false, x86_64::BRK) => format!("failed ({:#x})", c.ret),
         (false, _) => format!("= -{} (error)", -c.ret),
-        (true, 9 | 12 | 25) => format!("= {:#x}", c.ret),
+        (true, x86_64::MMAP | x86_64::BRK | x86_64::MREMAP) => format!("= {:#x}", c.ret),
         (true, _) => format!("= {}", c.ret),
     };
     format!("{}({arg}) {ret}", name(c.nr))
@@ -230,7 +151,7 @@ pub fn compare(profile: &Window, open: &[u64], here: &Window) -> CallsCheck {
         if succeeded(w) {
             fds.after(w, h);
         }
-        if matches!(w.nr, 9 | 25) && w.ret != h.ret {
+        if matches!(w.nr, x86_64::MMAP | x86_64::MREMAP) && w.ret != h.ret {
             other_addresses += 1;
         }
     }
@@ -293,7 +214,7 @@ pub fn replay_windows(
 /// Calls of the region on descriptors the checkpoint leaves closed: they will fail there.
 pub fn unreproducible(w: &Window, closed: &[i32]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for c in w.calls.iter().filter(|c| FD_FIRST.contains(&c.nr)) {
+    for c in w.calls.iter().filter(|c| known(c.nr).fd_first) {
         let fd = c.arg0 as i32;
         if closed.contains(&fd) {
             let line = format!(

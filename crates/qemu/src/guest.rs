@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use bbv_plugin_contract::checkpoint::{Mapping, SigAction};
+use bbv_plugin_contract::sysno::{self, x86_64};
 
 const PAGE: u64 = 4096;
 
@@ -346,7 +347,7 @@ impl Guest {
         };
         match nr {
             // rt_sigaction(sig, act, oact, size)
-            13 if args[1] != 0 => {
+            x86_64::RT_SIGACTION if args[1] != 0 => {
                 p.action = self.read(args[1], 32).map(|b| {
                     let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
                     SigAction {
@@ -359,7 +360,7 @@ impl Guest {
                 })
             }
             // rt_sigprocmask(how, set, oset, size)
-            14 if args[1] != 0 => p.set = self.word(args[1]),
+            x86_64::RT_SIGPROCMASK if args[1] != 0 => p.set = self.word(args[1]),
             _ => {}
         }
         self.pending.insert(vcpu, p);
@@ -377,8 +378,8 @@ impl Guest {
         let r = ret as u64;
         match p.nr {
             // read(fd, buf, n), readv(fd, iov, n)
-            0 | 19 if a[0] == 0 && ret > 0 => self.record_stdin(p.nr, a, r),
-            9 => {
+            x86_64::READ | x86_64::READV if a[0] == 0 && ret > 0 => self.record_stdin(p.nr, a, r),
+            x86_64::MMAP => {
                 // mmap(addr, len, prot, flags, fd, off)
                 let anon = a[3] & 0x20 != 0 || a[4] as i32 == -1;
                 let name = if anon {
@@ -390,11 +391,12 @@ impl Guest {
                 self.areas
                     .insert(r, r + page_up(a[1]), a[2] as u32 & 7, name, shared);
             }
-            10 => self
-                .areas
-                .protect(page_down(a[0]), page_up(a[0] + a[1]), a[2] as u32 & 7),
-            11 => self.areas.remove(page_down(a[0]), page_up(a[0] + a[1])),
-            25 => {
+            x86_64::MPROTECT => {
+                self.areas
+                    .protect(page_down(a[0]), page_up(a[0] + a[1]), a[2] as u32 & 7)
+            }
+            x86_64::MUNMAP => self.areas.remove(page_down(a[0]), page_up(a[0] + a[1])),
+            x86_64::MREMAP => {
                 // mremap(old, old_len, new_len, flags, new)
                 let (prot, name, shared) = self
                     .areas
@@ -405,21 +407,27 @@ impl Guest {
                 self.areas.remove(page_down(a[0]), page_up(a[0] + a[1]));
                 self.areas.insert(r, r + page_up(a[2]), prot, name, shared);
             }
-            12 => self.brk(r),
-            13 => {
+            x86_64::BRK => self.brk(r),
+            x86_64::RT_SIGACTION => {
                 if let Some(act) = p.action {
                     self.actions.insert(act.signal, act);
                 }
             }
-            14 => self.mask(a[0], p.set),
-            3 => self.closed(|fd| fd == a[0] as i32),
+            x86_64::RT_SIGPROCMASK => self.mask(a[0], p.set),
+            x86_64::CLOSE => self.closed(|fd| fd == a[0] as i32),
             // close_range(first, last, flags)
-            436 if a[2] & 4 == 0 => self.closed(|fd| (fd as u64) >= a[0] && (fd as u64) <= a[1]),
+            x86_64::CLOSE_RANGE if a[2] & 4 == 0 => {
+                self.closed(|fd| (fd as u64) >= a[0] && (fd as u64) <= a[1])
+            }
             // dup2, dup3: the new number
-            33 | 292 => self.opened(a[1] as i32),
+            x86_64::DUP2 | x86_64::DUP3 => self.opened(a[1] as i32),
             // pipe, pipe2, socketpair: two numbers in memory
-            22 | 293 | 53 => {
-                let at = if p.nr == 53 { a[3] } else { a[0] };
+            x86_64::PIPE | x86_64::PIPE2 | x86_64::SOCKETPAIR => {
+                let at = if p.nr == x86_64::SOCKETPAIR {
+                    a[3]
+                } else {
+                    a[0]
+                };
                 if let Some(b) = self.read(at, 8) {
                     for c in b.chunks(4) {
                         self.opened(i32::from_le_bytes(c.try_into().expect("4 bytes")));
@@ -427,8 +435,8 @@ impl Guest {
                 }
             }
             // fcntl(F_DUPFD, F_DUPFD_CLOEXEC)
-            72 if a[1] == 0 || a[1] == 1030 => self.opened(ret as i32),
-            nr if returns_fd(nr) => self.opened(ret as i32),
+            x86_64::FCNTL if a[1] == 0 || a[1] == 1030 => self.opened(ret as i32),
+            nr if sysno::x86_64(nr).is_some_and(|c| c.returns_fd) => self.opened(ret as i32),
             _ => {}
         }
     }
@@ -472,7 +480,7 @@ impl Guest {
         let Some(mut out) = self.stdin.take() else {
             return;
         };
-        let pieces: Vec<(u64, u64)> = if nr == 0 {
+        let pieces: Vec<(u64, u64)> = if nr == x86_64::READ {
             vec![(a[1], n)]
         } else {
             (0..a[2].min(1024))
@@ -511,32 +519,6 @@ impl Guest {
             .map(|(s, a)| format!("{:x}-{:x} {}", s, a.end, a.name))
             .collect()
     }
-}
-
-/// System calls (x86-64 numbers) whose result is a new descriptor.
-fn returns_fd(nr: i64) -> bool {
-    matches!(
-        nr,
-        2 | 32
-            | 41
-            | 43
-            | 85
-            | 213
-            | 253
-            | 257
-            | 282
-            | 283
-            | 284
-            | 288
-            | 289
-            | 290
-            | 291
-            | 294
-            | 319
-            | 323
-            | 434
-            | 437
-    )
 }
 
 /// Per page of guest memory [addr, addr + len) (whole pages): whether it is resident. Where

@@ -94,8 +94,8 @@ fn in_futex_wait(tid: i32, addr: u64, op: u64, val: u32) -> bool {
     let hex =
         |s: Option<&str>| s.and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok());
     let nr: Option<i64> = w.next().and_then(|s| s.parse().ok());
-    // The host's futex is x86-64's 202 whatever the guest's table.
-    nr == Some(202)
+    // The host's futex is x86-64's whatever the guest's table.
+    nr == Some(bbv_plugin_contract::sysno::x86_64::FUTEX)
         && hex(w.next()).is_some_and(|a| a & 0xfff == addr & 0xfff)
         && hex(w.next()) == Some(op)
         && hex(w.next()).map(|v| v as u32) == Some(val)

@@ -33,6 +33,7 @@
 //! leave its execution loop, and a thread waiting for its turn inside a block callback never
 //! does, so after [`STALL`] the waiters run their current block out of turn.
 
+use bbv_plugin_contract::sysno::{generic, x86_64};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -82,22 +83,22 @@ pub struct Calls {
 impl Calls {
     /// x86-64's numbers.
     pub const X86_64: Calls = Calls {
-        futex: 202,
-        exit: 60,
-        exit_group: 231,
-        clone: 56,
-        sched_yield: 24,
-        rt_sigreturn: 15,
-        forks: [57, 58],
+        futex: x86_64::FUTEX,
+        exit: x86_64::EXIT,
+        exit_group: x86_64::EXIT_GROUP,
+        clone: x86_64::CLONE,
+        sched_yield: x86_64::SCHED_YIELD,
+        rt_sigreturn: x86_64::RT_SIGRETURN,
+        forks: [x86_64::FORK, x86_64::VFORK],
     };
     /// The generic table (AArch64, RISC-V).
     pub const GENERIC: Calls = Calls {
-        futex: 98,
-        exit: 93,
-        exit_group: 94,
-        clone: 220,
-        sched_yield: 124,
-        rt_sigreturn: 139,
+        futex: generic::FUTEX,
+        exit: generic::EXIT,
+        exit_group: generic::EXIT_GROUP,
+        clone: generic::CLONE,
+        sched_yield: generic::SCHED_YIELD,
+        rt_sigreturn: generic::RT_SIGRETURN,
         forks: [-1, -1],
     };
 }
