@@ -196,7 +196,7 @@ impl Checkpointing {
         s: &Summary,
         work: &Path,
     ) -> Result<Checkpointing, PipelineError> {
-        if s.regions_mode == "looppoint" {
+        if s.regions_mode == crate::rundir::Regions::Looppoint {
             return Err(PipelineError::Invalid(
                 "the regions are LoopPoint slices of several threads: a checkpoint restores one \
                  thread (every thread's registers, its TLS and the futexes between them would be \

@@ -71,7 +71,7 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
     }
     let mut points = Vec::new();
     let mut profile = Profile::default();
-    if summary.intervals > 0 && summary.regions_mode == "looppoint" {
+    if summary.intervals > 0 && summary.regions_mode == crate::rundir::Regions::Looppoint {
         need("simpoint.simpoints")?;
         need("global.bb")?;
         need("slices.tsv")?;
@@ -84,7 +84,7 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
         };
         points = crate::looppoint::points(dir, &summary, &input)?;
         summary.k = points.len();
-    } else if summary.intervals > 0 && summary.clustered == "main" {
+    } else if summary.intervals > 0 && summary.clustered == crate::rundir::Clustered::Main {
         need("simpoint.simpoints")?;
         let (chosen, labels) = chosen(dir)?;
         if labels.len() as u64 != summary.intervals {

@@ -8,7 +8,7 @@ use bbv_profile::MetricsRow;
 use bbv_simpoint::Observer;
 
 use crate::finish::{finish, Finished};
-use crate::rundir::{self, ImageRow, Program, Summary, ThreadTotal, LAYOUT};
+use crate::rundir::{self, ImageRow, Program, Regions, Summary, ThreadTotal, LAYOUT};
 use bbv_files::AtomicFiles;
 
 use crate::validate::Pick;
@@ -135,7 +135,7 @@ pub fn run(
                 let why = format!(
                     "intervals mode found no marker at cut {cut} of the main thread (its code also runs on other threads)"
                 );
-                let mode = ("looppoint", why);
+                let mode = (Regions::Looppoint, why);
                 cluster_as(
                     req,
                     &c,
@@ -163,7 +163,7 @@ fn cluster_as(
     req: &RunRequest,
     c: &Collected,
     mut summary: Summary,
-    (mode, reason): (&str, String),
+    (mode, reason): (Regions, String),
     rows: Option<&[MetricsRow]>,
     warnings: &mut Vec<String>,
     observer: &dyn Observer,
@@ -171,19 +171,19 @@ fn cluster_as(
     let r = &req.collect;
     let per_slice = r.counting.metrics.is_some_and(|m| m.slice_rows);
     let mut metrics = match rows {
-        Some(_) if (mode == "looppoint" && !per_slice) || req.threads_all => {
+        Some(_) if (mode == Regions::Looppoint && !per_slice) || req.threads_all => {
             warnings.push(format!(
                 "--validate: the metrics follow the main thread's intervals, but this run clustered {}: metrics.csv is written, validation.json is not{}",
-                if mode == "looppoint" { "slices of all threads" } else { "every thread's intervals" },
-                if mode == "looppoint" { " (--regions looppoint cuts them at the slices)" } else { "" }
+                if mode == Regions::Looppoint { "slices of all threads" } else { "every thread's intervals" },
+                if mode == Regions::Looppoint { " (--regions looppoint cuts them at the slices)" } else { "" }
             ));
             None
         }
         other => other.map(<[MetricsRow]>::to_vec),
     };
-    summary.regions_mode = mode.into();
+    summary.regions_mode = mode;
     summary.regions_reason = reason;
-    let rows = if mode == "looppoint" {
+    let rows = if mode == Regions::Looppoint {
         let blocks = rundir::read_blocks(&req.out.join("blocks.tsv"))?;
         let threads: Vec<u32> = c.threads.iter().map(|t| t.number).collect();
         let slices = crate::slices::build(&req.out, &threads, &blocks, &r.counting.exclude)?;
@@ -215,7 +215,7 @@ fn cluster_as(
     }
     if rows > 0 {
         let input = rundir::clustered_input(&req.out, &summary);
-        let var_length = mode == "looppoint";
+        let var_length = mode == Regions::Looppoint;
         let validate = metrics.as_deref().map(|rows| crate::cluster::Validate {
             rows,
             target_error: req.target_error,
@@ -266,25 +266,25 @@ fn match_slices(
 }
 
 /// The regions mode to use and why.
-fn choose_mode(asked: RegionsMode, s: &Summary) -> (&'static str, String) {
+fn choose_mode(asked: RegionsMode, s: &Summary) -> (Regions, String) {
     let main = s.threads.first().map_or(0, |t| t.instructions);
     let busiest = s.threads.iter().skip(1).max_by_key(|t| t.instructions);
     match asked {
-        RegionsMode::Intervals => ("intervals", "asked for (--regions intervals)".into()),
-        RegionsMode::Looppoint => ("looppoint", "asked for (--regions looppoint)".into()),
+        RegionsMode::Intervals => (Regions::Intervals, "asked for (--regions intervals)".into()),
+        RegionsMode::Looppoint => (Regions::Looppoint, "asked for (--regions looppoint)".into()),
         RegionsMode::Auto => match busiest {
             Some(t) if t.instructions > main => (
-                "looppoint",
+                Regions::Looppoint,
                 format!(
                     "thread {} ran more instructions ({}) than the main thread ({main})",
                     t.thread, t.instructions
                 ),
             ),
             Some(_) => (
-                "intervals",
+                Regions::Intervals,
                 "no other thread ran more instructions than the main thread".into(),
             ),
-            None => ("intervals", "one thread".into()),
+            None => (Regions::Intervals, "one thread".into()),
         },
     }
 }
@@ -409,9 +409,13 @@ fn run_facts(
         }
         .into(),
         exact: r.counting.exact,
-        clustered: if req.threads_all { "all" } else { "main" }.into(),
+        clustered: if req.threads_all {
+            rundir::Clustered::All
+        } else {
+            rundir::Clustered::Main
+        },
         warmup: req.warmup.unwrap_or(r.counting.interval),
-        regions_mode: "intervals".into(),
+        regions_mode: rundir::Regions::Intervals,
         regions_reason: String::new(),
         exclude: r.counting.exclude.clone(),
         filtered_instructions: None,

@@ -60,7 +60,7 @@ pub fn summary_text(
         );
         return r;
     }
-    if s.clustered == "all" {
+    if s.clustered == crate::rundir::Clustered::All {
         let _ = writeln!(
             r,
             "simpoints: in {}/simpoint.simpoints (rows of bb.all: every thread's intervals in thread order); markers are placed for --threads main runs",
@@ -72,7 +72,7 @@ pub fn summary_text(
     if let Some(v) = validation {
         r.push_str(&crate::validate::table(v));
     }
-    let looppoint = s.regions_mode == "looppoint";
+    let looppoint = s.regions_mode == crate::rundir::Regions::Looppoint;
     let _ = writeln!(
         r,
         "files: {}/ (report.html, summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, {}bb.out, pc.out, simpoint.*{})",
@@ -115,7 +115,7 @@ fn what_ran(r: &mut String, s: &Summary) {
             if s.schedule_events.len() == 1 { "" } else { "s" },
         );
     }
-    if s.regions_mode == "looppoint" {
+    if s.regions_mode == crate::rundir::Regions::Looppoint {
         let _ = writeln!(
             r,
             "regions: looppoint ({}); {} filtered instructions (without {})",
@@ -155,7 +155,7 @@ fn what_ran(r: &mut String, s: &Summary) {
             "intervals: {} of {} instructions ({})",
             s.intervals,
             s.interval,
-            if s.clustered == "all" {
+            if s.clustered == crate::rundir::Clustered::All {
                 "all threads"
             } else {
                 "main thread"
@@ -172,7 +172,7 @@ fn points(
     blocks: &[BlockRow],
     validation: Option<&Validation>,
 ) {
-    let looppoint = s.regions_mode == "looppoint";
+    let looppoint = s.regions_mode == crate::rundir::Regions::Looppoint;
     let rule = match validation {
         Some(v) if v.target_error.is_some() => "by --target-error",
         _ if s.every_k => "by BIC over every k",

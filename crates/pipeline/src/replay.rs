@@ -288,7 +288,7 @@ pub(crate) fn points_profile(
     n_blocks: usize,
 ) -> Result<Profile, PipelineError> {
     let keep: BTreeSet<u64> = s.points.iter().map(|p| p.interval).collect();
-    Ok(if s.regions_mode == "looppoint" {
+    Ok(if s.regions_mode == rundir::Regions::Looppoint {
         // The slices' vectors merged over threads: threads share work differently on replay.
         let none = BTreeSet::new();
         let kept = crate::looppoint::read_global(dir, n_blocks, &none, &keep, None)?.kept;
@@ -315,7 +315,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
     let program = bbv_collect::resolve_program(&req.program)?;
     let plan = plan(&req.dir, &s, &program)?;
     let blocks = rundir::read_blocks(&req.dir.join("blocks.tsv"))?;
-    let looppoint = s.regions_mode == "looppoint";
+    let looppoint = s.regions_mode == rundir::Regions::Looppoint;
     let profile = points_profile(&req.dir, &s, blocks.len())?;
     let (work, _cleanup) = bbv_files::interrupt::Cleanup::create(|| {
         bbv_files::interrupt::remove_orphans(&std::env::temp_dir(), ".bbv-replay-");
@@ -443,7 +443,7 @@ fn replay_report(
     c: &bbv_collect::Collected,
     events: &Events,
 ) -> Result<ReplayReport, PipelineError> {
-    let looppoint = s.regions_mode == "looppoint";
+    let looppoint = s.regions_mode == rundir::Regions::Looppoint;
     if s.turn_quantum > 0 && c.threads.len() != s.threads.len() {
         return Err(PipelineError::Invalid(format!(
             "the run took deterministic turns among {} threads, this replay ran {}: the order cannot be reproduced (another thread count, OMP_NUM_THREADS?)",
@@ -607,7 +607,7 @@ fn check(
         tolerance_pct,
         regions,
         replay_instructions,
-        profile_instructions: if s.regions_mode == "looppoint" {
+        profile_instructions: if s.regions_mode == rundir::Regions::Looppoint {
             s.instructions
         } else {
             s.threads.first().map_or(0, |t| t.instructions)

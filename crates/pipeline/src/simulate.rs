@@ -291,7 +291,7 @@ fn banded(
 type Members = Result<(Vec<bbv_rundir::band::Member>, Vec<usize>, f64), String>;
 
 fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineError> {
-    if s.regions_mode != "intervals" {
+    if s.regions_mode != rundir::Regions::Intervals {
         return Ok(Err(
             "the regions are LoopPoint slices (a band needs intervals)".into(),
         ));

@@ -146,7 +146,7 @@ impl TraceSpec {
     /// be warmed for [`WARM_ENOUGH`] instructions and are not (naming the command that
     /// lengthens them; unless `short_warmups`).
     pub fn check_run(&self, dir: &Path, s: &Summary) -> Result<(), PipelineError> {
-        if s.regions_mode == "looppoint" {
+        if s.regions_mode == crate::rundir::Regions::Looppoint {
             // The records are thread 1's; a LoopPoint region spans every thread.
             return Err(PipelineError::Invalid(
                 "the regions are LoopPoint slices of several threads: bbv trace writes one \

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use bbv_rundir::{Clustered, Regions};
+
 use bbv_profile::{MetricsRow, METRIC_COLUMNS};
 use bbv_rundir::validate::Validation;
 use bbv_rundir::{self as rundir, Summary};
@@ -28,7 +30,7 @@ pub fn from_summary_with(
     summary: &Summary,
     simulation: Option<rundir::simulation::Simulation>,
 ) -> Result<Report, ReportError> {
-    let unit = if summary.regions_mode == "looppoint" {
+    let unit = if summary.regions_mode == Regions::Looppoint {
         "slice"
     } else {
         "interval"
@@ -125,16 +127,16 @@ fn facts(r: &mut Report, s: &Summary) {
             "{} of {} instructions ({})",
             s.intervals,
             s.interval,
-            match (s.regions_mode.as_str(), s.clustered.as_str()) {
-                ("looppoint", _) => "slices of all threads, LoopPoint-style",
-                (_, "all") => "every thread's intervals",
+            match (s.regions_mode, s.clustered) {
+                (Regions::Looppoint, _) => "slices of all threads, LoopPoint-style",
+                (_, Clustered::All) => "every thread's intervals",
                 _ => "main thread",
             }
         ),
     );
     add(
         "regions",
-        format!("{} ({})", s.regions_mode, s.regions_reason),
+        format!("{} ({})", s.regions_mode.name(), s.regions_reason),
     );
     add("clusters", format!("k = {} (--max-k {})", s.k, s.max_k));
     add("warmup", format!("{} instructions", s.warmup));
@@ -199,7 +201,7 @@ fn metrics(
         return Ok(());
     }
     let rows = bbv_profile::read_metrics(&path)?;
-    let aligned = s.regions_mode != "looppoint" && s.clustered == "main";
+    let aligned = s.regions_mode != Regions::Looppoint && s.clustered == Clustered::Main;
     if !aligned {
         let why = "metrics.csv follows the main thread's intervals, but this run clustered other units: per-slice metrics are not measured yet.";
         r.curves_note = why.into();

@@ -154,7 +154,7 @@ pub fn summary(path: &Path, s: &Summary) -> Result<(), RundirError> {
             ));
         }
     }
-    let looppoint = s.regions_mode == "looppoint";
+    let looppoint = s.regions_mode == crate::Regions::Looppoint;
     sums_to_one(
         path,
         s.points.iter().map(|p| p.weight),

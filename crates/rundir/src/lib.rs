@@ -107,6 +107,39 @@ impl RundirError {
 /// Version of the run-directory layout written by this bbv.
 pub const LAYOUT: u32 = 2;
 
+/// How a run's regions were formed (`summary.json`'s `regions_mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Regions {
+    /// SimPoint on the main thread's intervals (also what files of older versions without
+    /// the field mean).
+    #[default]
+    Intervals,
+    /// LoopPoint's slices of all threads.
+    Looppoint,
+}
+
+impl Regions {
+    /// The name `summary.json` and the messages use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Regions::Intervals => "intervals",
+            Regions::Looppoint => "looppoint",
+        }
+    }
+}
+
+/// Which threads' vectors a run clustered (`summary.json`'s `clustered`, `bbv run --threads`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clustered {
+    /// The main thread's.
+    #[default]
+    Main,
+    /// Every thread's together (`bb.all`).
+    All,
+}
+
 /// `summary.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
@@ -142,12 +175,12 @@ pub struct Summary {
     /// Intervals cut at exactly the interval size (`--exact`).
     pub exact: bool,
     /// Which threads were clustered: `main` or `all`.
-    pub clustered: String,
+    pub clustered: Clustered,
     /// Warmup instructions asked for before each region (0 = none).
     pub warmup: u64,
     /// `intervals` (SimPoint on thread 1's intervals) or `looppoint` (slices of all threads).
-    #[serde(default = "intervals_mode")]
-    pub regions_mode: String,
+    #[serde(default)]
+    pub regions_mode: Regions,
     /// Why that mode (for `--regions auto`).
     #[serde(default)]
     pub regions_reason: String,
@@ -197,10 +230,6 @@ fn is_zero(v: &u64) -> bool {
 
 fn host_schedule() -> String {
     "host".into()
-}
-
-fn intervals_mode() -> String {
-    "intervals".into()
 }
 
 /// One thread's total.
@@ -576,9 +605,9 @@ pub fn thread_file(dir: &Path, number: u32) -> PathBuf {
 /// The vectors a run clustered: `global.bb` (slices, looppoint mode), `bb.all` (every
 /// thread's intervals, `--threads all`) or `bb.out`.
 pub fn clustered_input(dir: &Path, s: &Summary) -> PathBuf {
-    dir.join(if s.regions_mode == "looppoint" {
+    dir.join(if s.regions_mode == Regions::Looppoint {
         "global.bb"
-    } else if s.clustered == "all" {
+    } else if s.clustered == Clustered::All {
         "bb.all"
     } else {
         "bb.out"
