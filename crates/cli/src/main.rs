@@ -66,12 +66,14 @@ enum Command {
         #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
         args: Vec<OsString>,
     },
-    /// GPU kernels from Accel-Sim traces: NVBit-exact instruction counts.
+    /// GPU kernels: NVBit-exact counts from Accel-Sim traces or live (CUPTI), static CFGs,
+    /// kernel sampling and Accel-Sim on the picks.
     Gpu {
         #[command(subcommand)]
         what: gpu_cmd::GpuCommand,
     },
-    /// Whole suites from one manifest, on this machine: `bbv suite run MANIFEST -o OUT`.
+    /// Whole suites from one manifest, on this machine or a Slurm cluster: `bbv suite run
+    /// MANIFEST -o OUT`.
     Suite {
         #[command(subcommand)]
         what: suite_cmd::SuiteCommand,
