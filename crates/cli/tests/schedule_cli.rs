@@ -109,20 +109,25 @@ fn two_runs_and_their_replays_follow_one_order() {
     assert_eq!(printed[0], printed[1], "the guest computed another sum");
     assert!(files[0] == files[1], "two runs wrote different files");
 
-    // Replayed from another directory with a larger environment, twice.
+    // Replayed from another directory with a larger environment, twice: the second time
+    // without --qemu, since the run's own QEMU (summary.json's qemu_path) is the default.
+    let own = json(&dir.path().join("a/out/summary.json"))["qemu_path"].clone();
+    assert_eq!(own.as_str().map(PathBuf::from), Some(qemu()), "{own}");
     let other = dir.path().join("elsewhere");
     std::fs::create_dir(&other).unwrap();
     let mut reports = Vec::new();
-    for _ in 0..2 {
+    for round in 0..2 {
         let mut cmd = bbv();
         cmd.current_dir(&other)
             .env("OMP_NUM_THREADS", "2")
             .env("BBV_TEST_PADDING", "x".repeat(3000))
             .arg("replay")
             .arg(dir.path().join("a/out"))
-            .args(["--json", "--tolerance", "1", "--qemu"])
-            .arg(qemu())
-            .args(["--", prog, "4"]);
+            .args(["--json", "--tolerance", "1"]);
+        if round == 0 {
+            cmd.arg("--qemu").arg(qemu());
+        }
+        cmd.args(["--", prog, "4"]);
         let out = finish_within(cmd, Duration::from_secs(300));
         let report = replay_report(&out);
         assert_eq!(out.status.code(), Some(0), "{report}");

@@ -84,6 +84,7 @@ pub fn run(
         }
     };
     let qemu = bbv_collect::qemu_version(&prepared.qemu).unwrap_or_else(|| "unknown".into());
+    let prepared_qemu = prepared.qemu.clone();
     let mut warnings = Vec::new();
     if let Some(q) = req.turns_if_possible {
         if !prepared.take_turns(q) {
@@ -114,7 +115,7 @@ pub fn run(
             }
         };
         place(&c, &req.out, rows.as_deref())?;
-        let facts = run_facts(req, &c, &program, qemu)?;
+        let facts = run_facts(req, &c, &program, (qemu, &prepared_qemu))?;
         let (mode, reason) = choose_mode(req.regions, &facts);
         let first = cluster_as(
             req,
@@ -371,7 +372,7 @@ fn run_facts(
     req: &RunRequest,
     c: &Collected,
     program: &Path,
-    qemu: String,
+    (qemu, qemu_path): (String, &Path),
 ) -> Result<Summary, PipelineError> {
     let r = &req.collect;
     Ok(Summary {
@@ -391,6 +392,9 @@ fn run_facts(
         max_k: req.max_k,
         every_k: req.every_k,
         qemu,
+        qemu_path: std::path::absolute(qemu_path)
+            .ok()
+            .map(|p| p.display().to_string()),
         cpu: r.cpu.clone(),
         sysroot: r.sysroot.as_ref().map(|p| p.display().to_string()),
         program: Program {

@@ -27,7 +27,8 @@ pub struct ReplayRequest {
     pub program: String,
     /// Its arguments.
     pub args: Vec<OsString>,
-    /// QEMU to use instead of the one on PATH.
+    /// QEMU to use instead of the one that ran the profile (or, where that one is gone, the
+    /// one on PATH).
     pub qemu: Option<PathBuf>,
     /// Plugin library to use.
     pub plugin: Option<PathBuf>,
@@ -342,7 +343,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
     let request = bbv_collect::Request {
         program: req.program.clone(),
         args: req.args.clone(),
-        qemu: req.qemu.clone(),
+        qemu: s.qemu_or(req.qemu.as_deref()),
         plugin: req.plugin.clone(),
         cpu: req.cpu.clone().or_else(|| s.cpu.clone()),
         sysroot: req

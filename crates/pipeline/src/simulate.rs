@@ -456,7 +456,7 @@ fn simulate_full(
     let request = bbv_collect::Request {
         program: f.program.clone(),
         args: f.args.clone(),
-        qemu: f.qemu.clone(),
+        qemu: s.qemu_or(f.qemu.as_deref()),
         plugin: f.plugin.clone(),
         cpu: s.cpu.clone(),
         sysroot: f

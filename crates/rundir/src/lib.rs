@@ -162,6 +162,11 @@ pub struct Summary {
     pub every_k: bool,
     /// QEMU's version.
     pub qemu: String,
+    /// The QEMU executable that ran the profile, as found: the default of every later command
+    /// that runs the program again (replay, trace, checkpoint, `simulate --full`), so that a
+    /// run profiled under another QEMU than the one on PATH needs no `--qemu` again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qemu_path: Option<String>,
     /// The guest CPU model asked for (`--cpu`; None: QEMU's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<String>,
@@ -212,6 +217,16 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The QEMU to run the program again with: `asked` (`--qemu`), else the one that ran the
+    /// profile while it is still there, else None (the one on PATH).
+    pub fn qemu_or(&self, asked: Option<&Path>) -> Option<PathBuf> {
+        if let Some(q) = asked {
+            return Some(q.to_path_buf());
+        }
+        let own = PathBuf::from(self.qemu_path.as_deref()?);
+        own.is_file().then_some(own)
+    }
+
     /// The share of the main thread's instructions after the last of the intervals that hold
     /// `covered` instructions (no interval stands for it; 0 for an empty run).
     pub fn tail_fraction(&self, covered: f64) -> f64 {
