@@ -643,6 +643,32 @@ fn bad_inputs_are_refused_and_nothing_is_written() {
         assert!(err.contains(message), "{files:?}: {err}");
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier\n");
     }
+    // $BBV_NVDISASM is honoured here as by `bbv gpu run` (one lookup); --nvdisasm wins over it.
+    let with_env = |extra: &[&str]| {
+        bbv()
+            .env("BBV_NVDISASM", "/nonexistent/env-nvdisasm")
+            .args(["gpu", "cfg", "-o"])
+            .arg(&out)
+            .args(extra)
+            .arg(&cubin)
+            .output()
+            .unwrap()
+    };
+    let o = with_env(&[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot run /nonexistent/env-nvdisasm"),
+        "{err}"
+    );
+    let given = bin.join("nvdisasm");
+    let o = with_env(&["--nvdisasm", given.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// A kernel's static blocks from bbv's JSON: (section offset, opcodes), in address order.

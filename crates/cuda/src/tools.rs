@@ -21,12 +21,18 @@ pub fn cache() -> Option<PathBuf> {
     Some(root.join("nvidia/cu13"))
 }
 
-/// `nvdisasm`: `$BBV_NVDISASM`, on the PATH, scripts/cupti's copy, or the CUDA toolkit's.
-pub fn nvdisasm() -> Result<PathBuf, CudaError> {
-    if let Some(p) = std::env::var_os("BBV_NVDISASM") {
-        return Ok(PathBuf::from(p));
+/// `nvdisasm`: `$BBV_NVDISASM`, on the PATH, scripts/cupti's copy, or the CUDA toolkit's (the
+/// one lookup every GPU command uses where no `--nvdisasm` is given).
+pub fn find_nvdisasm() -> Option<PathBuf> {
+    match std::env::var_os("BBV_NVDISASM") {
+        Some(p) => Some(PathBuf::from(p)),
+        None => nvidia_tool("nvdisasm"),
     }
-    nvidia_tool("nvdisasm").ok_or_else(|| {
+}
+
+/// [`find_nvdisasm`], or why there is none.
+pub fn nvdisasm() -> Result<PathBuf, CudaError> {
+    find_nvdisasm().ok_or_else(|| {
         CudaError::Tool(
             "nvdisasm not found (on the PATH, in $BBV_NVDISASM or from scripts/cupti): it \
              gives the kernels' basic blocks"

@@ -27,11 +27,17 @@ pub fn next_pc(pc: u64, sm: u32) -> u64 {
     }
 }
 
-/// Opcode base names that may transfer control.
-const CONTROL: [&str; 16] = [
-    "BRA", "BRX", "JMP", "JMX", "EXIT", "RET", "CAL", "CALL", "JCAL", "SYNC", "BRK", "CONT", "KIL",
-    "BPT", "BSYNC", "RTT",
-];
+/// Opcode base names after which a traced block ends ([`crate::control`]'s table).
+const CONTROL: [&str; crate::control::TRACED] = crate::control::TRACED_NAMES;
+
+// [`is_control`] compares bases of at most five bytes.
+const _: () = {
+    let mut i = 0;
+    while i < CONTROL.len() {
+        assert!(CONTROL[i].len() <= 5);
+        i += 1;
+    }
+};
 
 /// Up to seven bytes as one word, their count in the top byte (so that no two strings share
 /// a word, NUL bytes included).
@@ -47,10 +53,10 @@ const fn word(b: &[u8]) -> u64 {
 
 /// [`CONTROL`] as words, compared without a string comparison per name (this runs once per
 /// instruction line when blocks are rebuilt).
-const CONTROL_WORDS: [u64; 16] = {
-    let mut out = [0u64; 16];
+const CONTROL_WORDS: [u64; CONTROL.len()] = {
+    let mut out = [0u64; CONTROL.len()];
     let mut i = 0;
-    while i < 16 {
+    while i < CONTROL.len() {
         out[i] = word(CONTROL[i].as_bytes());
         i += 1;
     }

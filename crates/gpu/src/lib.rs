@@ -10,6 +10,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 
 pub mod blocks;
+pub mod control;
 pub mod output;
 pub mod sample;
 

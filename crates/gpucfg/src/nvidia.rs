@@ -2,8 +2,9 @@
 //!
 //! Block rules, those of `nvdisasm -bbcfg` (and so NVBit's CFG): a block starts at a function's
 //! first instruction, at every label nvdisasm prints (branch targets, reconvergence points of
-//! `BSSY`, exits) and after every instruction that may transfer control (`BRA`, `BRX`, `BRXU`,
-//! `JMP`, `JMX`, `JMXU`, `CALL`, `RET`, `EXIT`, `KILL`, `BPT`, `RTT`, guarded or not). A kernel's
+//! `BSSY`, exits) and after every instruction that may transfer control (the static column of
+//! `bbv_gpu::control`'s table: `BRA`, `BRX`, `BRXU`, `JMP`, `JMX`, `JMXU`, `CALL`, `RET`, `EXIT`,
+//! `KILL`, `BPT`, `RTT`, guarded or not). A kernel's
 //! section holds the kernel, then its device functions (labels `$kernel$function`); each is a
 //! function of its own. The padding at the end of a section (a branch to itself that nothing
 //! else reaches, then `NOP`s) belongs to no block. `BRX`/`JMX` make a function degenerate; their
@@ -30,13 +31,18 @@ enum Flow {
     Exit,
 }
 
+/// By the static column of [`bbv_gpu::control`]'s table (`nvdisasm -bbcfg`'s rules).
 fn flow(insn: &Instruction) -> Flow {
-    match insn.base() {
-        "BRA" | "JMP" => Flow::Branch,
-        "BRX" | "BRXU" | "JMX" | "JMXU" => Flow::Indirect,
-        "CALL" => Flow::Call,
-        "RET" => Flow::Return,
-        "EXIT" | "KILL" | "BPT" | "RTT" => Flow::Exit,
+    use bbv_gpu::control::{self, Flow as F};
+    match control::rule(insn.base()) {
+        Some(op) if op.static_cfg => match op.flow {
+            F::Branch => Flow::Branch,
+            F::Indirect => Flow::Indirect,
+            F::Call => Flow::Call,
+            F::Return => Flow::Return,
+            F::Exit => Flow::Exit,
+            F::Reconverge => Flow::Next,
+        },
         _ => Flow::Next,
     }
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bbv_cuda::tools::{nvidia_tool, on_path};
+use bbv_cuda::tools::{find_nvdisasm, nvidia_tool, on_path};
 
 use crate::CfgError;
 
@@ -81,8 +81,8 @@ impl Tools {
             &mut self.nvdisasm,
             &mut self.used,
             "nvdisasm",
-            || nvidia_tool("nvdisasm"),
-            "nvdisasm not found (not on the PATH, not from scripts/gpu-tools): give --nvdisasm PATH or run scripts/gpu-tools",
+            find_nvdisasm,
+            "nvdisasm not found (not in $BBV_NVDISASM, not on the PATH, not from scripts/gpu-tools): give --nvdisasm PATH or run scripts/gpu-tools",
         )
     }
 
