@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use bbv_pipeline::rundir::files;
 
 /// `bbv checkpoint`.
 #[derive(clap::Args, Debug)]
@@ -56,7 +57,7 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<u8> {
         .dir
         .context("no run directory: bbv checkpoint DIR -- PROG ARGS")?;
     let command = a.command;
-    let out = a.output.unwrap_or_else(|| dir.join("checkpoints"));
+    let out = a.output.unwrap_or_else(|| dir.join(files::CHECKPOINTS));
     let spec = bbv_pipeline::checkpoint::CheckpointSpec {
         dir: std::path::absolute(&out)?,
         warmup: !a.no_warmup,

@@ -5,35 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use bbv_collect::{GuestStatus, Outcome, Request};
+use bbv_pipeline::parse::{percent, positive, yes_no};
 use bbv_pipeline::validate::Pick;
 use bbv_pipeline::{CollectOptions, GuestOptions, RegionsMode, RunOptions, Schedule};
 use bbv_profile::CacheGeometry;
-
-fn yes_no(v: &str) -> Result<bool, String> {
-    match v {
-        "yes" | "on" | "true" => Ok(true),
-        "no" | "off" | "false" => Ok(false),
-        _ => Err(format!("expected yes or no, not {v:?}")),
-    }
-}
-
-fn positive(v: &str) -> Result<u64, String> {
-    match v.replace('_', "").parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!(
-            "expected a positive whole number of instructions, not {v:?}"
-        )),
-    }
-}
-
-pub(crate) fn percent(v: &str) -> Result<f64, String> {
-    match v.trim_end_matches('%').parse::<f64>() {
-        Ok(p) if p > 0.0 && p <= 100.0 => Ok(p / 100.0),
-        _ => Err(format!(
-            "expected a percentage above 0 and at most 100, not {v:?}"
-        )),
-    }
-}
 
 /// Options shared by `collect` and `run`.
 #[derive(clap::Args, Debug)]

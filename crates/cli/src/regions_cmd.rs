@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use bbv_pipeline::rundir::files;
 use bbv_pipeline::simulate::{simulate_watched, FullRun, SimulateRequest};
 use bbv_pipeline::trace::TraceSpec;
 
@@ -95,7 +96,7 @@ pub struct SimulateArgs {
     pub jobs: Option<usize>,
     /// Exit 1 when the estimate's 95% band is wider than PCT percent (the figures are still
     /// written); a run without per-interval metrics (`bbv run --validate`) is refused first.
-    #[arg(long, value_name = "PCT", value_parser = crate::collect_cmd::percent)]
+    #[arg(long, value_name = "PCT", value_parser = bbv_pipeline::parse::percent)]
     pub max_band: Option<f64>,
     #[command(flatten)]
     pub launch: crate::collect_cmd::LaunchArgs,
@@ -130,7 +131,7 @@ pub fn simulate(a: SimulateArgs) -> Result<u8> {
     spinner.done();
     let s = s?;
     eprint!("{}", s.text());
-    eprintln!("{}", a.dir.join("simulation.json").display());
+    eprintln!("{}", a.dir.join(files::SIMULATION).display());
     let band = s.band_pct.unwrap_or(0.0);
     let over = a.max_band.filter(|&m| band > 100.0 * m);
     if let Some(m) = over {
@@ -158,7 +159,7 @@ pub fn report(a: ReportArgs) -> Result<()> {
 
 /// `bbv trace`: the replay's exit statuses; 1 also when a region could not be traced whole.
 pub fn trace(a: TraceArgs) -> Result<u8> {
-    let out = std::path::absolute(a.output.unwrap_or_else(|| a.replay.dir.join("traces")))?;
+    let out = std::path::absolute(a.output.unwrap_or_else(|| a.replay.dir.join(files::TRACES)))?;
     let detail = (!a.full_warmup).then_some(a.warmup_detail);
     let preset = (!a.raw).then_some(a.xz_preset);
     let spec = TraceSpec::new(out, a.tail, preset, detail, a.short_warmups)?;

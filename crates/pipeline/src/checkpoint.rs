@@ -304,7 +304,7 @@ impl Checkpointing {
             cpu_seconds: self.spec.cpu_seconds,
             regions,
         };
-        files.write(&dir.join("checkpoints.json"), |w| {
+        files.write(&dir.join(bbv_rundir::files::CHECKPOINTS_JSON), |w| {
             serde_json::to_writer_pretty(&mut *w, &report)?;
             std::io::Write::write_all(w, b"\n")
         })?;

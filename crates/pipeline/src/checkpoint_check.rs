@@ -125,7 +125,7 @@ fn bad(path: &Path, what: impl std::fmt::Display) -> PipelineError {
 
 /// Reads `checkpoints.json` and checks every file it names is the one written.
 fn load(dir: &Path) -> Result<CheckpointReport, PipelineError> {
-    let path = dir.join("checkpoints.json");
+    let path = dir.join(bbv_rundir::files::CHECKPOINTS_JSON);
     let text = bbv_files::input::read_text(&path, 64 << 20)?;
     let report: CheckpointReport = serde_json::from_str(&text)
         .map_err(|e| bad(&path, format!("not a bbv checkpoint folder's index: {e}")))?;
@@ -188,7 +188,7 @@ fn key_at(pass: &[(u64, u64, String, u64)], a: u64) -> Option<Key> {
 pub fn check(req: &CheckRequest) -> Result<CheckReport, PipelineError> {
     let report = load(&req.dir)?;
     let s = rundir::read_summary(&report.run)?;
-    let blocks = rundir::read_blocks(&report.run.join("blocks.tsv"))?;
+    let blocks = rundir::read_blocks(&report.run.join(bbv_rundir::files::BLOCKS))?;
     let profile = points_profile(&report.run, &s, blocks.len())?;
     let profile_keys: Vec<Option<Key>> = blocks
         .iter()

@@ -65,7 +65,7 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
     if windows.is_empty() && summary.intervals > 0 {
         return Err(PipelineError::Invalid(format!(
             "{}: empty, but the run has {} intervals (the plugin writes a line per cut)",
-            dir.join("marks.out").display(),
+            dir.join(bbv_rundir::files::MARKS).display(),
             summary.intervals
         )));
     }
@@ -90,7 +90,7 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
         if labels.len() as u64 != summary.intervals {
             return Err(PipelineError::Invalid(format!(
                 "{}: {} labels for {} intervals",
-                dir.join("simpoint.labels").display(),
+                dir.join(bbv_rundir::files::LABELS).display(),
                 labels.len(),
                 summary.intervals
             )));
@@ -106,7 +106,7 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
         // count each): read only when some representative has no marker.
         let placed = match place(dir, &summary, &rows, &chosen, &labels, None) {
             Err(PipelineError::NoMarker { .. }) => {
-                let distances = read_label_distances(&dir.join("simpoint.labels"))?;
+                let distances = read_label_distances(&dir.join(bbv_rundir::files::LABELS))?;
                 let mut fallback = regions::Fallback {
                     stand_ins: regions::stand_ins(&chosen, &labels, &distances),
                     forward: Vec::new(),
@@ -180,11 +180,16 @@ fn place(
     for &i in &tried {
         cuts.extend(i.saturating_sub(2 * n_warm + reach)..=i + 1 + reach);
     }
-    let profile = Profile::read(&dir.join("bb.out"), rows.blocks.len(), &cuts, &tried)?;
+    let profile = Profile::read(
+        &dir.join(bbv_rundir::files::BB),
+        rows.blocks.len(),
+        &cuts,
+        &tried,
+    )?;
     if profile.lengths.len() as u64 != summary.intervals {
         return Err(PipelineError::Invalid(format!(
             "{}: {} intervals, but summary.json says {}",
-            dir.join("bb.out").display(),
+            dir.join(bbv_rundir::files::BB).display(),
             profile.lengths.len(),
             summary.intervals
         )));
@@ -236,13 +241,13 @@ fn write_all(
 ) -> Result<(), PipelineError> {
     let points: &[Point] = &summary.points;
     let mut files = AtomicFiles::default();
-    files.write(&dir.join("summary.json"), |w| {
+    files.write(&dir.join(bbv_rundir::files::SUMMARY), |w| {
         rundir::write_summary(w, summary)
     })?;
-    files.write(&dir.join("summary.txt"), |w| {
+    files.write(&dir.join(bbv_rundir::files::SUMMARY_TXT), |w| {
         std::io::Write::write_all(w, text.as_bytes())
     })?;
-    files.write(&dir.join("report.html"), |w| {
+    files.write(&dir.join(bbv_rundir::files::REPORT), |w| {
         std::io::Write::write_all(w, page.as_bytes())
     })?;
     if !points.is_empty() {
@@ -252,15 +257,15 @@ fn write_all(
         }
         let mut csv = Vec::new();
         regions::write_csv(&mut csv, points, images)?;
-        files.write(&dir.join("regions.csv"), |w| {
+        files.write(&dir.join(bbv_rundir::files::REGIONS_CSV), |w| {
             std::io::Write::write_all(w, &csv)
         })?;
         let mut json = Vec::new();
         regions::write_json(&mut json, points, images)?;
-        files.write(&dir.join("regions.json"), |w| {
+        files.write(&dir.join(bbv_rundir::files::REGIONS_JSON), |w| {
             std::io::Write::write_all(w, &json)
         })?;
-        files.write(&dir.join("regions.sniper.txt"), |w| {
+        files.write(&dir.join(bbv_rundir::files::SNIPER), |w| {
             regions::write_sniper(w, points)
         })?;
         let small = |name: &str| bbv_files::input::read_bytes(&dir.join(name), 64 << 20);
@@ -284,7 +289,7 @@ fn write_all(
             regions::warmup_intervals(summary.warmup, summary.interval) * summary.interval,
             &summary.count_rep,
         );
-        files.write(&dir.join("gem5").join("README"), |w| {
+        files.write(&dir.join(bbv_rundir::files::GEM5).join("README"), |w| {
             std::io::Write::write_all(w, readme.as_bytes())
         })?;
     }

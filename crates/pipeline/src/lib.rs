@@ -28,6 +28,7 @@ mod job_text;
 pub mod looppoint;
 pub mod markers;
 mod options;
+pub mod parse;
 pub mod regions;
 mod replay;
 pub mod simulate;

@@ -89,7 +89,7 @@ pub fn read_global(
     keep: &BTreeSet<u64>,
     rates: Option<(&[SliceRow], &[BlockRow])>,
 ) -> Result<GlobalRead, PipelineError> {
-    let path = dir.join("global.bb");
+    let path = dir.join(bbv_rundir::files::GLOBAL_BB);
     let mut reader = bbv_profile::BbvReader::open(&path)?;
     let mut cum = vec![0u64; n_blocks + 1];
     let mut g = GlobalRead::default();
@@ -270,7 +270,7 @@ fn chosen_slices(
     if labels.len() as u64 != s.intervals || rows.len() < labels.len() {
         return Err(PipelineError::Invalid(format!(
             "{}: {} labels for {} complete slices ({} in slices.tsv)",
-            dir.join("simpoint.labels").display(),
+            dir.join(bbv_rundir::files::LABELS).display(),
             labels.len(),
             s.intervals,
             rows.len()
@@ -299,7 +299,7 @@ fn adopter(o: u64, chosen: &[Chosen], kept: &Kept, rows: &[SliceRow]) -> Option<
 
 /// The points of a looppoint run directory, heaviest first.
 pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, PipelineError> {
-    let rows = slices::read_table(&dir.join("slices.tsv"))?;
+    let rows = slices::read_table(&dir.join(bbv_rundir::files::SLICES))?;
     let (chosen, labels) = chosen_slices(dir, s, &rows)?;
     let n_warm = warmup_slices(s);
     let mut needed = BTreeSet::new();
@@ -312,7 +312,7 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
     // A last slice alone in its cluster has no region: its instructions go to the region
     // nearest to it, so that the multipliers still cover the whole run.
     let last = rows.len() as u64 - 1;
-    let orphan = (dir.join("slices.cuts").exists()
+    let orphan = (dir.join(bbv_rundir::files::SLICE_CUTS).exists()
         && !chosen
             .iter()
             .any(|c| labels.get(last as usize) == Some(&c.cluster)))
@@ -327,7 +327,7 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
         kept,
         spread,
     } = read_global(dir, n_blocks, &cut_needs, &keep, rates)?;
-    let cuts = dir.join("slices.cuts");
+    let cuts = dir.join(bbv_rundir::files::SLICE_CUTS);
     let windows = if cuts.exists() {
         crate::slices::read_cuts(&cuts)?.2
     } else {
@@ -335,7 +335,7 @@ pub fn points(dir: &Path, s: &Summary, input: &Inputs) -> Result<Vec<Point>, Pip
     };
     let adopter = orphan.and_then(|o| adopter(o, &chosen, &kept, &rows));
     let profile = Profile::read(
-        &dir.join("bb.out"),
+        &dir.join(bbv_rundir::files::BB),
         n_blocks,
         &prefix_needs,
         &BTreeSet::new(),
@@ -444,14 +444,14 @@ fn substitute_last(
     labels: &[usize],
     n_rows: usize,
 ) -> Result<Vec<crate::rundir::Chosen>, PipelineError> {
-    if !dir.join("slices.cuts").exists() || n_rows == 0 {
+    if !dir.join(bbv_rundir::files::SLICE_CUTS).exists() || n_rows == 0 {
         return Ok(chosen);
     }
     let last = n_rows as u64 - 1;
     if !chosen.iter().any(|c| c.interval == last) {
         return Ok(chosen);
     }
-    let path = dir.join("simpoint.labels");
+    let path = dir.join(bbv_rundir::files::LABELS);
     let distance = crate::rundir::read_label_distances(&path)?;
     Ok(chosen
         .into_iter()

@@ -180,10 +180,10 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> 
             program.display(),
             have.as_deref().unwrap_or("(none)"),
             want.unwrap_or("(none)"),
-            dir.join("summary.json").display()
+            dir.join(bbv_rundir::files::SUMMARY).display()
         )));
     }
-    let images = rundir::read_images(&dir.join("images.tsv"))?;
+    let images = rundir::read_images(&dir.join(bbv_rundir::files::IMAGES))?;
     let mut index: HashMap<Key, usize> = HashMap::new();
     let mut p = Plan {
         pcs: Vec::new(),
@@ -200,7 +200,7 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> 
                     PipelineError::Invalid(format!(
                         "marker image {} is not in {}",
                         m.image,
-                        dir.join("images.tsv").display()
+                        dir.join(bbv_rundir::files::IMAGES).display()
                     ))
                 })?;
                 let facts = bbv_collect::ElfFacts::read(&image.path).unwrap_or_default();
@@ -297,7 +297,12 @@ pub(crate) fn points_profile(
         p.kept = kept;
         p
     } else {
-        Profile::read(&dir.join("bb.out"), n_blocks, &BTreeSet::new(), &keep)?
+        Profile::read(
+            &dir.join(bbv_rundir::files::BB),
+            n_blocks,
+            &BTreeSet::new(),
+            &keep,
+        )?
     })
 }
 
@@ -315,7 +320,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
     }
     let program = bbv_collect::resolve_program(&req.program)?;
     let plan = plan(&req.dir, &s, &program)?;
-    let blocks = rundir::read_blocks(&req.dir.join("blocks.tsv"))?;
+    let blocks = rundir::read_blocks(&req.dir.join(bbv_rundir::files::BLOCKS))?;
     let looppoint = s.regions_mode == rundir::Regions::Looppoint;
     let profile = points_profile(&req.dir, &s, blocks.len())?;
     let (work, _cleanup) = bbv_files::interrupt::Cleanup::create(|| {
@@ -489,7 +494,7 @@ fn replay_report(
     );
     report.schedule_events = c.schedule_events()?;
     let mut files = AtomicFiles::default();
-    files.write(&req.dir.join("replay.json"), |w| {
+    files.write(&req.dir.join(bbv_rundir::files::REPLAY), |w| {
         serde_json::to_writer_pretty(&mut *w, &report)?;
         std::io::Write::write_all(w, b"\n")
     })?;

@@ -113,7 +113,7 @@ impl TracedRegion {
 
 /// Reads `DIR/trace.json`, refusing traces of another run than `s` (DIR's summary).
 fn traced(dir: &Path, s: &rundir::Summary) -> Result<Traced, PipelineError> {
-    let path = dir.join("trace.json");
+    let path = dir.join(bbv_rundir::files::TRACE);
     if !path.exists() {
         return Err(PipelineError::Invalid(format!(
             "{}: no traces (run `bbv trace {}` first)",
@@ -230,14 +230,14 @@ pub fn simulate_watched(
     let report = bbv_report::from_summary_with(&req.dir, &s, Some(sim.clone()))?;
     let page = bbv_report::html(&report);
     let mut files = AtomicFiles::default();
-    files.write(&req.dir.join("simulation.json"), |w| {
+    files.write(&req.dir.join(bbv_rundir::files::SIMULATION), |w| {
         serde_json::to_writer_pretty(&mut *w, &sim)?;
         w.write_all(b"\n")
     })?;
-    files.write(&req.dir.join("report.html"), |w| {
+    files.write(&req.dir.join(bbv_rundir::files::REPORT), |w| {
         w.write_all(page.as_bytes())
     })?;
-    files.write(&req.dir.join("champsim.log"), |w| {
+    files.write(&req.dir.join(bbv_rundir::files::CHAMPSIM_LOG), |w| {
         for (r, out) in t.regions.iter().zip(&outputs) {
             writeln!(
                 w,
@@ -296,7 +296,7 @@ fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineErro
             "the regions are LoopPoint slices (a band needs intervals)".into(),
         ));
     }
-    let csv = dir.join("metrics.csv");
+    let csv = dir.join(bbv_rundir::files::METRICS);
     if !csv.exists() {
         return Ok(Err(
             "the run has no per-interval metrics (metrics.csv): `bbv run --validate` measures them"

@@ -159,7 +159,7 @@ pub fn build(
 ) -> Result<Vec<SliceRow>, PipelineError> {
     let n_threads = threads.iter().copied().max().unwrap_or(1) as usize;
     let excluded = excluded_ids(blocks, exclude);
-    let cuts_path = dir.join("slices.cuts");
+    let cuts_path = dir.join(bbv_rundir::files::SLICE_CUTS);
     let (first, cuts) = if cuts_path.exists() {
         let (first, cuts, _) = read_cuts(&cuts_path)?;
         (first, cuts)
@@ -225,7 +225,9 @@ pub fn build(
     write_global(dir, n_threads, &slices)?;
     let rows: Vec<SliceRow> = slices.into_iter().map(|(r, _)| r).collect();
     let mut files = AtomicFiles::default();
-    files.write(&dir.join("slices.tsv"), |w| write_table(w, &rows))?;
+    files.write(&dir.join(bbv_rundir::files::SLICES), |w| {
+        write_table(w, &rows)
+    })?;
     files.commit()?;
     Ok(rows)
 }
@@ -284,14 +286,14 @@ fn merge_threads(
         if s != slices.len() as u64 {
             return Err(PipelineError::Invalid(format!(
                 "{}: slice {} has no vector in any thread's slice file",
-                dir.join("slices.cuts").display(),
+                dir.join(bbv_rundir::files::SLICE_CUTS).display(),
                 slices.len()
             )));
         }
         if s > first && !cuts.contains_key(&s) {
             return Err(PipelineError::Invalid(format!(
                 "{}: slice {s} has vectors but no cut",
-                dir.join("slices.cuts").display()
+                dir.join(bbv_rundir::files::SLICE_CUTS).display()
             )));
         }
         v.sort_unstable();
@@ -306,7 +308,7 @@ fn write_global(
     slices: &[(SliceRow, Vec<(u32, u64)>)],
 ) -> Result<(), PipelineError> {
     let mut files = AtomicFiles::default();
-    files.write(&dir.join("global.bb"), |w| {
+    files.write(&dir.join(bbv_rundir::files::GLOBAL_BB), |w| {
         writeln!(
             w,
             "#make-balanced-concat-vectors.py num_threads {n_threads}"

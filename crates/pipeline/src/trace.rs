@@ -589,8 +589,8 @@ fn check(
 fn write_tables(report: &TraceReport) -> Result<(), PipelineError> {
     let mut files = AtomicFiles::default();
     for path in [
-        report.dir.join("regions.json"),
-        report.run.join("trace.json"),
+        report.dir.join(bbv_rundir::files::REGIONS_JSON),
+        report.run.join(bbv_rundir::files::TRACE),
     ] {
         files.write(&path, |w| {
             serde_json::to_writer_pretty(&mut *w, report)?;

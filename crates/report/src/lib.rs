@@ -185,7 +185,7 @@ pub fn run_report_page(dir: &Path, summary: &bbv_rundir::Summary) -> Result<Stri
 /// step of `bbv run` and `bbv regions`).
 pub fn write_run_report(dir: &Path) -> Result<PathBuf, ReportError> {
     let report = from_run_dir(dir)?;
-    let path = dir.join("report.html");
+    let path = dir.join(bbv_rundir::files::REPORT);
     write(&path, &report)?;
     Ok(path)
 }

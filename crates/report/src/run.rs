@@ -67,7 +67,7 @@ pub fn from_summary_with(
     if labels.len() as u64 != summary.intervals {
         return Err(ReportError::Inconsistent(format!(
             "{}: {} labels, but summary.json says {} {unit}s",
-            dir.join("simpoint.labels").display(),
+            dir.join(bbv_rundir::files::LABELS).display(),
             labels.len(),
             summary.intervals
         )));
@@ -90,7 +90,7 @@ pub fn from_summary_with(
     if let Some(p) = r.points.iter().find(|p| p.unit >= labels.len()) {
         return Err(ReportError::Inconsistent(format!(
             "{}: {unit} {} is beyond the {} {unit}s of the run",
-            dir.join("simpoint.simpoints").display(),
+            dir.join(bbv_rundir::files::SIMPOINTS).display(),
             p.unit,
             labels.len()
         )));
@@ -192,7 +192,7 @@ fn metrics(
     s: &Summary,
     v: Option<&Validation>,
 ) -> Result<(), ReportError> {
-    let path = dir.join("metrics.csv");
+    let path = dir.join(bbv_rundir::files::METRICS);
     if !path.exists() {
         let why =
             "No metrics: run `bbv run --validate` to measure them and the points' estimate errors.";
@@ -287,7 +287,7 @@ fn choosing_k(r: &mut Report, dir: &Path, v: Option<&Validation>) -> Result<(), 
             .collect();
         return Ok(());
     }
-    let path = dir.join("bic.csv");
+    let path = dir.join(bbv_rundir::files::BIC);
     if !path.exists() {
         r.bic_note = "No bic.csv: the run directory was written by an older bbv.".into();
         return Ok(());

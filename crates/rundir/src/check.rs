@@ -72,7 +72,7 @@ pub fn points_and_labels(
     points: &[(u64, usize)],
     labels: &[usize],
 ) -> Result<(), RundirError> {
-    let simpoints = dir.join("simpoint.simpoints");
+    let simpoints = dir.join(crate::files::SIMPOINTS);
     let mut seen = BTreeSet::new();
     for (n, &(interval, cluster)) in points.iter().enumerate() {
         let at = format!("line {}: cluster {cluster}", n + 1);

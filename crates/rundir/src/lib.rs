@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod band;
 pub mod check;
+pub mod files;
 pub mod simulation;
 pub mod strata;
 pub mod validate;
@@ -339,7 +340,7 @@ pub struct Point {
 
 /// Reads `DIR/summary.json`, refusing directories of older bbv versions.
 pub fn read_summary(dir: &Path) -> Result<Summary, RundirError> {
-    let path = dir.join("summary.json");
+    let path = dir.join(crate::files::SUMMARY);
     if path.symlink_metadata().is_err() {
         return Err(RundirError::Invalid(if dir.is_dir() {
             format!(
@@ -614,7 +615,7 @@ pub fn read_windows(path: &Path) -> Result<Vec<Window>, RundirError> {
 
 /// Thread N's vector file in a run directory.
 pub fn thread_file(dir: &Path, number: u32) -> PathBuf {
-    bbv_profile::thread_file(&dir.join("bb.out"), number)
+    bbv_profile::thread_file(&dir.join(crate::files::BB), number)
 }
 
 /// The vectors a run clustered: `global.bb` (slices, looppoint mode), `bb.all` (every
@@ -690,7 +691,7 @@ pub struct Chosen {
 /// The chosen points (from `simpoint.simpoints` and `.weights`), heaviest first, and every
 /// clustered unit's cluster (`simpoint.labels`).
 pub fn chosen(dir: &Path) -> Result<(Vec<Chosen>, Vec<usize>), RundirError> {
-    let prefix = dir.join("simpoint");
+    let prefix = dir.join(crate::files::SIMPOINT);
     let points = read_pairs::<u64>(&prefix.with_extension("simpoints"))?;
     let weights = read_pairs::<f64>(&prefix.with_extension("weights"))?;
     // Labels lines are `CLUSTER DISTANCE`.
@@ -736,7 +737,7 @@ pub fn check_chosen(dir: &Path, chosen: &[Chosen], n: u64, unit: &str) -> Result
     match chosen.iter().find(|c| c.interval >= n) {
         Some(c) => Err(RundirError::Invalid(format!(
             "{}: {unit} {} is beyond the {n} {unit}s of the run",
-            dir.join("simpoint.simpoints").display(),
+            dir.join(crate::files::SIMPOINTS).display(),
             c.interval
         ))),
         None => Ok(()),

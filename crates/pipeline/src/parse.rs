@@ -1,0 +1,50 @@
+//! The option values every command parses alike, as clap's value parsers take them (an error
+//! is the message bbv prints with exit status 2).
+
+/// `yes`, `on`, `true` or `no`, `off`, `false`.
+pub fn yes_no(v: &str) -> Result<bool, String> {
+    match v {
+        "yes" | "on" | "true" => Ok(true),
+        "no" | "off" | "false" => Ok(false),
+        _ => Err(format!("expected yes or no, not {v:?}")),
+    }
+}
+
+/// A positive whole number of instructions (`_` separators allowed).
+pub fn positive(v: &str) -> Result<u64, String> {
+    match v.replace('_', "").parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "expected a positive whole number of instructions, not {v:?}"
+        )),
+    }
+}
+
+/// A percentage above 0 and at most 100 (a trailing `%` allowed), as a fraction.
+pub fn percent(v: &str) -> Result<f64, String> {
+    match v.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(p / 100.0),
+        _ => Err(format!(
+            "expected a percentage above 0 and at most 100, not {v:?}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_and_refusals() {
+        assert_eq!(yes_no("on"), Ok(true));
+        assert_eq!(yes_no("false"), Ok(false));
+        assert!(yes_no("maybe").is_err());
+        assert_eq!(positive("10_000_000"), Ok(10_000_000));
+        assert!(positive("0").is_err() && positive("-5").is_err() && positive("1e6").is_err());
+        assert_eq!(percent("3%"), Ok(0.03));
+        assert_eq!(percent("100"), Ok(1.0));
+        for bad in ["0", "-1", "100.5", "NaN", "inf", "three"] {
+            assert!(percent(bad).is_err(), "{bad}");
+        }
+    }
+}
