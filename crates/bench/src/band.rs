@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use bbv_rundir::band::{self, Member, Sampled};
+use bbv_rundir::band::{self, Member};
 use bbv_rundir::strata;
 use bbv_simpoint::{KChoice, Options, PostResult, Prepared, Quiet};
 
@@ -135,8 +135,10 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
     }
     let w = 1.0 / data.rows() as f64;
     data.weights.iter_mut().for_each(|x| *x = w);
-    // The intervals as the band sees them, the same for every clustering.
+    // The intervals as the band sees them, and the prediction's prior: the same for every
+    // clustering.
     let members = band::members(&rows, |i| data.row(i));
+    let prior = band::Prior::of(&members);
     let max_k = max_k.min(data.rows());
     println!(
         "{}: {} intervals, whole run CPI {full:.4} (ChampSim, in context: {})",
@@ -167,7 +169,7 @@ pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
                     );
                 }
                 let (points, error_pct, band_pct, predicted_pct) =
-                    score(&post, &members, (&cpi, full), tail)?;
+                    score(&post, (&members, &prior), (&cpi, full), tail)?;
                 let c = Case {
                     k: r.k,
                     seed,
@@ -268,31 +270,24 @@ fn summarize(cases: &[Case]) {
 /// its band and the band predicted before simulation, all in percent.
 fn score(
     post: &PostResult,
-    members: &[Member],
+    (members, prior): (&[Member], &band::Prior),
     (cpi, full): (&[f64], f64),
     tail: f64,
 ) -> Result<(usize, f64, f64, f64)> {
     let labels: Vec<usize> = post.labels.iter().map(|&l| l as usize).collect();
-    let mut share = vec![0.0; post.simpoints.len()];
-    for (m, &l) in members.iter().zip(&labels) {
-        share[l] += m.instructions;
+    let chosen = post.simpoints.iter().enumerate();
+    let mut points = band::weighted_points(
+        members,
+        &labels,
+        chosen.filter_map(|(c, &p)| Some((c, usize::try_from(p).ok()?))),
+    );
+    for p in &mut points {
+        p.cpi = cpi[p.interval];
     }
-    let points: Vec<Sampled> = post
-        .simpoints
-        .iter()
-        .enumerate()
-        .filter(|&(c, &p)| p >= 0 && share[c] > 0.0)
-        .map(|(c, &p)| Sampled {
-            label: c,
-            interval: p as usize,
-            weight: share[c],
-            cpi: cpi[p as usize],
-        })
-        .collect();
     let total: f64 = points.iter().map(|p| p.weight).sum();
     let estimate = points.iter().map(|p| p.weight * p.cpi).sum::<f64>() / total;
     let b = band::band(members, &labels, &points, estimate, tail)?;
-    let predicted = band::predicted(members, &labels, &points, tail)?;
+    let predicted = band::predicted(members, &labels, &points, tail, prior)?;
     Ok((
         points.len(),
         100.0 * (estimate - full) / full,

@@ -353,22 +353,31 @@ fn collect_writes_the_block_table() {
     assert!(rows.iter().any(|r| r[1].starts_with("ld-linux")));
 }
 
+/// `bbv run OPTS -o out -- PROG` in `dir` (exit 0): the run directory and its summary.json.
+fn run_out(dir: &Path, opts: &[&str], prog: &[&str]) -> (PathBuf, serde_json::Value) {
+    let out = bbv()
+        .current_dir(dir)
+        .arg("run")
+        .args(opts)
+        .args(["-o", "out", "--"])
+        .args(prog)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_status(&out, 0);
+    let run = dir.join("out");
+    let summary = json(&run.join("summary.json"));
+    (run, summary)
+}
+
 /// The hot code of xz is in liblzma: markers go there, and replay reaches them.
 #[test]
 fn markers_in_the_programs_own_library() {
     let dir = tempfile::tempdir().unwrap();
     let inp = input(dir.path());
-    let out = bbv()
-        .current_dir(dir.path())
-        .args(["run", "--interval", "20000000", "--max-k", "4", "-o", "out"])
-        .args(["--", "xz", "-6", "-c"])
-        .arg(&inp)
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    assert_status(&out, 0);
-    let run = dir.path().join("out");
-    let summary = json(&run.join("summary.json"));
+    let opts = ["--interval", "20000000", "--max-k", "4"];
+    let xz = ["xz", "-6", "-c", inp.to_str().unwrap()];
+    let (run, summary) = run_out(dir.path(), &opts, &xz);
     let points = summary["points"].as_array().unwrap();
     let in_lzma = points
         .iter()
@@ -429,24 +438,7 @@ fn points_in_the_loaders_start_up_stand_in_from_after_it() {
         "{opt} missing: scripts/setup installs llvm-14"
     );
     let dir = tempfile::tempdir().unwrap();
-    let out = bbv()
-        .current_dir(dir.path())
-        .args([
-            "run",
-            "--interval",
-            "1000000",
-            "-o",
-            "out",
-            "--",
-            opt,
-            "--version",
-        ])
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    assert_status(&out, 0);
-    let run = dir.path().join("out");
-    let summary = json(&run.join("summary.json"));
+    let (run, summary) = run_out(dir.path(), &["--interval", "1000000"], &[opt, "--version"]);
     let points = summary["points"].as_array().unwrap();
     let standing: Vec<_> = points
         .iter()

@@ -128,7 +128,7 @@ pub fn cluster_validated(
     files.write(&name("simpoints"), |w| post.write_simpoints(w, 1.0))?;
     files.write(&name("weights"), |w| post.write_weights(w, 1.0))?;
     files.write(&name("labels"), |w| post.write_labels(w))?;
-    files.write(&prefix.with_file_name("bic.csv"), |w| {
+    files.write(&prefix.with_file_name(bbv_rundir::files::BIC), |w| {
         let mut runs: Vec<(usize, f64, f64)> = result
             .runs
             .iter()
@@ -143,7 +143,7 @@ pub fn cluster_validated(
         Ok(())
     })?;
     if let Some(v) = &validation {
-        let path = prefix.with_file_name("validation.json");
+        let path = prefix.with_file_name(bbv_rundir::files::VALIDATION);
         files.write(&path, |w| {
             serde_json::to_writer_pretty(&mut *w, v)?;
             w.write_all(b"\n")
@@ -183,9 +183,12 @@ fn validate_runs(
     }
     let clusterings: Vec<Clusters> = posts.iter().map(clusters_of).collect();
     let bbv = validate::bbv_errors(input, &clusterings)?;
-    let members = v
-        .tail
-        .map(|_| bbv_rundir::band::members(v.rows, |i| data.row(i)));
+    // The run's intervals and prior, the same for every k.
+    let members = v.tail.map(|_| {
+        let m = bbv_rundir::band::members(v.rows, |i| data.row(i));
+        let prior = bbv_rundir::band::Prior::of(&m);
+        (m, prior)
+    });
     let mut by_k = Vec::new();
     for (((run, c), bbv_error), &bic_fraction) in
         result.runs.iter().zip(&clusterings).zip(bbv).zip(fractions)
@@ -193,7 +196,7 @@ fn validate_runs(
         let metrics = validate::metric_errors(v.rows, c)?;
         let worst = metrics.iter().map(|m| m.rank()).fold(0.0, f64::max);
         let predicted = match (&members, v.tail) {
-            (Some(m), Some(tail)) => Some(predicted_band(m, c, tail)?),
+            (Some((m, prior)), Some(tail)) => Some(predicted_band(m, prior, c, tail)?),
             _ => None,
         };
         by_k.push(KRow {
@@ -233,25 +236,18 @@ fn validate_runs(
 /// The CPI band, in percent, that a clustering's points are expected to get when simulated.
 fn predicted_band(
     members: &[bbv_rundir::band::Member],
+    prior: &bbv_rundir::band::Prior,
     c: &Clusters,
     tail: f64,
 ) -> Result<f64, PipelineError> {
-    let mut share = vec![0.0; c.labels.iter().max().map_or(0, |&l| l + 1)];
-    for (m, &l) in members.iter().zip(&c.labels) {
-        share[l] += m.instructions;
-    }
-    let points: Vec<bbv_rundir::band::Sampled> = c
-        .points
-        .iter()
-        .filter(|p| share.get(p.1).is_some_and(|&s| s > 0.0))
-        .map(|&(interval, label, _)| bbv_rundir::band::Sampled {
-            label,
-            interval,
-            weight: share[label],
-            cpi: 0.0,
-        })
-        .collect();
-    let b = bbv_rundir::band::predicted(members, &c.labels, &points, tail)?;
+    let points = bbv_rundir::band::weighted_points(
+        members,
+        &c.labels,
+        c.points
+            .iter()
+            .map(|&(interval, label, _)| (label, interval)),
+    );
+    let b = bbv_rundir::band::predicted(members, &c.labels, &points, tail, prior)?;
     Ok(b.band_pct)
 }
 

@@ -59,9 +59,9 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
             )))
         }
     };
-    let blocks = rundir::read_blocks(&need("blocks.tsv")?)?;
-    let images = rundir::read_images(&need("images.tsv")?)?;
-    let windows = rundir::read_windows(&need("marks.out")?)?;
+    let blocks = rundir::read_blocks(&need(bbv_rundir::files::BLOCKS)?)?;
+    let images = rundir::read_images(&need(bbv_rundir::files::IMAGES)?)?;
+    let windows = rundir::read_windows(&need(bbv_rundir::files::MARKS)?)?;
     if windows.is_empty() && summary.intervals > 0 {
         return Err(PipelineError::Invalid(format!(
             "{}: empty, but the run has {} intervals (the plugin writes a line per cut)",
@@ -72,9 +72,9 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
     let mut points = Vec::new();
     let mut profile = Profile::default();
     if summary.intervals > 0 && summary.regions_mode == crate::rundir::Regions::Looppoint {
-        need("simpoint.simpoints")?;
-        need("global.bb")?;
-        need("slices.tsv")?;
+        need(bbv_rundir::files::SIMPOINTS)?;
+        need(bbv_rundir::files::GLOBAL_BB)?;
+        need(bbv_rundir::files::SLICES)?;
         let entry = main_entry(Path::new(&summary.program.path), &images);
         let input = crate::looppoint::Inputs {
             blocks: &blocks,
@@ -85,7 +85,7 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
         points = crate::looppoint::points(dir, &summary, &input)?;
         summary.k = points.len();
     } else if summary.intervals > 0 && summary.clustered == crate::rundir::Clustered::Main {
-        need("simpoint.simpoints")?;
+        need(bbv_rundir::files::SIMPOINTS)?;
         let (chosen, labels) = chosen(dir)?;
         if labels.len() as u64 != summary.intervals {
             return Err(PipelineError::Invalid(format!(
@@ -96,7 +96,7 @@ pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError
             )));
         }
         check_chosen(dir, &chosen, summary.intervals, "interval")?;
-        need("bb.out")?;
+        need(bbv_rundir::files::BB)?;
         let rows = Rows {
             blocks: &blocks,
             images: &images,
@@ -269,8 +269,8 @@ fn write_all(
             regions::write_sniper(w, points)
         })?;
         let small = |name: &str| bbv_files::input::read_bytes(&dir.join(name), 64 << 20);
-        let simpoints = small("simpoint.simpoints")?;
-        let weights = small("simpoint.weights")?;
+        let simpoints = small(bbv_rundir::files::SIMPOINTS)?;
+        let weights = small(bbv_rundir::files::WEIGHTS)?;
         for (sub, s, w) in [
             ("gem5", "simpoints", "weights"),
             ("nemu", "simpoints0", "weights0"),

@@ -185,7 +185,7 @@ fn cluster_as(
     summary.regions_mode = mode;
     summary.regions_reason = reason;
     let rows = if mode == Regions::Looppoint {
-        let blocks = rundir::read_blocks(&req.out.join(bbv_rundir::files::BLOCKS))?;
+        let blocks = rundir::read_blocks(&req.out.join(rundir::files::BLOCKS))?;
         let threads: Vec<u32> = c.threads.iter().map(|t| t.number).collect();
         let slices = crate::slices::build(&req.out, &threads, &blocks, &r.counting.exclude)?;
         summary.filtered_instructions = Some(slices.iter().map(|s| s.filtered).sum());
@@ -198,13 +198,13 @@ fn cluster_as(
         }
         slices.len() as u64
     } else if req.threads_all {
-        concatenate(c, &req.out, &req.out.join(bbv_rundir::files::BB_ALL))?
+        concatenate(c, &req.out, &req.out.join(rundir::files::BB_ALL))?
     } else {
         c.threads.first().map_or(0, |t| t.intervals)
     };
     summary.intervals = rows;
     let mut files = AtomicFiles::default();
-    files.write(&req.out.join(bbv_rundir::files::SUMMARY), |w| {
+    files.write(&req.out.join(rundir::files::SUMMARY), |w| {
         rundir::write_summary(w, &summary)
     })?;
     files.commit()?;
@@ -230,7 +230,7 @@ fn cluster_as(
                 max_k: req.max_k,
                 every: req.every_k,
             },
-            &req.out.join(bbv_rundir::files::SIMPOINT),
+            &req.out.join(rundir::files::SIMPOINT),
             var_length,
             observer,
             validate.as_ref(),
@@ -260,7 +260,7 @@ fn match_slices(
     } else if rows.len() > n {
         rows.truncate(n);
         let mut files = AtomicFiles::default();
-        files.write(&dir.join(bbv_rundir::files::METRICS), |w| {
+        files.write(&dir.join(rundir::files::METRICS), |w| {
             crate::write_metrics(w, rows)
         })?;
         files.commit()?;
@@ -315,14 +315,14 @@ fn unmapped(c: &Collected, exclude: &[String]) -> Vec<String> {
 fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), PipelineError> {
     let mut files = AtomicFiles::default();
     if let Some(rows) = rows {
-        files.write(&dir.join(bbv_rundir::files::METRICS), |w| {
+        files.write(&dir.join(rundir::files::METRICS), |w| {
             crate::write_metrics(w, rows)
         })?;
     }
-    files.write(&dir.join(bbv_rundir::files::PC), |w| {
+    files.write(&dir.join(rundir::files::PC), |w| {
         bbv_collect::write_pc(w, &c.blocks)
     })?;
-    files.write(&dir.join(bbv_rundir::files::BLOCKS), |w| {
+    files.write(&dir.join(rundir::files::BLOCKS), |w| {
         bbv_collect::write_blocks_tsv(w, &c.blocks, &c.images)
     })?;
     let images: Vec<ImageRow> = c
@@ -336,7 +336,7 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
             bias: i.bias,
         })
         .collect();
-    files.write(&dir.join(bbv_rundir::files::IMAGES), |w| {
+    files.write(&dir.join(rundir::files::IMAGES), |w| {
         rundir::write_images(w, &images)
     })?;
     // The tables and the vectors land together, even if bbv is killed now, and without an
@@ -344,7 +344,7 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
     // run gets that far (a run that stops before, or has no point, leaves none).
     let hold = bbv_files::interrupt::hold();
     if rows.is_none() {
-        remove_stale(dir, "metrics.csv")?;
+        remove_stale(dir, rundir::files::METRICS)?;
     }
     for stale in STALE {
         remove_stale(dir, stale)?;
@@ -356,7 +356,7 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
         }
     }
     if let Some(src) = &c.slices {
-        bbv_files::move_file(src, &dir.join(bbv_rundir::files::SLICE_CUTS))?;
+        bbv_files::move_file(src, &dir.join(rundir::files::SLICE_CUTS))?;
     }
     for t in &c.threads {
         // The run directory keeps the plugin's name for it.
@@ -366,7 +366,7 @@ fn place(c: &Collected, dir: &Path, rows: Option<&[MetricsRow]>) -> Result<(), P
             None => remove_stale(dir, &name)?,
         }
     }
-    let marks = dir.join(bbv_rundir::files::MARKS);
+    let marks = dir.join(rundir::files::MARKS);
     match c.threads.first().and_then(|t| t.marks.as_ref()) {
         Some(m) => bbv_files::move_file(m, &marks)?,
         None => std::fs::write(&marks, b"").map_err(|e| PipelineError::io(&marks, e))?,
@@ -484,20 +484,20 @@ fn concatenate(c: &Collected, dir: &Path, out: &Path) -> Result<u64, PipelineErr
 
 /// Files of a run directory written after the vectors are placed.
 const STALE: [&str; 19] = [
-    "validation.json",
-    "global.bb",
-    "slices.tsv",
-    "slices.cuts",
-    "bic.csv",
-    "report.html",
-    "simpoint.simpoints",
-    "simpoint.weights",
-    "simpoint.labels",
-    "summary.json",
-    "summary.txt",
-    "regions.csv",
-    "regions.json",
-    "regions.sniper.txt",
+    rundir::files::VALIDATION,
+    rundir::files::GLOBAL_BB,
+    rundir::files::SLICES,
+    rundir::files::SLICE_CUTS,
+    rundir::files::BIC,
+    rundir::files::REPORT,
+    rundir::files::SIMPOINTS,
+    rundir::files::WEIGHTS,
+    rundir::files::LABELS,
+    rundir::files::SUMMARY,
+    rundir::files::SUMMARY_TXT,
+    rundir::files::REGIONS_CSV,
+    rundir::files::REGIONS_JSON,
+    rundir::files::SNIPER,
     "gem5/simpoints",
     "gem5/weights",
     "gem5/README",

@@ -60,7 +60,11 @@ pub fn from_summary_with(
             }),
         }
     };
-    for f in ["simpoint.simpoints", "simpoint.weights", "simpoint.labels"] {
+    for f in [
+        bbv_rundir::files::SIMPOINTS,
+        bbv_rundir::files::WEIGHTS,
+        bbv_rundir::files::LABELS,
+    ] {
         need(f)?;
     }
     let (chosen, labels) = bbv_rundir::chosen(dir)?;

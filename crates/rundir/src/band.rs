@@ -60,6 +60,32 @@ pub fn members<'a>(
         .collect()
 }
 
+/// A clustering's points, each `(label, interval)` weighted by the instructions of its
+/// stratum (the members `labels` give it), its `cpi` 0 for the caller to set; the point of an
+/// empty stratum is left out.
+pub fn weighted_points(
+    members: &[Member],
+    labels: &[usize],
+    points: impl IntoIterator<Item = (usize, usize)>,
+) -> Vec<Sampled> {
+    let mut share = vec![0.0; labels.iter().max().map_or(0, |&l| l + 1)];
+    for (m, &l) in members.iter().zip(labels) {
+        share[l] += m.instructions;
+    }
+    points
+        .into_iter()
+        .filter_map(|(label, interval)| {
+            let weight = *share.get(label).filter(|&&w| w > 0.0)?;
+            Some(Sampled {
+                label,
+                interval,
+                weight,
+                cpi: 0.0,
+            })
+        })
+        .collect()
+}
+
 /// One simulated point.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sampled {
@@ -202,15 +228,40 @@ pub fn band(
     Ok(b)
 }
 
+/// The model's misfit assumed before any point is simulated: [`PRIOR_MISFIT`] between two
+/// intervals at the run's mean BBV distance apart. A property of the run, not of a choice of
+/// points: computed once for all the clusterings [`predicted`] is asked about.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prior {
+    /// Mean BBV distance between two of the run's intervals (at most [`BLOCK_SAMPLE`] of them,
+    /// by stride; each with itself included).
+    pub mean_distance: f64,
+    /// The misfit's variance per unit of distance.
+    pub growth: f64,
+}
+
+impl Prior {
+    /// The prior of the run whose intervals are `members`.
+    pub fn of(members: &[Member]) -> Prior {
+        let all: Vec<&[f64]> = members.iter().map(|m| m.position.as_slice()).collect();
+        let mean_distance = mean_within(&strided(&all));
+        Prior {
+            mean_distance,
+            growth: 2.0 * PRIOR_MISFIT * PRIOR_MISFIT / mean_distance.max(1e-3),
+        }
+    }
+}
+
 /// The band a choice of points is expected to get before any is simulated (`bbv run
 /// --target-error`): each point's CPI taken as bbv's model's estimate of it (scale 1, so the
-/// percentage is the model's), and the misfit's growth the prior, [`PRIOR_MISFIT`] between two
-/// intervals at the run's mean BBV distance apart. The points' `cpi` is not read.
+/// percentage is the model's), and the misfit's growth the run's [`Prior`]. The points' `cpi`
+/// is not read.
 pub fn predicted(
     members: &[Member],
     labels: &[usize],
     points: &[Sampled],
     tail_fraction: f64,
+    prior: &Prior,
 ) -> Result<Band, RundirError> {
     let modelled: Vec<Sampled> = points
         .iter()
@@ -221,11 +272,13 @@ pub fn predicted(
             ..*p
         })
         .collect();
+    // The estimate follows from the points, so there is none to check yet: 1 stands in.
     let total_w = checked(members, labels, &modelled, 1.0)?;
     let estimate = modelled.iter().map(|p| p.weight * p.cpi).sum::<f64>() / total_w;
-    let all: Vec<&[f64]> = members.iter().map(|m| m.position.as_slice()).collect();
-    let mean_distance = mean_within(&strided(&all));
-    let growth = 2.0 * PRIOR_MISFIT * PRIOR_MISFIT / mean_distance.max(1e-3);
+    let Prior {
+        mean_distance,
+        growth,
+    } = *prior;
     let mut b = assemble(
         (members, labels),
         &modelled,
@@ -527,9 +580,10 @@ mod tests {
         let spread = members(&[(0, 0.6), (0, 1.0), (0, 1.4), (1, 2.0), (1, 2.0)]);
         // The points' CPI is not read: any value predicts the same band.
         let p = [sampled(0, 1, 0.6, 7.0), sampled(1, 3, 0.4, 0.1)];
-        let b = predicted(&spread.0, &spread.1, &p, 0.0).unwrap();
+        let prior = Prior::of(&spread.0);
+        let b = predicted(&spread.0, &spread.1, &p, 0.0, &prior).unwrap();
         let q = [sampled(0, 1, 0.6, 1.0), sampled(1, 3, 0.4, 2.0)];
-        assert_eq!(b, predicted(&spread.0, &spread.1, &q, 0.0).unwrap());
+        assert_eq!(b, predicted(&spread.0, &spread.1, &q, 0.0, &prior).unwrap());
         assert_eq!(b.scale, 1.0);
         // The prior: PRIOR_MISFIT at the run's mean distance (self-pairs included), here the
         // five places (0, 0), (0, .01), (0, .02), (1, .03), (1, .04).
@@ -552,14 +606,14 @@ mod tests {
         // Each interval its own point: nothing left to predict but the tail.
         let all: Vec<Sampled> = (0..5).map(|i| sampled(i, i, 0.2, 1.0)).collect();
         let own: Vec<usize> = (0..5).collect();
-        let exact = predicted(&spread.0, &own, &all, 0.01).unwrap();
+        let exact = predicted(&spread.0, &own, &all, 0.01, &prior).unwrap();
         assert!(
             (exact.band_pct - 100.0 * Z95 * 0.01).abs() < 1e-9,
             "{exact:?}"
         );
         // What the band refuses, the prediction refuses.
-        assert!(predicted(&spread.0, &spread.1, &[], 0.0).is_err());
+        assert!(predicted(&spread.0, &spread.1, &[], 0.0, &prior).is_err());
         let beyond = [sampled(0, 9, 1.0, 1.0)];
-        assert!(predicted(&spread.0, &spread.1, &beyond, 0.0).is_err());
+        assert!(predicted(&spread.0, &spread.1, &beyond, 0.0, &prior).is_err());
     }
 }

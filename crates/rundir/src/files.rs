@@ -29,6 +29,8 @@ pub const MARKS: &str = "marks.out";
 pub const SIMPOINT: &str = "simpoint";
 /// SimPoint's points.
 pub const SIMPOINTS: &str = "simpoint.simpoints";
+/// SimPoint's weights.
+pub const WEIGHTS: &str = "simpoint.weights";
 /// SimPoint's labels.
 pub const LABELS: &str = "simpoint.labels";
 /// Every k tried and its BIC.

@@ -622,11 +622,11 @@ pub fn thread_file(dir: &Path, number: u32) -> PathBuf {
 /// thread's intervals, `--threads all`) or `bb.out`.
 pub fn clustered_input(dir: &Path, s: &Summary) -> PathBuf {
     dir.join(if s.regions_mode == Regions::Looppoint {
-        "global.bb"
+        files::GLOBAL_BB
     } else if s.clustered == Clustered::All {
-        "bb.all"
+        files::BB_ALL
     } else {
-        "bb.out"
+        files::BB
     })
 }
 
