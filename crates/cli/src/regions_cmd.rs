@@ -98,6 +98,10 @@ pub struct SimulateArgs {
     /// written); a run without per-interval metrics (`bbv run --validate`) is refused first.
     #[arg(long, value_name = "PCT", value_parser = bbv_pipeline::parse::percent)]
     pub max_band: Option<f64>,
+    /// Simulate a run that cannot give a band (no per-interval metrics, LoopPoint slices):
+    /// refused without --full or this flag, since nothing would say how far off it is.
+    #[arg(long = "no-band", conflicts_with = "max_band")]
+    pub no_band: bool,
     #[command(flatten)]
     pub launch: crate::collect_cmd::LaunchArgs,
     /// Also simulate the whole run (the program given again after --full, as to `bbv replay`)
@@ -124,7 +128,7 @@ pub fn simulate(a: SimulateArgs) -> Result<u8> {
         champsim: a.champsim,
         jobs: a.jobs.unwrap_or(0),
         full,
-        need_band: a.max_band.is_some(),
+        need_band: a.max_band.is_some() || !(a.full || a.no_band),
     };
     let spinner = crate::progress::Progress::new(None);
     let s = simulate_watched(&req, &crate::progress::simulate(&spinner));
@@ -163,6 +167,17 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
     let detail = (!a.full_warmup).then_some(a.warmup_detail);
     let preset = (!a.raw).then_some(a.xz_preset);
     let spec = TraceSpec::new(out, a.tail, preset, detail, a.short_warmups)?;
+    // Said before the replay, which can take hours: the simulation will need --full or
+    // --no-band. A directory that is no run is left to the replay to refuse.
+    let dir = &a.replay.dir;
+    if let Ok(s) = bbv_pipeline::rundir::read_summary(dir) {
+        if let Some(why) = bbv_pipeline::simulate::why_unbanded(dir, &s) {
+            eprintln!(
+                "bbv: warning: {}: `bbv simulate` can give its estimate no error band: {why}",
+                dir.display()
+            );
+        }
+    }
     let extra = Extra {
         trace: Some(spec),
         ..Default::default()

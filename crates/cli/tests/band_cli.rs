@@ -149,8 +149,8 @@ pub(crate) fn band_recomputed(run: &Path, stderr: &str) {
 
 /// `--max-band`: a run without metrics is refused before anything is simulated, naming
 /// --validate; 0, negative or not a number is refused; a band wider than asked exits 1 with
-/// the figures written.
-pub(crate) fn max_band_checked(run: &Path) {
+/// the figures written. Then the plain chain without metrics (`plain_chain_checked`).
+pub(crate) fn max_band_checked(run: &Path, guest: &[String]) {
     let simulate = |max: &str| {
         guest_env(&mut bbv())
             .arg("simulate")
@@ -185,7 +185,6 @@ pub(crate) fn max_band_checked(run: &Path) {
     let aside = run.join("metrics.csv.aside");
     std::fs::rename(&metrics, &aside).unwrap();
     let o = simulate("5");
-    std::fs::rename(&aside, &metrics).unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
@@ -193,4 +192,68 @@ pub(crate) fn max_band_checked(run: &Path) {
         "{err}"
     );
     assert_eq!(json(&run.join("simulation.json")), after);
+    plain_chain_checked(run, guest);
+    std::fs::rename(&aside, &metrics).unwrap();
+}
+
+/// The plain chain on a run without per-interval metrics: `bbv trace` warns before its replay
+/// that the estimate can have no band; `bbv simulate` with no flags refuses before ChampSim
+/// runs, naming what gives one; `--no-band` simulates (the result says it has none) and is
+/// refused beside --max-band.
+fn plain_chain_checked(run: &Path, guest: &[String]) {
+    let o = guest_env(&mut bbv())
+        .arg("trace")
+        .arg(run)
+        .arg("-o")
+        .arg(run.join("traces-again"))
+        .args(["--tail", "2000", "--short-warmups", "--"])
+        .args(guest)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("bbv: warning:") && l.contains("no error band")),
+        "{err}"
+    );
+    // (DIR/trace.json now names traces-again: the same regions, traced alike.)
+    let simulate = |extra: &[&str]| {
+        guest_env(&mut bbv())
+            .arg("simulate")
+            .arg(run)
+            .args(["--jobs", "2"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let before = std::fs::read(run.join("simulation.json")).unwrap();
+    let o = simulate(&[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    for fix in ["--target-error 3", "--full", "--no-band"] {
+        assert!(err.contains(fix), "{fix}: {err}");
+    }
+    assert_eq!(std::fs::read(run.join("simulation.json")).unwrap(), before);
+    let o = simulate(&["--no-band", "--max-band", "5"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(std::fs::read(run.join("simulation.json")).unwrap(), before);
+    let o = simulate(&["--no-band"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.lines()
+            .find(|l| l.starts_with("estimated CPI"))
+            .is_some_and(|l| l.contains("no error band")),
+        "{err}"
+    );
+    let sim = json(&run.join("simulation.json"));
+    assert!(sim["band_pct"].is_null(), "{sim}");
+    assert!(
+        sim["no_band"].as_str().unwrap().contains("metrics"),
+        "{sim}"
+    );
 }

@@ -599,8 +599,8 @@ fn stopping_a_waiting_suite_cancels_its_array() {
     assert_eq!(csv_statuses(&out), pairs(&[("forever", "failed")]));
 }
 
-/// `simulate = true`: the job runs bbv run, bbv trace and bbv simulate into its folder (the
-/// report showing ChampSim's figures); a step that fails (here ChampSim is not where the job's
+/// `simulate = true`: the job runs bbv run (with --validate), bbv trace and bbv simulate into
+/// its folder (the report showing ChampSim's figures and the band); a step that fails (here ChampSim is not where the job's
 /// environment says) fails the job with its status, the earlier steps' files kept.
 #[test]
 fn a_job_traces_and_simulates_its_regions() {
@@ -640,6 +640,8 @@ fn a_job_traces_and_simulates_its_regions() {
         sim["regions"].as_array().unwrap().len(),
         regions["regions"].as_array().unwrap().len()
     );
+    // A simulated job is profiled with its per-interval metrics: its estimate has a band.
+    assert!(sim["band_pct"].as_f64().is_some_and(|b| b > 0.0), "{sim}");
     let page = std::fs::read_to_string(out.join("sim/report.html")).unwrap();
     let cpi = format!("{:.4}", sim["estimate_cpi"].as_f64().unwrap());
     assert!(page.contains(&cpi), "{cpi} not in the report");

@@ -94,7 +94,7 @@ fn regions_are_traced_whole_and_simulated() {
     traced_raw(&run, &guest, list);
     condensed_against_full(&run, &guest, &bin);
     simulated_in_full(&run, &guest, &bin, list);
-    crate::band_cli::max_band_checked(&run);
+    crate::band_cli::max_band_checked(&run, &guest);
     killed_leaves_no_champsim(&run);
 }
 

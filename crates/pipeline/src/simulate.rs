@@ -175,7 +175,10 @@ pub fn simulate_watched(
     let members = band_members(&req.dir, &s)?;
     if let (Err(why), true) = (&members, req.need_band) {
         return Err(PipelineError::Invalid(format!(
-            "{}: no error band: {why}",
+            "{}: no error band: {why}; an estimate without one can be off by several percent \
+             with nothing to say so (`bbv run --target-error 3` measures the metrics and \
+             chooses the points by the band; --full measures the error; --no-band simulates \
+             anyway)",
             req.dir.display()
         )));
     }
@@ -286,23 +289,27 @@ fn banded(
     }
 }
 
+/// Why the run's estimate cannot have a band, from what the run directory holds (None: it can),
+/// so that `bbv trace` can say so before its replay and `bbv simulate` before ChampSim runs.
+pub fn why_unbanded(dir: &Path, s: &rundir::Summary) -> Option<String> {
+    if s.regions_mode != rundir::Regions::Intervals {
+        return Some("the regions are LoopPoint slices (a band needs intervals)".into());
+    }
+    (!dir.join(bbv_rundir::files::METRICS).exists()).then(|| {
+        "the run has no per-interval metrics (metrics.csv): `bbv run --validate` measures them"
+            .into()
+    })
+}
+
 /// Every interval of the run for the band (instructions, model estimate, place), their labels
 /// and the share of the run after its last interval; Err(why) when the run cannot be banded.
 type Members = Result<(Vec<bbv_rundir::band::Member>, Vec<usize>, f64), String>;
 
 fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineError> {
-    if s.regions_mode != rundir::Regions::Intervals {
-        return Ok(Err(
-            "the regions are LoopPoint slices (a band needs intervals)".into(),
-        ));
+    if let Some(why) = why_unbanded(dir, s) {
+        return Ok(Err(why));
     }
     let csv = dir.join(bbv_rundir::files::METRICS);
-    if !csv.exists() {
-        return Ok(Err(
-            "the run has no per-interval metrics (metrics.csv): `bbv run --validate` measures them"
-                .into(),
-        ));
-    }
     let rows = bbv_profile::read_metrics(&csv)?;
     let (_, labels) = bbv_rundir::chosen(dir)?;
     if labels.len() != rows.len() {

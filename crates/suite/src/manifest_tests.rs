@@ -93,7 +93,8 @@ fn simulate_adds_the_trace_and_the_simulation() {
          [[job]]\nname = \"a\"\ncommand = [\"gzip\", \"-9\"]\ncpu = \"Haswell\"\n\n\
          [[job]]\nname = \"b\"\ncommand = [\"true\"]\nsimulate = \"full\"\n\n\
          [[job]]\nname = \"c\"\ncommand = [\"true\"]\nsimulate = false\n\n\
-         [[job]]\nname = \"g\"\nkind = \"gpu\"\ntraces = \"kernelslist.g\"\n",
+         [[job]]\nname = \"g\"\nkind = \"gpu\"\ntraces = \"kernelslist.g\"\n\n\
+         [[job]]\nname = \"l\"\ncommand = [\"true\"]\nregions = \"looppoint\"\n",
     )
     .unwrap();
     let steps = |j: &Job| -> Vec<String> {
@@ -110,7 +111,7 @@ fn simulate_adds_the_trace_and_the_simulation() {
     assert_eq!(
         steps(&m.jobs[0]),
         [
-            "run --cpu Haswell -o /o -- gzip -9",
+            "run --cpu Haswell --validate -o /o -- gzip -9",
             "trace /o --cpu Haswell -- gzip -9",
             "simulate /o --cpu Haswell"
         ]
@@ -118,9 +119,19 @@ fn simulate_adds_the_trace_and_the_simulation() {
     assert_eq!(
         steps(&m.jobs[1]),
         [
-            "run -o /o -- true",
+            "run --validate -o /o -- true",
             "trace /o -- true",
             "simulate /o --full -- true"
+        ]
+    );
+    // LoopPoint slices cannot be banded: metrics are not measured for a band they cannot
+    // have, and the simulation is asked for without one.
+    assert_eq!(
+        steps(&m.jobs[4]),
+        [
+            "run --regions looppoint -o /o -- true",
+            "trace /o -- true",
+            "simulate /o --no-band"
         ]
     );
     assert_eq!(steps(&m.jobs[2]), ["run -o /o -- true"]);

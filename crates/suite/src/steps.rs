@@ -42,12 +42,23 @@ impl Job {
                 }
             }
         }
+        // A simulated job's estimate gets its error band from the run's per-interval metrics.
+        if self.banded() && !self.options.contains_key("validate") {
+            args.push("--validate".into());
+        }
         args.extend(["-o".into(), out.into()]);
         if let Kind::Cpu { command, .. } = &self.kind {
             args.push("--".into());
             args.extend(command.iter().map(OsString::from));
         }
         args
+    }
+
+    /// Whether the job's estimate can have an error band: a simulated CPU job whose regions
+    /// are intervals (LoopPoint slices have none).
+    fn banded(&self) -> bool {
+        let slices = matches!(self.options.get("regions"), Some(Value::One(v)) if v == "looppoint");
+        matches!(self.kind, Kind::Cpu { .. }) && self.simulate != Simulate::No && !slices
     }
 
     /// bbv's arguments for every step of the job, in order, writing into `out`: the run,
@@ -77,6 +88,9 @@ impl Job {
         if self.simulate == Simulate::Full {
             simulate.extend(["--full".into(), "--".into()]);
             simulate.extend(guest);
+        } else if !self.banded() {
+            // LoopPoint slices have no band: the manifest asked for the estimate regardless.
+            simulate.push("--no-band".into());
         }
         steps.extend([trace, simulate]);
         steps
