@@ -43,13 +43,13 @@ pub struct CheckpointArgs {
 /// `bbv checkpoint`: exits as `bbv replay` (0, 1 for a marker missed, 2 on bad input).
 pub fn checkpoint(a: CheckpointArgs) -> Result<u8> {
     if let Some(dir) = a.check {
-        let req = bbv_pipeline::checkpoint_check::CheckRequest {
+        let req = bbv_replay::checkpoint_check::CheckRequest {
             dir,
             qemu: a.launch.qemu,
             plugin: a.launch.plugin,
             tolerance_pct: a.tolerance,
         };
-        let report = bbv_pipeline::checkpoint_check::check(&req)?;
+        let report = bbv_replay::checkpoint_check::check(&req)?;
         eprint!("{}", report.table());
         return Ok(if report.passed() { 0 } else { 1 });
     }
@@ -58,7 +58,7 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<u8> {
         .context("no run directory: bbv checkpoint DIR -- PROG ARGS")?;
     let command = a.command;
     let out = a.output.unwrap_or_else(|| dir.join(files::CHECKPOINTS));
-    let spec = bbv_pipeline::checkpoint::CheckpointSpec {
+    let spec = bbv_replay::checkpoint::CheckpointSpec {
         dir: std::path::absolute(&out)?,
         warmup: !a.no_warmup,
         cpu_seconds: a.cpu_seconds,

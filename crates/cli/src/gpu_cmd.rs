@@ -216,14 +216,14 @@ fn live_run(
 ) -> Result<u8> {
     let exe = std::env::current_exe()?;
     let exe_dir = exe.parent().map(PathBuf::from).unwrap_or_default();
-    let run = bbv_pipeline::GpuRun {
+    let run = bbv_gpujob::GpuRun {
         output,
         command,
         mode,
         selection: bbv_cuda::tools::Selection { kernels, launches },
         exe_dir,
     };
-    let o = bbv_pipeline::gpu_run(&run)?;
+    let o = bbv_gpujob::gpu_run(&run)?;
     eprint!("{}", o.report);
     Ok(o.exit_code())
 }
@@ -276,7 +276,7 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
                 stratified,
                 spread,
             };
-            print!("{}", bbv_pipeline::gpu_sample(&list, &output, options)?);
+            print!("{}", bbv_gpujob::gpu_sample(&list, &output, options)?);
             Ok(0)
         }
         GpuCommand::Bbv {
@@ -285,14 +285,14 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
             per_block,
             cfg,
         } => {
-            for line in bbv_pipeline::gpu_bbv(&list, &output, per_block, &cfg)? {
+            for line in bbv_gpujob::gpu_bbv(&list, &output, per_block, &cfg)? {
                 eprintln!("{line}");
             }
             Ok(0)
         }
         GpuCommand::Count(a) => count(a),
         GpuCommand::Simulate(a) => {
-            let job = bbv_pipeline::GpuSimulate {
+            let job = bbv_gpujob::GpuSimulate {
                 dir: a.dir,
                 accelsim: a.accelsim,
                 config: a.config,
@@ -300,7 +300,7 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
                 warmup_launches: a.warmup_launches,
                 full: a.full,
             };
-            print!("{}", bbv_pipeline::gpu_simulate(&job)?.report);
+            print!("{}", bbv_gpujob::gpu_simulate(&job)?.report);
             Ok(0)
         }
     }
@@ -308,7 +308,7 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
 
 /// `bbv gpu count`.
 fn count(a: CountArgs) -> Result<u8> {
-    let job = bbv_pipeline::GpuCount {
+    let job = bbv_gpujob::GpuCount {
         list: a.list,
         mode: CountMode {
             thread_level: a.thread_level,
@@ -326,7 +326,7 @@ fn count(a: CountArgs) -> Result<u8> {
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    for line in bbv_pipeline::gpu_count(job, &mut out)? {
+    for line in bbv_gpujob::gpu_count(job, &mut out)? {
         eprintln!("bbv gpu count: {line}");
     }
     Ok(0)

@@ -95,11 +95,11 @@ impl Observer for Progress {
     }
 }
 
-/// `bbv simulate`'s progress ([`bbv_pipeline::simulate_progress`] says what): on a terminal
+/// `bbv simulate`'s progress ([`bbv_replay::simulate_progress`] says what): on a terminal
 /// the spinner line, elsewhere (a log) plain lines.
-pub fn simulate(p: &Progress) -> bbv_pipeline::simulate_progress::SimProgress<'_> {
+pub fn simulate(p: &Progress) -> bbv_replay::simulate_progress::SimProgress<'_> {
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    bbv_pipeline::simulate_progress::SimProgress::new(
+    bbv_replay::simulate_progress::SimProgress::new(
         Box::new(|m| p.say(m)),
         (!terminal).then_some(Box::new(|m: String| eprintln!("{m}")) as Box<_>),
     )

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use bbv_pipeline::rundir::files;
-use bbv_pipeline::simulate::{simulate_watched, FullRun, SimulateRequest};
-use bbv_pipeline::trace::TraceSpec;
+use bbv_replay::simulate::{simulate_watched, FullRun, SimulateRequest};
+use bbv_replay::trace::TraceSpec;
 
 /// `bbv regions`.
 #[derive(clap::Args, Debug)]
@@ -73,7 +73,7 @@ pub struct TraceArgs {
     pub full_warmup: bool,
     /// Records before each region written whole when warmups are condensed.
     #[arg(long = "warmup-detail", value_name = "N", conflicts_with = "full_warmup",
-          default_value_t = bbv_pipeline::trace::Condense::default().detail)]
+          default_value_t = bbv_replay::trace::Condense::default().detail)]
     pub warmup_detail: u64,
     /// Trace regions whose warmups are shorter than 8 million instructions though the run has
     /// room for longer ones (refused otherwise: their caches would start colder than the run's).
@@ -171,7 +171,7 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
     // --no-band. A directory that is no run is left to the replay to refuse.
     let dir = &a.replay.dir;
     if let Ok(s) = bbv_pipeline::rundir::read_summary(dir) {
-        if let Some(why) = bbv_pipeline::simulate::why_unbanded(dir, &s) {
+        if let Some(why) = bbv_replay::simulate::why_unbanded(dir, &s) {
             eprintln!(
                 "bbv: warning: {}: `bbv simulate` can give its estimate no error band: {why}",
                 dir.display()
@@ -188,7 +188,7 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
             eprint!("{}", t.text());
             Ok(if passed { 0 } else { 1 })
         }
-        Some(Err(e @ bbv_pipeline::PipelineError::NotTraced(_))) => {
+        Some(Err(e @ bbv_replay::ReplayError::NotTraced(_))) => {
             eprintln!("bbv: {e}");
             Ok(1)
         }
@@ -209,11 +209,11 @@ pub struct Extra {
     /// ChampSim traces (`bbv trace`).
     pub trace: Option<TraceSpec>,
     /// Checkpoints (`bbv checkpoint`).
-    pub checkpoint: Option<bbv_pipeline::checkpoint::CheckpointSpec>,
+    pub checkpoint: Option<bbv_replay::checkpoint::CheckpointSpec>,
 }
 
 /// Replays (tracing or checkpointing too), prints the table; the outcome and whether it passed.
-pub fn run_replay(a: ReplayArgs, extra: Extra) -> Result<(bbv_pipeline::ReplayOutcome, bool)> {
+pub fn run_replay(a: ReplayArgs, extra: Extra) -> Result<(bbv_replay::ReplayOutcome, bool)> {
     if !(a.tolerance.is_finite() && a.tolerance >= 0.0) {
         bail!(
             "--tolerance {}: expected a percentage of 0 or more",
@@ -224,7 +224,7 @@ pub fn run_replay(a: ReplayArgs, extra: Extra) -> Result<(bbv_pipeline::ReplayOu
     let program = program
         .to_str()
         .with_context(|| format!("{}: program name is not UTF-8", program.to_string_lossy()))?;
-    let req = bbv_pipeline::ReplayRequest {
+    let req = bbv_replay::ReplayRequest {
         dir: a.dir.clone(),
         program: program.to_string(),
         args: args.to_vec(),
@@ -236,10 +236,10 @@ pub fn run_replay(a: ReplayArgs, extra: Extra) -> Result<(bbv_pipeline::ReplayOu
         trace: extra.trace,
         checkpoint: extra.checkpoint,
     };
-    let mut outcome = bbv_pipeline::replay(&req)?;
+    let mut outcome = bbv_replay::replay(&req)?;
     let report = std::mem::replace(
         &mut outcome.report,
-        Err(bbv_pipeline::PipelineError::Invalid(String::new())),
+        Err(bbv_replay::ReplayError::Invalid(String::new())),
     )?;
     if a.json {
         let doc = serde_json::json!({

@@ -1,12 +1,15 @@
-//! bbv-pipeline: bbvkit's main job as a library, so that `bbv run`, `bbv regions` and
-//! `bbv replay` (and later `bbv suite`) share one path.
+//! bbv-pipeline: the profile-to-regions stage of bbvkit's main job, shared by `bbv run`,
+//! `bbv regions` and `bbv suite`.
 //!
 //! * [`run`]: collect a program's BBV under QEMU, cluster it with SimPoint's algorithm, and
 //!   [`finish`] the run directory.
 //! * [`finish`] (`bbv regions DIR`): from a run directory alone, place (PC, count) markers on
 //!   every point's boundaries ([`markers`]) and write the hand-off files ([`regions`]),
 //!   `summary.json` / `summary.txt` and the HTML report (bbv-report).
-//! * [`replay`]: run the program again watching only the markers, and compare.
+//!
+//! What reruns the program on a finished run directory (replay, ChampSim traces and
+//! simulation, checkpoints) is the bbv-replay crate above this one; the GPU jobs are
+//! bbv-gpujob. This crate builds no instruction decoder (iced-x86, Capstone) and no CUDA code.
 //!
 //! # Design constraints
 //! * A run directory is a contract ([`rundir`], the bbv-rundir crate, which the report reads
@@ -14,15 +17,8 @@
 //!   all together or not at all ([`bbv_files::AtomicFiles`]), and everything `bbv regions` needs is in it.
 //! * Errors are [`PipelineError`]; bad input names the file and line.
 
-pub mod checkpoint;
-pub mod checkpoint_calls;
-pub mod checkpoint_check;
 mod cluster;
 mod finish;
-mod gpu_count;
-mod gpu_job;
-mod gpu_simulate;
-mod gpu_simulate_doc;
 mod job;
 mod job_text;
 pub mod looppoint;
@@ -30,19 +26,12 @@ pub mod markers;
 mod options;
 pub mod parse;
 pub mod regions;
-mod replay;
-pub mod simulate;
-pub mod simulate_progress;
-pub mod slices;
-pub mod trace;
+mod slices;
 
 pub use bbv_rundir as rundir;
 pub use bbv_rundir::{chosen, validate};
 pub use cluster::{cluster_file, cluster_validated, KRange, Validate};
 pub use finish::{finish, Finished};
-pub use gpu_count::{gpu_bbv, gpu_count, GpuCount};
-pub use gpu_job::{gpu_run, gpu_sample, GpuRun, GpuRunOutcome};
-pub use gpu_simulate::{gpu_simulate, GpuSimulate, GpuSimulation};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
 pub use options::{default_max_k, CollectOptions, GuestOptions, RunOptions, Schedule};
 
@@ -76,7 +65,6 @@ pub const TURN_QUANTUM: u64 = 100_000;
 /// Images excluded from slices unless told otherwise: the OpenMP runtimes, whose spinning and
 /// synchronisation say nothing about the program's work.
 pub const DEFAULT_EXCLUDE: [&str; 2] = ["libgomp", "libiomp5"];
-pub use replay::{replay, RegionCheck, ReplayOutcome, ReplayReport, ReplayRequest};
 
 use std::path::PathBuf;
 
@@ -104,9 +92,6 @@ pub enum PipelineError {
     /// Input that cannot be used, explained.
     #[error("{0}")]
     Invalid(String),
-    /// A checkpoint could not be built.
-    #[error(transparent)]
-    Checkpoint(#[from] bbv_checkpoint::CheckpointError),
     /// A folder or file could not be made where it was asked for.
     #[error("{what}: {source}")]
     Create {
@@ -131,24 +116,6 @@ pub enum PipelineError {
     /// A run-directory file is malformed or inconsistent.
     #[error(transparent)]
     Rundir(#[from] bbv_rundir::RundirError),
-    /// A GPU trace could not be sampled.
-    #[error(transparent)]
-    Gpu(#[from] bbv_gpu::GpuError),
-    /// A region's trace could not be made whole (a marker not reached, a short trace).
-    #[error("no traces written: {0}")]
-    NotTraced(String),
-    /// ChampSim is missing or failed.
-    #[error(transparent)]
-    Champsim(#[from] bbv_champsim::sim::SimError),
-    /// A GPU binary's control-flow graph could not be made.
-    #[error(transparent)]
-    Cfg(#[from] bbv_gpucfg::CfgError),
-    /// Accel-Sim is missing, refused a configuration or failed.
-    #[error(transparent)]
-    GpuSim(#[from] bbv_gpusim::GpuSimError),
-    /// A live GPU run failed, or its folder is unusable.
-    #[error(transparent)]
-    Cuda(#[from] bbv_cuda::CudaError),
     /// The HTML report could not be written.
     #[error(transparent)]
     Report(#[from] bbv_report::ReportError),

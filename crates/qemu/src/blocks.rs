@@ -9,7 +9,8 @@ use std::sync::Mutex;
 
 use crate::ffi::Insn;
 use crate::maplog::MapLog;
-use crate::{maps, report_error, x86, Config};
+use crate::{report_error, x86, Config};
+use bbv_guest::maps;
 
 /// What the execution callback needs about one translated block. Leaked: QEMU may run the
 /// translated code until exit, and TBs are few compared with their executions.

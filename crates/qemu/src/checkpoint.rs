@@ -15,7 +15,7 @@ use std::sync::{Mutex, OnceLock};
 use bbv_plugin_contract::checkpoint::{Capture, Descriptor, FdKind, Run};
 use bbv_plugin_contract::files;
 
-use crate::guest::{self, Guest};
+use bbv_guest::state::{self as guest, Guest};
 
 struct Plan {
     /// Event -> the capture it takes (named by its first event): a region's warmup marker
@@ -123,7 +123,7 @@ pub fn first_instruction(registers: Registers) {
         return;
     };
     let base = guest::GUEST_BASE.load(std::sync::atomic::Ordering::Relaxed);
-    let stack = crate::maps::area_at(rsp.wrapping_add(base))
+    let stack = bbv_guest::maps::area_at(rsp.wrapping_add(base))
         .map(|(s, e)| (s.wrapping_sub(base), e.wrapping_sub(base)));
     guest::with(|g| g.start(rsp, stack));
 }

@@ -406,7 +406,7 @@ extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
         let haddr = sys::qemu_plugin_insn_haddr(first.ptr) as u64;
         if crate::checkpoint::active() && !FIRST_SEEN.swap(true, Ordering::Relaxed) {
             let base = haddr.wrapping_sub(first.vaddr);
-            crate::guest::GUEST_BASE.store(base, Ordering::Relaxed);
+            bbv_guest::state::GUEST_BASE.store(base, Ordering::Relaxed);
             let flags = qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS;
             let none = std::ptr::null_mut();
             sys::qemu_plugin_register_vcpu_tb_exec_cb(tb, Some(on_first_block), flags, none);

@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::checkpoint::{self, Registers};
-use crate::{maps, report_error, thread, Config};
+use crate::{report_error, thread, Config};
+use bbv_guest::maps;
 
 struct Markers {
     /// (image file name, file offset) -> marker index.

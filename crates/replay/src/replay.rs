@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use bbv_collect::GuestStatus;
 use serde::Serialize;
 
-use crate::markers::Profile;
-use crate::regions::region_id;
-use crate::rundir::{self, Marker, Summary};
 use bbv_files::AtomicFiles;
+use bbv_pipeline::markers::Profile;
+use bbv_pipeline::regions::region_id;
+use bbv_rundir::{self as rundir, Marker, Summary};
 
 use bbv_collect::Events;
 
-use crate::PipelineError;
+use crate::ReplayError;
 
 /// What `bbv replay` asks for.
 #[derive(Clone, Debug)]
@@ -152,11 +152,11 @@ pub struct ReplayOutcome {
     /// The guest's status.
     pub status: GuestStatus,
     /// The report, or why none could be made.
-    pub report: Result<ReplayReport, PipelineError>,
+    pub report: Result<ReplayReport, ReplayError>,
     /// The traces, when asked for.
-    pub traces: Option<Result<crate::trace::TraceReport, PipelineError>>,
+    pub traces: Option<Result<crate::trace::TraceReport, ReplayError>>,
     /// The checkpoints, when asked for.
-    pub checkpoints: Option<Result<crate::checkpoint::CheckpointReport, PipelineError>>,
+    pub checkpoints: Option<Result<crate::checkpoint::CheckpointReport, ReplayError>>,
 }
 
 /// (image file name, link-time offset): how blocks and markers are matched across runs.
@@ -171,11 +171,11 @@ struct Plan {
 
 /// Checks the run directory against the program and builds the plugin's marker list.
 /// Events: region r's start = 2r, end = 2r + 1, warmup = 2n + r.
-fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> {
+fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, ReplayError> {
     let want = s.program.build_id.as_deref();
     let have = bbv_collect::ElfFacts::read(program).and_then(|f| f.build_id);
     if have.as_deref() != want {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{}: build id {} differs from the profiled program's {} ({}): not the program of this run",
             program.display(),
             have.as_deref().unwrap_or("(none)"),
@@ -190,14 +190,14 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> 
         targets: Vec::new(),
     };
     let n = s.points.len();
-    let mut add = |m: &Marker, event: usize| -> Result<(), PipelineError> {
+    let mut add = |m: &Marker, event: usize| -> Result<(), ReplayError> {
         let off = m.offset_value()?;
         let key = (m.image.clone(), off);
         let i = match index.get(&key) {
             Some(&i) => i,
             None => {
                 let image = images.iter().find(|i| i.name == m.image).ok_or_else(|| {
-                    PipelineError::Invalid(format!(
+                    ReplayError::Invalid(format!(
                         "marker image {} is not in {}",
                         m.image,
                         dir.join(bbv_rundir::files::IMAGES).display()
@@ -206,7 +206,7 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> 
                 let facts = bbv_collect::ElfFacts::read(&image.path).unwrap_or_default();
                 let id = facts.build_id.clone();
                 if id != image.build_id {
-                    return Err(PipelineError::Invalid(format!(
+                    return Err(ReplayError::Invalid(format!(
                         "{}: build id {} differs from the profiled one {}: the library changed since the run",
                         image.path.display(),
                         id.as_deref().unwrap_or("(none)"),
@@ -214,7 +214,7 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> 
                     )));
                 }
                 let file_off = facts.file_offset(off).ok_or_else(|| {
-                    PipelineError::Invalid(format!(
+                    ReplayError::Invalid(format!(
                         "marker {}+{}: not an address in {}",
                         m.image,
                         m.offset,
@@ -227,7 +227,7 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> 
             }
         };
         if m.count == 0 {
-            return Err(PipelineError::Invalid(format!(
+            return Err(ReplayError::Invalid(format!(
                 "marker {}+{}: count 0 (counts start at 1)",
                 m.image, m.offset
             )));
@@ -245,7 +245,7 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, PipelineError> 
     Ok(p)
 }
 
-fn write_markers(path: &Path, p: &Plan, global: bool) -> Result<(), PipelineError> {
+fn write_markers(path: &Path, p: &Plan, global: bool) -> Result<(), ReplayError> {
     let mut text = String::new();
     if global {
         text.push_str("global\n");
@@ -256,7 +256,7 @@ fn write_markers(path: &Path, p: &Plan, global: bool) -> Result<(), PipelineErro
     for (i, count, event) in &p.targets {
         let _ = writeln!(text, "target {i} {count} {event}");
     }
-    std::fs::write(path, text).map_err(|e| PipelineError::io(path, e))
+    std::fs::write(path, text).map_err(|e| ReplayError::io(path, e))
 }
 
 /// Event -> (position, cumulative instructions per replay block id).
@@ -287,12 +287,12 @@ pub(crate) fn points_profile(
     dir: &Path,
     s: &Summary,
     n_blocks: usize,
-) -> Result<Profile, PipelineError> {
+) -> Result<Profile, ReplayError> {
     let keep: BTreeSet<u64> = s.points.iter().map(|p| p.interval).collect();
     Ok(if s.regions_mode == rundir::Regions::Looppoint {
         // The slices' vectors merged over threads: threads share work differently on replay.
         let none = BTreeSet::new();
-        let kept = crate::looppoint::read_global(dir, n_blocks, &none, &keep, None)?.kept;
+        let kept = bbv_pipeline::looppoint::read_global(dir, n_blocks, &none, &keep, None)?.kept;
         let mut p = Profile::default();
         p.kept = kept;
         p
@@ -307,10 +307,10 @@ pub(crate) fn points_profile(
 }
 
 /// Runs the replay. `Err` = bad input, found before anything ran.
-pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
+pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     let s = rundir::read_summary(&req.dir)?;
     if s.points.is_empty() {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{}: the run has no regions to replay (summary.json lists no points)",
             req.dir.display()
         )));
@@ -330,7 +330,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
         let path = d.path().to_path_buf();
         Ok((d, path))
     })
-    .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
+    .map_err(|e| ReplayError::io(std::env::temp_dir(), e))?;
     let markers = work.path().join("markers");
     write_markers(&markers, &plan, looppoint)?;
     let tracing = match &req.trace {
@@ -383,23 +383,20 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
     let outcome = prepared.run()?;
     let mut events_seen: Option<Events> = None;
     let mut checkpoints = None;
-    let report = outcome
-        .collected
-        .map_err(PipelineError::from)
-        .and_then(|c| {
-            let events = c.events()?;
-            let report = replay_report(req, &s, &blocks, &profile, &c, &events)?;
-            // Checkpoints only of a replay that reached every marker.
-            if let Some(ck) = checkpointing.filter(|_| report.reached_all()) {
-                let plan = crate::checkpoint::MarkerPlan {
-                    pcs: plan.pcs.iter().map(|p| (p.0.as_str(), p.1)).collect(),
-                    targets: &plan.targets,
-                };
-                checkpoints = Some(ck.finish(&req.dir, &s, &plan, &c, &events));
-            }
-            events_seen = Some(events);
-            Ok(report)
-        });
+    let report = outcome.collected.map_err(ReplayError::from).and_then(|c| {
+        let events = c.events()?;
+        let report = replay_report(req, &s, &blocks, &profile, &c, &events)?;
+        // Checkpoints only of a replay that reached every marker.
+        if let Some(ck) = checkpointing.filter(|_| report.reached_all()) {
+            let plan = crate::checkpoint::MarkerPlan {
+                pcs: plan.pcs.iter().map(|p| (p.0.as_str(), p.1)).collect(),
+                targets: &plan.targets,
+            };
+            checkpoints = Some(ck.finish(&req.dir, &s, &plan, &c, &events));
+        }
+        events_seen = Some(events);
+        Ok(report)
+    });
     let traces = tracing.map(|t| t.finish(&req.dir, &s, events_seen.as_ref()));
     Ok(ReplayOutcome {
         status: outcome.status,
@@ -412,23 +409,23 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, PipelineError> {
 /// Checkpoints read the guest's registers (QEMU 9.1 or later) and must come from the QEMU the
 /// run was profiled under: another one's CPU model picks other library routines, so the
 /// markers would not be where the profile put them.
-fn same_qemu(p: &bbv_collect::Prepared, s: &Summary) -> Result<(), PipelineError> {
+fn same_qemu(p: &bbv_collect::Prepared, s: &Summary) -> Result<(), ReplayError> {
     if p.isa != bbv_collect::Isa::X86_64 {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{}: checkpoints are made of x86-64 programs only",
             p.program.display()
         )));
     }
     let version = bbv_collect::qemu_version(&p.qemu).unwrap_or_default();
     if p.api == bbv_collect::PluginApi::V1 {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{} is QEMU {version}: checkpoints read the guest's registers, which needs QEMU 9.1 \
              or later (scripts/build-qemu builds 10.0; give it with --qemu)",
             p.qemu.display()
         )));
     }
     if version != s.qemu {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "the run was profiled under QEMU {}, this would checkpoint under {} ({version}): \
              another QEMU's CPU model picks other library routines, so profile again with \
              --qemu {}",
@@ -448,10 +445,10 @@ fn replay_report(
     profile: &Profile,
     c: &bbv_collect::Collected,
     events: &Events,
-) -> Result<ReplayReport, PipelineError> {
+) -> Result<ReplayReport, ReplayError> {
     let looppoint = s.regions_mode == rundir::Regions::Looppoint;
     if s.turn_quantum > 0 && c.threads.len() != s.threads.len() {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "the run took deterministic turns among {} threads, this replay ran {}: the order cannot be reproduced (another thread count, OMP_NUM_THREADS?)",
             s.threads.len(),
             c.threads.len()

@@ -16,8 +16,8 @@ use bbv_champsim::sim::{self, Simulated};
 use bbv_files::AtomicFiles;
 use serde::Deserialize;
 
-use crate::rundir;
-use crate::PipelineError;
+use crate::ReplayError;
+use bbv_rundir as rundir;
 
 /// Instructions of the whole run left unsimulated at its end, so that ChampSim's read-ahead
 /// never reaches the end of the piped trace (it would start the trace again).
@@ -60,12 +60,12 @@ impl FullRun {
         qemu: Option<PathBuf>,
         plugin: Option<PathBuf>,
         sysroot: Option<PathBuf>,
-    ) -> Result<FullRun, PipelineError> {
+    ) -> Result<FullRun, ReplayError> {
         let (program, args) = command
             .split_first()
-            .ok_or_else(|| PipelineError::Invalid("--full: no program given".into()))?;
+            .ok_or_else(|| ReplayError::Invalid("--full: no program given".into()))?;
         let program = program.to_str().ok_or_else(|| {
-            PipelineError::Invalid(format!(
+            ReplayError::Invalid(format!(
                 "{}: program name is not UTF-8",
                 program.to_string_lossy()
             ))
@@ -112,10 +112,10 @@ impl TracedRegion {
 }
 
 /// Reads `DIR/trace.json`, refusing traces of another run than `s` (DIR's summary).
-fn traced(dir: &Path, s: &rundir::Summary) -> Result<Traced, PipelineError> {
+fn traced(dir: &Path, s: &rundir::Summary) -> Result<Traced, ReplayError> {
     let path = dir.join(bbv_rundir::files::TRACE);
     if !path.exists() {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{}: no traces (run `bbv trace {}` first)",
             dir.display(),
             dir.display()
@@ -123,10 +123,10 @@ fn traced(dir: &Path, s: &rundir::Summary) -> Result<Traced, PipelineError> {
     }
     let text = bbv_files::input::read_text(&path, 1 << 26)?;
     let t: Traced = serde_json::from_str(&text)
-        .map_err(|e| PipelineError::Invalid(format!("{}: {e}", path.display())))?;
+        .map_err(|e| ReplayError::Invalid(format!("{}: {e}", path.display())))?;
     let same = |a: &Path, b: &Path| std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok();
     if !same(&t.run, dir) || t.build_id != s.program.build_id || t.regions.len() != s.points.len() {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{}: the traces are of another run ({}), not of {}",
             path.display(),
             t.run.display(),
@@ -136,7 +136,7 @@ fn traced(dir: &Path, s: &rundir::Summary) -> Result<Traced, PipelineError> {
     for r in &t.regions {
         let p = t.dir.join(&r.trace);
         if !p.is_file() {
-            return Err(PipelineError::Invalid(format!("{}: missing", p.display())));
+            return Err(ReplayError::Invalid(format!("{}: missing", p.display())));
         }
     }
     Ok(t)
@@ -160,7 +160,7 @@ impl SimulateWatcher for Unwatched {
 }
 
 /// Runs every simulation and writes `DIR/simulation.json`.
-pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
+pub fn simulate(req: &SimulateRequest) -> Result<Simulation, ReplayError> {
     simulate_watched(req, &Unwatched)
 }
 
@@ -168,13 +168,13 @@ pub fn simulate(req: &SimulateRequest) -> Result<Simulation, PipelineError> {
 pub fn simulate_watched(
     req: &SimulateRequest,
     watcher: &dyn SimulateWatcher,
-) -> Result<Simulation, PipelineError> {
+) -> Result<Simulation, ReplayError> {
     let s = rundir::read_summary(&req.dir)?;
     let t = traced(&req.dir, &s)?;
     // Read before the simulations, so that a run that cannot be banded is refused at once.
     let members = band_members(&req.dir, &s)?;
     if let (Err(why), true) = (&members, req.need_band) {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{}: no error band: {why}; an estimate without one can be off by several percent \
              with nothing to say so (`bbv run --target-error 3` measures the metrics and \
              chooses the points by the band; --full measures the error; --no-band simulates \
@@ -305,7 +305,7 @@ pub fn why_unbanded(dir: &Path, s: &rundir::Summary) -> Option<String> {
 /// and the share of the run after its last interval; Err(why) when the run cannot be banded.
 type Members = Result<(Vec<bbv_rundir::band::Member>, Vec<usize>, f64), String>;
 
-fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineError> {
+fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, ReplayError> {
     if let Some(why) = why_unbanded(dir, s) {
         return Ok(Err(why));
     }
@@ -313,7 +313,7 @@ fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineErro
     let rows = bbv_profile::read_metrics(&csv)?;
     let (_, labels) = bbv_rundir::chosen(dir)?;
     if labels.len() != rows.len() {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{}: {} rows for the {} intervals of simpoint.labels",
             csv.display(),
             rows.len(),
@@ -322,7 +322,7 @@ fn band_members(dir: &Path, s: &rundir::Summary) -> Result<Members, PipelineErro
     }
     let positions = bbv_simpoint::load_projected(&rundir::clustered_input(dir, s))?;
     if positions.rows() != rows.len() {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{}: {} rows for the run's {} vectors",
             csv.display(),
             rows.len(),
@@ -340,7 +340,7 @@ fn sampled(
     s: &rundir::Summary,
     regions: &[RegionSim],
     intervals: usize,
-) -> Result<Vec<bbv_rundir::band::Sampled>, PipelineError> {
+) -> Result<Vec<bbv_rundir::band::Sampled>, ReplayError> {
     regions
         .iter()
         .map(|r| {
@@ -350,11 +350,11 @@ fn sampled(
                 .iter()
                 .find(|p| p.cluster == label)
                 .ok_or_else(|| {
-                    PipelineError::Invalid(format!("region {} has no point in summary.json", r.id))
+                    ReplayError::Invalid(format!("region {} has no point in summary.json", r.id))
                 })?;
             let interval = usize::try_from(p.interval).unwrap_or(usize::MAX);
             if interval >= intervals {
-                return Err(PipelineError::Invalid(format!(
+                return Err(ReplayError::Invalid(format!(
                     "region {}: interval {} beyond the run's {intervals}",
                     r.id, p.interval
                 )));
@@ -375,7 +375,7 @@ fn simulate_regions(
     t: &Traced,
     jobs: usize,
     watcher: &dyn SimulateWatcher,
-) -> Result<(Vec<RegionSim>, Vec<String>), PipelineError> {
+) -> Result<(Vec<RegionSim>, Vec<String>), ReplayError> {
     let next = AtomicUsize::new(0);
     let retired: Vec<AtomicU64> = t.regions.iter().map(|_| AtomicU64::new(0)).collect();
     let finished = AtomicUsize::new(0);
@@ -390,7 +390,7 @@ fn simulate_regions(
         watcher.regions(so_far, total, done, t.regions.len());
     };
     tell();
-    let results: Mutex<Vec<Option<Result<Simulated, PipelineError>>>> =
+    let results: Mutex<Vec<Option<Result<Simulated, ReplayError>>>> =
         Mutex::new((0..t.regions.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(t.regions.len()) {
@@ -403,7 +403,7 @@ fn simulate_regions(
                     tell();
                 };
                 let got = sim::run_watched(bin, &trace, r.warmup(), r.region_instructions, &beat)
-                    .map_err(PipelineError::from);
+                    .map_err(ReplayError::from);
                 retired[i].store(r.warmup() + r.region_instructions, Ordering::Relaxed);
                 finished.fetch_add(1, Ordering::Relaxed);
                 tell();
@@ -416,7 +416,7 @@ fn simulate_regions(
         .iter()
         .zip(results)
         .map(|(r, got)| {
-            let s = got.unwrap_or_else(|| Err(PipelineError::Invalid("not simulated".into())))?;
+            let s = got.unwrap_or_else(|| Err(ReplayError::Invalid("not simulated".into())))?;
             let region = RegionSim {
                 id: r.id,
                 weight: r.weight,
@@ -431,7 +431,7 @@ fn simulate_regions(
             };
             Ok((region, s.output))
         })
-        .collect::<Result<Vec<_>, PipelineError>>()
+        .collect::<Result<Vec<_>, ReplayError>>()
         .map(|v| v.into_iter().unzip())
 }
 
@@ -444,18 +444,18 @@ fn simulate_full(
     s: &rundir::Summary,
     f: &FullRun,
     watcher: &dyn SimulateWatcher,
-) -> Result<Simulated, PipelineError> {
+) -> Result<Simulated, ReplayError> {
     let work = tempfile::Builder::new()
         .prefix(".bbv-simulate-")
         .tempdir()
-        .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
+        .map_err(|e| ReplayError::io(std::env::temp_dir(), e))?;
     let from_plugin = work.path().join("records");
     let to_champsim = work.path().join("champsim.trace");
     crate::trace::make_fifo(&from_plugin)?;
     crate::trace::make_fifo(&to_champsim)?;
     let instructions = s.threads.first().map_or(0, |t| t.instructions);
     if instructions <= FULL_MARGIN {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{}: the run is too short to simulate in full ({instructions} instructions)",
             dir.display()
         )));
@@ -482,7 +482,7 @@ fn simulate_full(
     let program = bbv_collect::resolve_program(&f.program)?;
     let have = bbv_collect::ElfFacts::read(&program).and_then(|e| e.build_id);
     if have != s.program.build_id {
-        return Err(PipelineError::Invalid(format!(
+        return Err(ReplayError::Invalid(format!(
             "{}: build id {} differs from the profiled program's {}: not the program of this run",
             program.display(),
             have.as_deref().unwrap_or("(none)"),
@@ -512,7 +512,7 @@ fn simulate_full(
     guest?;
     simulated
         .unwrap_or_else(|_| Err(sim::SimError::Missing("ChampSim's thread panicked".into())))
-        .map_err(PipelineError::from)
+        .map_err(ReplayError::from)
 }
 
 /// Opens a FIFO for reading without blocking and closes it: a writer waiting in its open() goes

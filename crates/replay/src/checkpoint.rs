@@ -11,9 +11,9 @@ use bbv_plugin_contract::files;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint_calls::unreproducible;
-use crate::regions::region_id;
-use crate::rundir::Summary;
-use crate::PipelineError;
+use crate::ReplayError;
+use bbv_pipeline::regions::region_id;
+use bbv_rundir::Summary;
 
 /// What `bbv checkpoint` asks for besides the replay.
 #[derive(Clone, Debug)]
@@ -195,9 +195,9 @@ impl Checkpointing {
         spec: &CheckpointSpec,
         s: &Summary,
         work: &Path,
-    ) -> Result<Checkpointing, PipelineError> {
-        if s.regions_mode == crate::rundir::Regions::Looppoint {
-            return Err(PipelineError::Invalid(
+    ) -> Result<Checkpointing, ReplayError> {
+        if s.regions_mode == bbv_rundir::Regions::Looppoint {
+            return Err(ReplayError::Invalid(
                 "the regions are LoopPoint slices of several threads: a checkpoint restores one \
                  thread (every thread's registers, its TLS and the futexes between them would be \
                  needed; docs/checkpoint.md); profile with --regions intervals"
@@ -220,7 +220,7 @@ impl Checkpointing {
             fresh: !dir.exists(),
             finished: false,
         };
-        std::fs::create_dir_all(dir).map_err(|e| PipelineError::io(dir, e))?;
+        std::fs::create_dir_all(dir).map_err(|e| ReplayError::io(dir, e))?;
         // In the checkpoints' folder, so that each memory file is renamed into place.
         bbv_files::interrupt::remove_orphans(dir, STAGING);
         let (staging, cleanup) = bbv_files::interrupt::Cleanup::create(|| {
@@ -229,7 +229,7 @@ impl Checkpointing {
             let path = d.path().to_path_buf();
             Ok((d, path))
         })
-        .map_err(|e| PipelineError::io(dir, e))?;
+        .map_err(|e| ReplayError::io(dir, e))?;
         // The first of a region's warmup and start markers captures it (its warmup may start
         // at the program's entry, after a region that begins in the loader's work).
         let mut text = format!("memory {}\n", staging.path().display());
@@ -240,7 +240,7 @@ impl Checkpointing {
             };
         }
         ck.staging = Some((staging, cleanup));
-        std::fs::write(&ck.file, text).map_err(|e| PipelineError::io(&ck.file, e))?;
+        std::fs::write(&ck.file, text).map_err(|e| ReplayError::io(&ck.file, e))?;
         Ok(ck)
     }
 
@@ -253,7 +253,7 @@ impl Checkpointing {
         plan: &MarkerPlan,
         c: &bbv_collect::Collected,
         events: &bbv_collect::Events,
-    ) -> Result<CheckpointReport, PipelineError> {
+    ) -> Result<CheckpointReport, ReplayError> {
         let built = self.build_all(run, s, plan, c, events);
         self.finished = built.is_ok();
         built
@@ -266,10 +266,10 @@ impl Checkpointing {
         plan: &MarkerPlan,
         c: &bbv_collect::Collected,
         events: &bbv_collect::Events,
-    ) -> Result<CheckpointReport, PipelineError> {
+    ) -> Result<CheckpointReport, ReplayError> {
         let addresses = marker_addresses(c.dir.path())?;
         let dir = &self.spec.dir;
-        let dir = std::fs::canonicalize(dir).map_err(|e| PipelineError::io(dir, e))?;
+        let dir = std::fs::canonicalize(dir).map_err(|e| ReplayError::io(dir, e))?;
         let staging = &self.staging.as_ref().expect("made at the start").0;
         let calls = crate::checkpoint_calls::replay_windows(&self.events, s, c.dir.path())?;
         let at = Where {
@@ -298,7 +298,7 @@ impl Checkpointing {
         }
         let report = CheckpointReport {
             dir: dir.clone(),
-            run: std::path::absolute(run).map_err(|e| PipelineError::io(run, e))?,
+            run: std::path::absolute(run).map_err(|e| ReplayError::io(run, e))?,
             build_id: s.program.build_id.clone(),
             qemu: s.qemu.clone(),
             cpu_seconds: self.spec.cpu_seconds,
@@ -312,14 +312,14 @@ impl Checkpointing {
         files.commit()?;
         for r in &report.regions {
             let out = dir.join(format!("region-{}.files", r.id));
-            std::fs::create_dir_all(&out).map_err(|e| PipelineError::io(&out, e))?;
+            std::fs::create_dir_all(&out).map_err(|e| ReplayError::io(&out, e))?;
         }
         remove_stale(&dir, &report)?;
         Ok(report)
     }
 
     /// Every region's checkpoint, built side by side (each is its own file), in order.
-    fn build_regions(&self, at: &Where) -> Vec<Result<Built, PipelineError>> {
+    fn build_regions(&self, at: &Where) -> Vec<Result<Built, ReplayError>> {
         let n = at.s.points.len();
         let next = std::sync::atomic::AtomicUsize::new(0);
         let workers = std::thread::available_parallelism().map_or(1, |p| p.get().min(n));
@@ -347,13 +347,13 @@ impl Checkpointing {
     }
 
     /// Builds region `r`'s checkpoint from its memory file, which becomes it.
-    fn region(&self, r: usize, at: &Where) -> Result<Built, PipelineError> {
+    fn region(&self, r: usize, at: &Where) -> Result<Built, ReplayError> {
         let (s, p) = (at.s, &at.s.points[r]);
         let event = self.events[r];
         let id = region_id(p);
         let state = at.plugin_dir.join(files::checkpoint_state(event as u32));
         if !state.exists() {
-            return Err(PipelineError::Invalid(format!(
+            return Err(ReplayError::Invalid(format!(
                 "region {id}: the process was not captured (its {} marker was not reached)",
                 if event >= 2 * s.points.len() {
                     "warmup"
@@ -362,7 +362,7 @@ impl Checkpointing {
                 }
             )));
         }
-        let capture = Capture::read(&state).map_err(|e| PipelineError::Invalid(e.to_string()))?;
+        let capture = Capture::read(&state).map_err(|e| ReplayError::Invalid(e.to_string()))?;
         // Marker m's executions from the checkpoint's start, of `total` over the run.
         let before = |m: usize| {
             (capture.hits.iter())
@@ -380,7 +380,7 @@ impl Checkpointing {
         let (end_marker, end_total) = at.marker_of(2 * r + 1)?;
         let address = |m: usize| {
             at.addresses.get(&m).copied().ok_or_else(|| {
-                PipelineError::Invalid(format!("region {id}: a marker of it was never reached"))
+                ReplayError::Invalid(format!("region {id}: a marker of it was never reached"))
             })
         };
         let end_pc = address(end_marker)?;
@@ -450,16 +450,16 @@ impl Checkpointing {
 fn build_file(
     inp: &bbv_checkpoint::Inputs,
     id: usize,
-) -> Result<(bbv_checkpoint::Built, u64), PipelineError> {
+) -> Result<(bbv_checkpoint::Built, u64), ReplayError> {
     let built = bbv_checkpoint::build(inp).map_err(|e| match e {
-        bbv_checkpoint::CheckpointError::Io { path, source } => PipelineError::io(&path, source),
-        e => PipelineError::Invalid(format!("region {id}: {e}")),
+        bbv_checkpoint::CheckpointError::Io { path, source } => ReplayError::io(&path, source),
+        e => ReplayError::Invalid(format!("region {id}: {e}")),
     })?;
     let file_bytes = {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(inp.memory, std::fs::Permissions::from_mode(0o755))
             .and_then(|_| std::fs::metadata(inp.memory))
-            .map_err(|e| PipelineError::io(inp.memory, e))?
+            .map_err(|e| ReplayError::io(inp.memory, e))?
             .len()
     };
     Ok((built, file_bytes))
@@ -518,24 +518,24 @@ struct Where<'a> {
 
 impl Where<'_> {
     /// The marker and count of event `ev`.
-    fn marker_of(&self, ev: usize) -> Result<(usize, u64), PipelineError> {
+    fn marker_of(&self, ev: usize) -> Result<(usize, u64), ReplayError> {
         (self.plan.targets.iter())
             .find(|t| t.2 == ev)
             .map(|t| (t.0, t.1))
-            .ok_or_else(|| PipelineError::Invalid(format!("no marker for event {ev}")))
+            .ok_or_else(|| ReplayError::Invalid(format!("no marker for event {ev}")))
     }
 }
 
 /// Removes what an earlier `bbv checkpoint` into the same folder left that this one did not
 /// write (another run's regions) and the check of the earlier checkpoints, so that the folder
 /// never mixes two.
-fn remove_stale(dir: &Path, report: &CheckpointReport) -> Result<(), PipelineError> {
+fn remove_stale(dir: &Path, report: &CheckpointReport) -> Result<(), ReplayError> {
     let ours = |name: &str| {
         report.regions.iter().any(|r| {
             name == r.file || name == format!("region-{}.files", r.id) || name == calls_file(r.id)
         })
     };
-    let entries = std::fs::read_dir(dir).map_err(|e| PipelineError::io(dir, e))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| ReplayError::io(dir, e))?;
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let path = e.path();
@@ -550,7 +550,7 @@ fn remove_stale(dir: &Path, report: &CheckpointReport) -> Result<(), PipelineErr
             }
             _ => Ok(()),
         };
-        gone.map_err(|e| PipelineError::io(&path, e))?;
+        gone.map_err(|e| ReplayError::io(&path, e))?;
     }
     Ok(())
 }
@@ -558,12 +558,12 @@ fn remove_stale(dir: &Path, report: &CheckpointReport) -> Result<(), PipelineErr
 /// Marker index -> guest address, from `checkpoint.markers`.
 fn marker_addresses(
     plugin_dir: &Path,
-) -> Result<std::collections::HashMap<usize, u64>, PipelineError> {
+) -> Result<std::collections::HashMap<usize, u64>, ReplayError> {
     let path = plugin_dir.join(files::CHECKPOINT_MARKERS);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(PipelineError::io(&path, e)),
+        Err(e) => return Err(ReplayError::io(&path, e)),
     };
     text.lines()
         .enumerate()
@@ -571,7 +571,7 @@ fn marker_addresses(
             let (m, a) = l.split_once(' ').unwrap_or((l, ""));
             match (m.parse(), u64::from_str_radix(a, 16)) {
                 (Ok(m), Ok(a)) => Ok((m, a)),
-                _ => Err(PipelineError::Invalid(format!(
+                _ => Err(ReplayError::Invalid(format!(
                     "{}:{}: expected MARKER HEX",
                     path.display(),
                     i + 1

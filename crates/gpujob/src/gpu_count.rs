@@ -9,7 +9,7 @@ use bbv_gpu::blocks::BlockVectors;
 use bbv_gpu::output::{write_counts, CountFormat, CountStyle};
 use bbv_gpu::{CountMode, KernelCount};
 
-use crate::PipelineError;
+use crate::GpuJobError;
 
 /// A `bbv gpu count` job.
 pub struct GpuCount {
@@ -39,9 +39,9 @@ pub struct GpuCount {
 
 impl GpuCount {
     /// Refuses options that contradict each other, before any file is read.
-    pub fn check(&self) -> Result<(), PipelineError> {
+    pub fn check(&self) -> Result<(), GpuJobError> {
         self.mode.check()?;
-        let refuse = |m: String| Err(PipelineError::Invalid(m));
+        let refuse = |m: String| Err(GpuJobError::Invalid(m));
         if let Some(end) = self.end_grid {
             if end <= self.start_grid {
                 return refuse(format!(
@@ -71,7 +71,7 @@ impl GpuCount {
 
 /// Runs `job`, writing its counts to `out`; returns lines for the user (the tools used, where
 /// each kernel's blocks came from, launches skipped).
-pub fn gpu_count(mut job: GpuCount, out: &mut impl Write) -> Result<Vec<String>, PipelineError> {
+pub fn gpu_count(mut job: GpuCount, out: &mut impl Write) -> Result<Vec<String>, GpuJobError> {
     job.check()?;
     let kl = accelsim_trace::KernelList::open(&job.list).map_err(bbv_gpu::GpuError::from)?;
     let mut lines = Vec::new();
@@ -112,7 +112,7 @@ pub fn gpu_count(mut job: GpuCount, out: &mut impl Write) -> Result<Vec<String>,
         demangle: job.demangle,
         blocks: blocks.as_ref(),
     };
-    write_counts(out, &chosen, job.mode, style).map_err(|e| PipelineError::io("stdout", e))?;
+    write_counts(out, &chosen, job.mode, style).map_err(|e| GpuJobError::io("stdout", e))?;
     Ok(lines)
 }
 
@@ -123,7 +123,7 @@ pub fn gpu_bbv(
     output: &std::path::Path,
     per_block: bool,
     cfg: &[PathBuf],
-) -> Result<Vec<String>, PipelineError> {
+) -> Result<Vec<String>, GpuJobError> {
     let (bv, mut lines) = if cfg.is_empty() {
         let kl = accelsim_trace::KernelList::open(list).map_err(bbv_gpu::GpuError::from)?;
         (bbv_gpu::list_block_vectors(&kl, per_block)?, Vec::new())

@@ -9,7 +9,7 @@ use bbv_plugin_contract::syscalls::{Call, Entry, Window};
 use bbv_plugin_contract::sysno::{self, x86_64, Syscall};
 use serde::Serialize;
 
-use crate::PipelineError;
+use crate::ReplayError;
 
 /// Calls kept per region: a region that makes more is compared over its first ones.
 pub const CAP: usize = 200_000;
@@ -182,18 +182,18 @@ pub fn compare(profile: &Window, open: &[u64], here: &Window) -> CallsCheck {
 pub fn log_windows(
     log: &Path,
     wanted: &[(Vec<u32>, u32)],
-) -> Result<Vec<Option<Window>>, PipelineError> {
+) -> Result<Vec<Option<Window>>, ReplayError> {
     bbv_plugin_contract::syscalls::windows(log, wanted, CAP, |c| c.nr != RT_SIGRETURN)
-        .map_err(|e| PipelineError::Invalid(e.to_string()))
+        .map_err(|e| ReplayError::Invalid(e.to_string()))
 }
 
 /// Per region of `s`, the replay's calls (the plugin's log in `plugin_dir`) from its capture
 /// (the first of `events[r]` and its start, event 2r) to its end (event 2r + 1).
 pub fn replay_windows(
     events: &[usize],
-    s: &crate::rundir::Summary,
+    s: &bbv_rundir::Summary,
     plugin_dir: &Path,
-) -> Result<Vec<Window>, PipelineError> {
+) -> Result<Vec<Window>, ReplayError> {
     let wanted: Vec<(Vec<u32>, u32)> = (events.iter().enumerate())
         .map(|(r, &e)| (vec![e as u32, 2 * r as u32], 2 * r as u32 + 1))
         .collect();
@@ -201,10 +201,10 @@ pub fn replay_windows(
     (log_windows(&log, &wanted)?.into_iter().zip(&s.points))
         .map(|(w, p)| {
             w.ok_or_else(|| {
-                PipelineError::Invalid(format!(
+                ReplayError::Invalid(format!(
                     "{}: region {}'s capture or end is missing",
                     log.display(),
-                    crate::regions::region_id(p)
+                    bbv_pipeline::regions::region_id(p)
                 ))
             })
         })
@@ -248,12 +248,12 @@ pub fn write(w: &Window, open: &[i32], out: &mut impl std::io::Write) -> std::io
 }
 
 /// Reads what [`write`] wrote: the calls and the descriptors open at the capture.
-pub fn read(path: &Path) -> Result<(Window, Vec<u64>), PipelineError> {
+pub fn read(path: &Path) -> Result<(Window, Vec<u64>), ReplayError> {
     let text = bbv_files::input::read_text(path, 64 << 20)?;
     let (mut w, mut open, mut total) = (Window::default(), Vec::new(), None);
     for (i, line) in text.lines().enumerate() {
         let bad = || {
-            PipelineError::Invalid(format!(
+            ReplayError::Invalid(format!(
                 "{}:{}: expected # open FD..., # total N or s NR ARG0 RET",
                 path.display(),
                 i + 1

@@ -13,7 +13,7 @@ use bbv_files::AtomicFiles;
 use bbv_gpu::output::{sample, sample_counts, SampleOptions, Source};
 use bbv_gpu::CountMode;
 
-use crate::PipelineError;
+use crate::GpuJobError;
 
 /// Samples the trace of `list`, or the live run in the folder `list`, into the folder `output`;
 /// returns the text report.
@@ -21,12 +21,12 @@ pub fn gpu_sample(
     list: &Path,
     output: &Path,
     options: SampleOptions,
-) -> Result<String, PipelineError> {
+) -> Result<String, GpuJobError> {
     let mut warnings = String::new();
     let s = if list.is_dir() {
         options.check()?;
         if !is_live(list) {
-            return Err(PipelineError::Invalid(format!(
+            return Err(GpuJobError::Invalid(format!(
                 "{}: neither a kernel list nor a `bbv gpu run` folder (no raw/ and summary.json)",
                 list.display()
             )));
@@ -34,7 +34,7 @@ pub fn gpu_sample(
         let live = Live::load(list, &tools::nvdisasm()?)?;
         let counts = live.counts(CountMode::default())?;
         if counts.is_empty() {
-            return Err(PipelineError::Invalid(format!(
+            return Err(GpuJobError::Invalid(format!(
                 "{}: the run counted no kernel launch: nothing to sample",
                 list.display()
             )));
@@ -72,19 +72,19 @@ pub fn gpu_sample(
 }
 
 /// The command a run folder's summary records.
-fn command_of(dir: &Path) -> Result<Vec<String>, PipelineError> {
+fn command_of(dir: &Path) -> Result<Vec<String>, GpuJobError> {
     let path = dir.join("summary.json");
     read_json(&path)?["command"]
         .as_array()
         .and_then(|a| a.iter().map(|s| s.as_str().map(String::from)).collect())
-        .ok_or_else(|| PipelineError::Invalid(format!("{}: no command", path.display())))
+        .ok_or_else(|| GpuJobError::Invalid(format!("{}: no command", path.display())))
 }
 
 /// A JSON file of bbv's (a summary), whole; malformed: an error naming it.
-pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value, PipelineError> {
+pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value, GpuJobError> {
     let text = bbv_files::input::read_text(path, 1 << 26)?;
     serde_json::from_str(&text)
-        .map_err(|e| PipelineError::Invalid(format!("{}: {e}", path.display())))
+        .map_err(|e| GpuJobError::Invalid(format!("{}: {e}", path.display())))
 }
 
 /// A live run: the program, where its folder goes and what to count.
@@ -125,31 +125,31 @@ impl GpuRunOutcome {
 }
 
 /// Runs the program under the injection library, then writes the run folder.
-pub fn gpu_run(r: &GpuRun) -> Result<GpuRunOutcome, PipelineError> {
+pub fn gpu_run(r: &GpuRun) -> Result<GpuRunOutcome, GpuJobError> {
     let (program, args) = r
         .command
         .split_first()
-        .ok_or_else(|| PipelineError::Invalid("no program to run".into()))?;
+        .ok_or_else(|| GpuJobError::Invalid("no program to run".into()))?;
     // Everything that can be refused is refused before the program runs.
     tools::check_driver()?;
     let injection = Injection::find(&r.exe_dir)?;
     let nvdisasm = tools::nvdisasm()?;
-    std::fs::create_dir_all(&r.output).map_err(|source| PipelineError::Create {
+    std::fs::create_dir_all(&r.output).map_err(|source| GpuJobError::Create {
         what: format!("cannot create {}", r.output.display()),
         source,
     })?;
     // The raw counts land in a fresh folder, which replaces the last run's only once complete.
     let fresh = r.output.join(format!(".raw.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&fresh);
-    std::fs::create_dir_all(&fresh).map_err(|e| PipelineError::io(&fresh, e))?;
+    std::fs::create_dir_all(&fresh).map_err(|e| GpuJobError::io(&fresh, e))?;
     let start = Instant::now();
     let status = tools::run_program(&injection, &fresh, program, args, &r.selection)?;
     let wall = start.elapsed().as_secs_f64();
     let target = raw(&r.output);
     let _ = std::fs::remove_dir_all(&target);
-    std::fs::rename(&fresh, &target).map_err(|e| PipelineError::io(&target, e))?;
+    std::fs::rename(&fresh, &target).map_err(|e| GpuJobError::io(&target, e))?;
     let live = Live::load(&r.output, &nvdisasm).map_err(|e| match died(status) {
-        Some(how) => PipelineError::Invalid(format!(
+        Some(how) => GpuJobError::Invalid(format!(
             "{program} {how} before its counts were written: {e}"
         )),
         None => e.into(),

@@ -14,7 +14,7 @@ use bbv_files::AtomicFiles;
 use bbv_gpusim::{Config, Simulated, Simulator};
 
 use crate::gpu_job::read_json;
-use crate::PipelineError;
+use crate::GpuJobError;
 
 /// A `bbv gpu simulate` job.
 pub struct GpuSimulate {
@@ -49,13 +49,13 @@ pub struct GpuSimulation {
     pub report: String,
 }
 
-fn invalid(m: String) -> PipelineError {
-    PipelineError::Invalid(m)
+fn invalid(m: String) -> GpuJobError {
+    GpuJobError::Invalid(m)
 }
 
 /// The picks of a sample folder: weights.csv's rows beside the reduced list's launches, which
 /// follow launch order; every trace file must still be where the list points.
-fn picks(dir: &Path) -> Result<Vec<Pick>, PipelineError> {
+fn picks(dir: &Path) -> Result<Vec<Pick>, GpuJobError> {
     let wpath = dir.join("weights.csv");
     let text = bbv_files::input::read_text(&wpath, 1 << 26)?;
     let mut rows = Vec::new();
@@ -111,7 +111,7 @@ fn picks(dir: &Path) -> Result<Vec<Pick>, PipelineError> {
 }
 
 /// The traces' SM version, which every pick must share.
-fn sm_of(picks: &[Pick]) -> Result<u32, PipelineError> {
+fn sm_of(picks: &[Pick]) -> Result<u32, GpuJobError> {
     let mut sm = None;
     for p in picks {
         let r = accelsim_trace::TraceReader::open(&p.file).map_err(bbv_gpu::GpuError::from)?;
@@ -137,14 +137,14 @@ fn pick_list(
     trace: Option<&KernelList>,
     warmup: usize,
     folder: &Path,
-) -> Result<PathBuf, PipelineError> {
-    std::fs::create_dir_all(folder).map_err(|e| PipelineError::io(folder, e))?;
+) -> Result<PathBuf, GpuJobError> {
+    std::fs::create_dir_all(folder).map_err(|e| GpuJobError::io(folder, e))?;
     let mut lines = String::new();
-    let link = |lines: &mut String, n: usize, target: &Path| -> Result<(), PipelineError> {
+    let link = |lines: &mut String, n: usize, target: &Path| -> Result<(), GpuJobError> {
         let name = format!("kernel-{n}.traceg");
-        let target = std::fs::canonicalize(target).map_err(|e| PipelineError::io(target, e))?;
+        let target = std::fs::canonicalize(target).map_err(|e| GpuJobError::io(target, e))?;
         std::os::unix::fs::symlink(&target, folder.join(&name))
-            .map_err(|e| PipelineError::io(folder.join(&name), e))?;
+            .map_err(|e| GpuJobError::io(folder.join(&name), e))?;
         lines.push_str(&name);
         lines.push('\n');
         Ok(())
@@ -171,7 +171,7 @@ fn pick_list(
     }
     link(&mut lines, pick.launch + 1, &pick.file)?;
     let list = folder.join("kernelslist.g");
-    std::fs::write(&list, lines).map_err(|e| PipelineError::io(&list, e))?;
+    std::fs::write(&list, lines).map_err(|e| GpuJobError::io(&list, e))?;
     Ok(list)
 }
 
@@ -183,13 +183,13 @@ fn simulate_picks(
     trace: Option<&KernelList>,
     job: &GpuSimulate,
     jobs: usize,
-) -> Result<Vec<(bbv_gpusim::Launch, Simulated)>, PipelineError> {
+) -> Result<Vec<(bbv_gpusim::Launch, Simulated)>, GpuJobError> {
     let work = tempfile::Builder::new()
         .prefix(&bbv_files::interrupt::tagged("gpu-simulate"))
         .tempdir()
-        .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
+        .map_err(|e| GpuJobError::io(std::env::temp_dir(), e))?;
     let next = AtomicUsize::new(0);
-    let results: Mutex<BTreeMap<usize, Result<Simulated, PipelineError>>> = Default::default();
+    let results: Mutex<BTreeMap<usize, Result<Simulated, GpuJobError>>> = Default::default();
     std::thread::scope(|s| {
         for _ in 0..jobs.clamp(1, picks.len()) {
             s.spawn(|| loop {
@@ -225,7 +225,7 @@ fn simulate_picks(
 }
 
 /// Runs `job`: writes `DIR/simulation.json` (whole or not at all) and returns it with a report.
-pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, PipelineError> {
+pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, GpuJobError> {
     let jobs = job
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -293,7 +293,7 @@ fn full_run(
     list: &Path,
     picks: &[Pick],
     summary: &serde_json::Value,
-) -> Result<Simulated, PipelineError> {
+) -> Result<Simulated, GpuJobError> {
     let kl = KernelList::open(list).map_err(bbv_gpu::GpuError::from)?;
     let n = kl.kernels().count();
     if summary["intervals"].as_u64() != Some(n as u64) {

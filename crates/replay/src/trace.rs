@@ -16,9 +16,9 @@ use bbv_collect::Events;
 use bbv_files::AtomicFiles;
 use serde::Serialize;
 
-use crate::regions::region_id;
-use crate::rundir::Summary;
-use crate::PipelineError;
+use crate::ReplayError;
+use bbv_pipeline::regions::region_id;
+use bbv_rundir::Summary;
 
 /// Bytes of one ChampSim record.
 const RECORD: u64 = 64;
@@ -113,21 +113,21 @@ impl TraceSpec {
         preset: Option<u32>,
         detail: Option<u64>,
         short_warmups: bool,
-    ) -> Result<TraceSpec, PipelineError> {
+    ) -> Result<TraceSpec, ReplayError> {
         let condense = detail.map(|detail| Condense {
             detail,
             ..Condense::default()
         });
         if tail < 1000 {
-            return Err(PipelineError::Invalid(format!(
+            return Err(ReplayError::Invalid(format!(
                 "--tail {tail}: at least 1000 records (ChampSim reads ahead of retirement)"
             )));
         }
         if let Some(p) = preset.filter(|&p| p > 9) {
-            return Err(PipelineError::Invalid(format!("--xz-preset {p}: 0 to 9")));
+            return Err(ReplayError::Invalid(format!("--xz-preset {p}: 0 to 9")));
         }
         if let Some(c) = condense.filter(|c| c.detail < 100_000) {
-            return Err(PipelineError::Invalid(format!(
+            return Err(ReplayError::Invalid(format!(
                 "--warmup-detail {}: at least 100000 records (ChampSim's queues, return stack \
                  and predictor history before the region come from records kept whole)",
                 c.detail
@@ -145,10 +145,10 @@ impl TraceSpec {
     /// Refuses, before anything runs, a run of LoopPoint regions, and one whose regions could
     /// be warmed for [`WARM_ENOUGH`] instructions and are not (naming the command that
     /// lengthens them; unless `short_warmups`).
-    pub fn check_run(&self, dir: &Path, s: &Summary) -> Result<(), PipelineError> {
-        if s.regions_mode == crate::rundir::Regions::Looppoint {
+    pub fn check_run(&self, dir: &Path, s: &Summary) -> Result<(), ReplayError> {
+        if s.regions_mode == bbv_rundir::Regions::Looppoint {
             // The records are thread 1's; a LoopPoint region spans every thread.
-            return Err(PipelineError::Invalid(
+            return Err(ReplayError::Invalid(
                 "the regions are LoopPoint slices of several threads: bbv trace writes one \
                  thread's records (single-core ChampSim traces); profile with --regions intervals"
                     .into(),
@@ -159,7 +159,7 @@ impl TraceSpec {
             return Ok(());
         }
         let list: Vec<String> = cold.iter().map(|(id, w)| format!("{id} ({w})")).collect();
-        Err(PipelineError::Invalid(format!(
+        Err(ReplayError::Invalid(format!(
             "regions {} have warmups shorter than {WARM_ENOUGH} instructions though the run has \
              room for them: ChampSim's caches would stay colder than in the whole run and the \
              regions read slow (gzip's by up to 46% with 2 million, xz's +13% as a whole); \
@@ -328,8 +328,8 @@ fn start_event(s: &Summary, r: usize) -> usize {
 impl Tracing {
     /// Makes a FIFO per region in `work` and starts its reader (for xz), and writes the
     /// windows' file.
-    pub fn start(spec: &TraceSpec, s: &Summary, work: &Path) -> Result<Tracing, PipelineError> {
-        std::fs::create_dir_all(&spec.dir).map_err(|source| PipelineError::Create {
+    pub fn start(spec: &TraceSpec, s: &Summary, work: &Path) -> Result<Tracing, ReplayError> {
+        std::fs::create_dir_all(&spec.dir).map_err(|source| ReplayError::Create {
             what: format!("cannot create {}", spec.dir.display()),
             source,
         })?;
@@ -370,7 +370,7 @@ impl Tracing {
             });
         }
         let file = work.join("windows");
-        std::fs::write(&file, text).map_err(|e| PipelineError::io(&file, e))?;
+        std::fs::write(&file, text).map_err(|e| ReplayError::io(&file, e))?;
         Ok(Tracing {
             spec: spec.clone(),
             windows,
@@ -386,7 +386,7 @@ impl Tracing {
         run: &Path,
         s: &Summary,
         events: Option<&Events>,
-    ) -> Result<TraceReport, PipelineError> {
+    ) -> Result<TraceReport, ReplayError> {
         let got = collect(std::mem::take(&mut self.windows), true);
         let result = check(s, &self.spec, events, &got).map(|regions| TraceReport {
             dir: self.spec.dir.clone(),
@@ -400,7 +400,7 @@ impl Tracing {
         let placed = result.and_then(|report| {
             for (r, partial, _) in &got {
                 let to = self.spec.dir.join(&report.regions[*r].trace);
-                std::fs::rename(partial, &to).map_err(|e| PipelineError::io(&to, e))?;
+                std::fs::rename(partial, &to).map_err(|e| ReplayError::io(&to, e))?;
             }
             write_tables(&report)?;
             Ok(report)
@@ -423,12 +423,12 @@ pub fn trace_name(id: usize, xz: bool) -> String {
     }
 }
 
-pub(crate) fn make_fifo(path: &Path) -> Result<(), PipelineError> {
+pub(crate) fn make_fifo(path: &Path) -> Result<(), ReplayError> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| PipelineError::Invalid(format!("{}: NUL in path", path.display())))?;
+        .map_err(|_| ReplayError::Invalid(format!("{}: NUL in path", path.display())))?;
     // SAFETY: c is a valid NUL-terminated path.
     if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
-        return Err(PipelineError::io(path, std::io::Error::last_os_error()));
+        return Err(ReplayError::io(path, std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -520,7 +520,7 @@ fn check(
     spec: &TraceSpec,
     events: Option<&Events>,
     got: &[(usize, PathBuf, std::io::Result<Written>)],
-) -> Result<Vec<RegionTrace>, PipelineError> {
+) -> Result<Vec<RegionTrace>, ReplayError> {
     let mut regions = Vec::new();
     let mut missing = Vec::new();
     for (r, _, bytes) in got {
@@ -579,14 +579,14 @@ fn check(
         });
     }
     if !missing.is_empty() {
-        return Err(PipelineError::NotTraced(missing.join("; ")));
+        return Err(ReplayError::NotTraced(missing.join("; ")));
     }
     Ok(regions)
 }
 
 /// `TRACEDIR/regions.json` and `.tsv`, and `DIR/trace.json` (the same, so that later commands
 /// find the traces).
-fn write_tables(report: &TraceReport) -> Result<(), PipelineError> {
+fn write_tables(report: &TraceReport) -> Result<(), ReplayError> {
     let mut files = AtomicFiles::default();
     for path in [
         report.dir.join(bbv_rundir::files::REGIONS_JSON),

@@ -15,8 +15,8 @@ use bbv_plugin_contract::files;
 use crate::checkpoint::{calls_file, CheckpointReport, RegionCheckpoint, BLOCKS};
 use crate::checkpoint_calls::{self, CallsCheck};
 use crate::replay::{filtered_between, keyed, l1, points_profile, Key};
-use crate::rundir;
-use crate::PipelineError;
+use crate::ReplayError;
+use bbv_rundir as rundir;
 
 /// What `--check` asks for.
 #[derive(Clone, Debug)]
@@ -119,22 +119,22 @@ impl CheckReport {
     }
 }
 
-fn bad(path: &Path, what: impl std::fmt::Display) -> PipelineError {
-    PipelineError::Invalid(format!("{}: {what}", path.display()))
+fn bad(path: &Path, what: impl std::fmt::Display) -> ReplayError {
+    ReplayError::Invalid(format!("{}: {what}", path.display()))
 }
 
 /// Reads `checkpoints.json` and checks every file it names is the one written.
-fn load(dir: &Path) -> Result<CheckpointReport, PipelineError> {
+fn load(dir: &Path) -> Result<CheckpointReport, ReplayError> {
     let path = dir.join(bbv_rundir::files::CHECKPOINTS_JSON);
     let text = bbv_files::input::read_text(&path, 64 << 20)?;
     let report: CheckpointReport = serde_json::from_str(&text)
         .map_err(|e| bad(&path, format!("not a bbv checkpoint folder's index: {e}")))?;
     for r in &report.regions {
         let elf = dir.join(&r.file);
-        let f = std::fs::File::open(&elf).map_err(|e| PipelineError::io(&elf, e))?;
-        let len = f.metadata().map_err(|e| PipelineError::io(&elf, e))?.len();
+        let f = std::fs::File::open(&elf).map_err(|e| ReplayError::io(&elf, e))?;
+        let len = f.metadata().map_err(|e| ReplayError::io(&elf, e))?.len();
         let print = bbv_checkpoint::fingerprint(std::io::BufReader::new(f))
-            .map_err(|e| PipelineError::io(&elf, e))?;
+            .map_err(|e| ReplayError::io(&elf, e))?;
         if len != r.file_bytes || format!("{print:016x}") != r.fingerprint {
             return Err(bad(
                 &elf,
@@ -154,7 +154,7 @@ fn hex(s: &str) -> Option<u64> {
 }
 
 /// The checkpoint pass's blocks: (runtime address, bytes, image, link-time offset), sorted.
-fn pass_blocks(dir: &Path) -> Result<Vec<(u64, u64, String, u64)>, PipelineError> {
+fn pass_blocks(dir: &Path) -> Result<Vec<(u64, u64, String, u64)>, ReplayError> {
     let path = dir.join(BLOCKS);
     let text = bbv_files::input::read_text(&path, 1 << 30)?;
     let mut v = Vec::new();
@@ -185,7 +185,7 @@ fn key_at(pass: &[(u64, u64, String, u64)], a: u64) -> Option<Key> {
 }
 
 /// Runs `--check`; `Err` = bad input, found before anything ran.
-pub fn check(req: &CheckRequest) -> Result<CheckReport, PipelineError> {
+pub fn check(req: &CheckRequest) -> Result<CheckReport, ReplayError> {
     let report = load(&req.dir)?;
     let s = rundir::read_summary(&report.run)?;
     let blocks = rundir::read_blocks(&report.run.join(bbv_rundir::files::BLOCKS))?;
@@ -201,7 +201,7 @@ pub fn check(req: &CheckRequest) -> Result<CheckReport, PipelineError> {
         let point = s
             .points
             .iter()
-            .find(|p| crate::regions::region_id(p) == r.id);
+            .find(|p| bbv_pipeline::regions::region_id(p) == r.id);
         let vector = point.and_then(|p| profile.kept.get(&p.interval));
         let want = vector.map(|v| keyed(v, &profile_keys));
         let (checked, output) = run_one(req, &report.dir, r, &pass, want.as_ref())?;
@@ -229,7 +229,7 @@ pub fn check(req: &CheckRequest) -> Result<CheckReport, PipelineError> {
 
 /// The plugin's marker file for checkpoint `r`: events 0 (its first instruction), 1 (the
 /// region's start) and 2 (its end), the instructions named by their offset in its own file.
-fn write_markers(r: &RegionCheckpoint, markers: &Path) -> Result<(), PipelineError> {
+fn write_markers(r: &RegionCheckpoint, markers: &Path) -> Result<(), ReplayError> {
     // Events: 0 the checkpoint's first instruction, 1 the region's start, 2 its end.
     let mut text = String::new();
     let mut index: Vec<&str> = Vec::new();
@@ -248,7 +248,7 @@ fn write_markers(r: &RegionCheckpoint, markers: &Path) -> Result<(), PipelineErr
     // Marker lines first, then targets, as the plugin reads them.
     let mut lines: Vec<&str> = text.lines().collect();
     lines.sort_by_key(|l| !l.starts_with("pc "));
-    std::fs::write(markers, lines.join("\n") + "\n").map_err(|e| PipelineError::io(markers, e))
+    std::fs::write(markers, lines.join("\n") + "\n").map_err(|e| ReplayError::io(markers, e))
 }
 
 /// Runs one checkpoint under the collector; returns its check and its output (standard output
@@ -259,11 +259,11 @@ fn run_one(
     r: &RegionCheckpoint,
     pass: &[(u64, u64, String, u64)],
     want: Option<&HashMap<Key, u64>>,
-) -> Result<(CheckedRegion, Vec<u8>), PipelineError> {
+) -> Result<(CheckedRegion, Vec<u8>), ReplayError> {
     let work = tempfile::Builder::new()
         .prefix(".bbv-check-")
         .tempdir()
-        .map_err(|e| PipelineError::io(std::env::temp_dir(), e))?;
+        .map_err(|e| ReplayError::io(std::env::temp_dir(), e))?;
     let markers = work.path().join("markers");
     write_markers(r, &markers)?;
     let request = bbv_collect::Request {
@@ -286,7 +286,7 @@ fn run_one(
     // randomization puts them and can take an address the checkpoint needs (it exits 100,
     // saying so): another run places them elsewhere.
     let output = work.path().join("output");
-    let launch = || -> Result<bbv_collect::Outcome, PipelineError> {
+    let launch = || -> Result<bbv_collect::Outcome, ReplayError> {
         Ok(bbv_collect::prepare(request.clone())?
             .output_to(output.clone())
             .run()?)
@@ -298,7 +298,7 @@ fn run_one(
         }
         outcome = launch()?;
     }
-    let printed = std::fs::read(&output).map_err(|e| PipelineError::io(&output, e))?;
+    let printed = std::fs::read(&output).map_err(|e| ReplayError::io(&output, e))?;
     let exit_status = outcome.status.code();
     let c = outcome.collected?;
     let events = c.events()?;
@@ -355,7 +355,7 @@ fn compare_calls(
     r: &RegionCheckpoint,
     log: &Path,
     notes: &mut Vec<String>,
-) -> Result<Option<CallsCheck>, PipelineError> {
+) -> Result<Option<CallsCheck>, ReplayError> {
     let file = dir.join(calls_file(r.id));
     if !file.exists() {
         notes.push(format!(

@@ -113,3 +113,34 @@ pub fn file_name(idx: u32) -> Option<String> {
     let p = maps.paths.get(idx as usize)?;
     Some(p.rsplit('/').next().unwrap_or(p).to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test's own code, its heap and an address nothing maps, looked up in the test
+    /// process's maps as the plugin looks up the guest's code in QEMU's.
+    #[test]
+    fn addresses_are_found_in_the_process_maps() {
+        let code = addresses_are_found_in_the_process_maps as *const () as u64;
+        let (idx, offset) = locate(code).expect("the test's code is mapped from its file");
+        let exe = std::env::current_exe().unwrap();
+        let exe = std::fs::canonicalize(exe).unwrap();
+        assert_eq!(
+            file_name(idx).as_deref(),
+            exe.file_name().and_then(|n| n.to_str())
+        );
+        assert_eq!(path_at(code).as_deref(), exe.to_str());
+        assert!(paths().iter().any(|p| Some(p.as_str()) == exe.to_str()));
+        // The file offset lies inside the executable, below the code's own address span.
+        assert!(offset < std::fs::metadata(&exe).unwrap().len());
+        let (start, end) = area_at(code).unwrap();
+        assert!(start <= code && code < end && start % 4096 == 0);
+        // Heap memory is anonymous: found as an area, with no file.
+        let heap = Box::new([0u8; 64]);
+        let at = heap.as_ptr() as u64;
+        assert!(area_at(at).is_some());
+        assert_eq!(path_at(at), None);
+        assert_eq!(locate(8), None, "page zero is never mapped");
+    }
+}
