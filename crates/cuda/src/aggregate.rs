@@ -10,8 +10,8 @@ use bbv_gpu::KernelCount;
 use rayon::prelude::*;
 
 use crate::live::{LiveRun, PcCount};
-use crate::sass::{self, Cfg, Function};
 use crate::CudaError;
+use bbv_gpucfg::sass::{self, Cfg, Function};
 
 /// CUPTI's SASS metrics bbv reads, by NVBit counting mode.
 pub const WARP: &str = "smsp__sass_inst_executed";
@@ -60,7 +60,8 @@ impl Code {
             .map(|(crc, indices)| {
                 let indices: Vec<u32> = indices.into_iter().collect();
                 let path = LiveRun::cubin(dir, crc);
-                (crc, sass::disassemble_functions(nvdisasm, &path, &indices))
+                let fs = sass::disassemble_functions(nvdisasm, &path, &indices);
+                (crc, fs.map_err(CudaError::from))
             })
             .collect();
         let mut code = Code::default();

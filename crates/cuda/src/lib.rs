@@ -1,13 +1,12 @@
-//! NVIDIA GPU code for bbv: the static control-flow graph of every kernel in a cubin (from
-//! `nvdisasm`), the per-launch SASS instruction counts written by bbv's CUPTI injection library
-//! (`tools/cupti`), and their aggregation into NVBit-style counts and basic-block vectors.
+//! Live NVIDIA GPU counts for bbv: the per-launch SASS instruction counts written by bbv's CUPTI
+//! injection library (`tools/cupti`), and their aggregation into NVBit-style counts and
+//! basic-block vectors over the kernels' static blocks (bbv-gpucfg's SASS parser and nvdisasm).
 //!
 //! Everything here runs without a GPU: only `bbv gpu run` itself needs one (and the NVIDIA driver).
 
 pub mod aggregate;
 pub mod job;
 pub mod live;
-pub mod sass;
 pub mod tools;
 
 use std::path::PathBuf;
@@ -37,6 +36,9 @@ pub enum CudaError {
     /// GPU analysis failed.
     #[error(transparent)]
     Gpu(#[from] bbv_gpu::GpuError),
+    /// A kernel's SASS could not be disassembled or read (nvdisasm, its listing).
+    #[error(transparent)]
+    Cfg(#[from] bbv_gpucfg::CfgError),
     /// An output could not be written.
     #[error("cannot write {}: {source}", path.display())]
     Write {

@@ -1,65 +1,10 @@
-//! Finding NVIDIA's tools and bbv's injection library, checking for a driver, and running a CUDA
-//! program with the injection library.
+//! Finding bbv's injection library, checking for a driver, and running a CUDA program with the
+//! injection library (NVIDIA's disassemblers are found by `bbv_gpucfg::tools`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
 use crate::CudaError;
-
-/// Where `scripts/cupti` installs NVIDIA's wheels (nvdisasm, CUPTI's headers and library):
-/// `$BBV_CUDA_CACHE`, else `$XDG_CACHE_HOME/bbvkit/cuda`, else `~/.cache/bbvkit/cuda`; the
-/// wheels' `nvidia/cu13` folder in it.
-pub fn cache() -> Option<PathBuf> {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    let root = env("BBV_CUDA_CACHE")
-        .or_else(|| env("XDG_CACHE_HOME").map(|c| c.join("bbvkit/cuda")))
-        .or_else(|| env("HOME").map(|h| h.join(".cache/bbvkit/cuda")))?;
-    Some(root.join("nvidia/cu13"))
-}
-
-/// `nvdisasm`: `$BBV_NVDISASM`, on the PATH, scripts/cupti's copy, or the CUDA toolkit's (the
-/// one lookup every GPU command uses where no `--nvdisasm` is given).
-pub fn find_nvdisasm() -> Option<PathBuf> {
-    match std::env::var_os("BBV_NVDISASM") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => nvidia_tool("nvdisasm"),
-    }
-}
-
-/// [`find_nvdisasm`], or why there is none.
-pub fn nvdisasm() -> Result<PathBuf, CudaError> {
-    find_nvdisasm().ok_or_else(|| {
-        CudaError::Tool(
-            "nvdisasm not found (on the PATH, in $BBV_NVDISASM or from scripts/cupti): it \
-             gives the kernels' basic blocks"
-                .into(),
-        )
-    })
-}
-
-/// A program named `name` in a folder of the PATH.
-pub fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// An NVIDIA tool (nvdisasm, cuobjdump, ...): on the PATH, else in scripts/gpu-tools' cache,
-/// else in a CUDA toolkit's usual place.
-pub fn nvidia_tool(name: &str) -> Option<PathBuf> {
-    on_path(name).or_else(|| {
-        let cached = cache().map(|c| c.join("bin"));
-        cached
-            .into_iter()
-            .chain([PathBuf::from("/usr/local/cuda/bin")])
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
 
 /// The injection library and the folder of the CUPTI it runs with.
 #[derive(Clone, Debug)]

@@ -14,7 +14,7 @@ fn data() -> PathBuf {
 }
 
 fn nvdisasm() -> PathBuf {
-    bbv_cuda::tools::nvdisasm().expect("nvdisasm (scripts/cupti installs it)")
+    bbv_gpucfg::tools::nvdisasm().expect("nvdisasm (scripts/cupti installs it)")
 }
 
 /// The program's data: its own generator (kernels.cu's main), seed 12345.
@@ -75,10 +75,10 @@ const KERNELS: [(&str, usize); 4] = [
 #[test]
 fn the_kernels_blocks_are_those_the_derivation_assumes() {
     let cubin = data().join("raw/cubins/4e5b5de8.cubin");
-    let functions = bbv_cuda::sass::disassemble(&nvdisasm(), &cubin).unwrap();
+    let functions = bbv_gpucfg::sass::disassemble(&nvdisasm(), &cubin).unwrap();
     let sizes = |name: &str| -> Vec<(u64, u32)> {
         let f = functions.iter().find(|f| f.name == name).unwrap();
-        let cfg = bbv_cuda::sass::cfg(f);
+        let cfg = bbv_gpucfg::sass::cfg(f);
         // Blocks that run (the trailing self-loop and NOP padding never do).
         cfg.blocks
             .iter()
@@ -194,7 +194,7 @@ fn flow_in_equals_flow_out_where_a_block_has_one_way_in_and_out() {
             .unwrap();
         let blocks = &k.cfg.blocks;
         for b in blocks {
-            let preds: Vec<&bbv_cuda::sass::StaticBlock> = blocks
+            let preds: Vec<&bbv_gpucfg::sass::StaticBlock> = blocks
                 .iter()
                 .filter(|p| p.successors.contains(&b.start))
                 .collect();

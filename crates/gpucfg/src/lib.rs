@@ -10,6 +10,7 @@
 pub mod amdgpu;
 mod detect;
 pub mod nvidia;
+pub mod sass;
 pub mod tools;
 pub mod write;
 
@@ -54,24 +55,6 @@ pub enum CfgError {
     /// A temporary folder could not be made.
     #[error("cannot make a temporary folder: {0}")]
     Temp(std::io::Error),
-}
-
-impl From<bbv_cuda::CudaError> for CfgError {
-    /// The SASS parser's errors: a line of the disassembly, else the tool's failure.
-    fn from(e: bbv_cuda::CudaError) -> CfgError {
-        match e {
-            bbv_cuda::CudaError::Parse {
-                path,
-                line,
-                message,
-            } => CfgError::Parse {
-                path,
-                line,
-                message,
-            },
-            other => CfgError::Tool(other.to_string()),
-        }
-    }
 }
 
 /// How control leaves a block along one edge.

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use bbv_cuda::sass::{self, Instruction, INSTRUCTION_BYTES};
+use crate::sass::{self, Instruction, INSTRUCTION_BYTES};
 use rayon::prelude::*;
 
 use crate::tools::{output, Tools};

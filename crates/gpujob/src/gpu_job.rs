@@ -31,7 +31,7 @@ pub fn gpu_sample(
                 list.display()
             )));
         }
-        let live = Live::load(list, &tools::nvdisasm()?)?;
+        let live = Live::load(list, &bbv_gpucfg::tools::nvdisasm()?)?;
         let counts = live.counts(CountMode::default())?;
         if counts.is_empty() {
             return Err(GpuJobError::Invalid(format!(
@@ -133,7 +133,7 @@ pub fn gpu_run(r: &GpuRun) -> Result<GpuRunOutcome, GpuJobError> {
     // Everything that can be refused is refused before the program runs.
     tools::check_driver()?;
     let injection = Injection::find(&r.exe_dir)?;
-    let nvdisasm = tools::nvdisasm()?;
+    let nvdisasm = bbv_gpucfg::tools::nvdisasm()?;
     std::fs::create_dir_all(&r.output).map_err(|source| GpuJobError::Create {
         what: format!("cannot create {}", r.output.display()),
         source,
@@ -230,7 +230,8 @@ mod tests {
 
     #[test]
     fn cupti_refusing_is_printed_and_gives_exit_status_1() {
-        let nvdisasm = tools::nvdisasm().expect("nvdisasm (scripts/gpu-tools installs it)");
+        let nvdisasm =
+            bbv_gpucfg::tools::nvdisasm().expect("nvdisasm (scripts/gpu-tools installs it)");
         let why = "cuptiSassMetricsEnable: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES";
         let (_t, dir) = run_with(&format!("error {why}\n"));
         let live = Live::load(&dir, &nvdisasm).unwrap();
@@ -259,7 +260,8 @@ mod tests {
 
     #[test]
     fn a_program_without_kernels_is_a_note() {
-        let nvdisasm = tools::nvdisasm().expect("nvdisasm (scripts/gpu-tools installs it)");
+        let nvdisasm =
+            bbv_gpucfg::tools::nvdisasm().expect("nvdisasm (scripts/gpu-tools installs it)");
         let t = tempfile::tempdir().unwrap();
         let live = Live::load(t.path(), &nvdisasm).unwrap();
         let report = outcome_report(&live, 0.0, t.path());

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::CudaError;
+use crate::CfgError;
 
 /// One SASS instruction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl Cfg {
 pub const INSTRUCTION_BYTES: u64 = 16;
 
 /// Parses `nvdisasm -c` output (`what` names the source in errors).
-pub fn parse(text: &str, what: &Path) -> Result<Vec<Function>, CudaError> {
+pub fn parse(text: &str, what: &Path) -> Result<Vec<Function>, CfgError> {
     let mut functions: Vec<Function> = Vec::new();
     let mut pending_labels: Vec<String> = Vec::new();
     let mut arch: Option<String> = None;
@@ -107,7 +107,7 @@ pub fn parse(text: &str, what: &Path) -> Result<Vec<Function>, CudaError> {
             arch = t.split_whitespace().next().map(str::to_string);
             continue;
         }
-        let err = |message: String| CudaError::Parse {
+        let err = |message: String| CfgError::Parse {
             path: what.to_path_buf(),
             line: i as u64 + 1,
             message,
@@ -245,7 +245,7 @@ pub fn cfg(f: &Function) -> Cfg {
 }
 
 /// Runs `nvdisasm -c` on a cubin and parses it.
-pub fn disassemble(nvdisasm: &Path, cubin: &Path) -> Result<Vec<Function>, CudaError> {
+pub fn disassemble(nvdisasm: &Path, cubin: &Path) -> Result<Vec<Function>, CfgError> {
     disassemble_functions(nvdisasm, cubin, &[])
 }
 
@@ -256,7 +256,7 @@ pub fn disassemble_functions(
     nvdisasm: &Path,
     cubin: &Path,
     indices: &[u32],
-) -> Result<Vec<Function>, CudaError> {
+) -> Result<Vec<Function>, CfgError> {
     let mut cmd = std::process::Command::new(nvdisasm);
     cmd.arg("-c");
     if !indices.is_empty() {
@@ -266,10 +266,10 @@ pub fn disassemble_functions(
     let out = cmd
         .arg(cubin)
         .output()
-        .map_err(|e| CudaError::Tool(format!("cannot run {}: {e}", nvdisasm.display())))?;
+        .map_err(|e| CfgError::Tool(format!("cannot run {}: {e}", nvdisasm.display())))?;
     if !out.status.success() {
         let msg = String::from_utf8_lossy(&out.stderr);
-        return Err(CudaError::Tool(format!(
+        return Err(CfgError::Tool(format!(
             "{} cannot disassemble {}: {}",
             nvdisasm.display(),
             cubin.display(),
