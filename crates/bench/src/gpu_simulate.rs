@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+use bbv_rundir::gpu_simulation::GpuSimulationFile;
+
 use crate::measure::in_temp_root;
 
 /// The shipped traces: matrixmul and the two vectoradd traces (the same kernel, other data).
@@ -100,22 +102,24 @@ pub fn run(data: &Path, warmup: usize, dir: &Path) -> Result<()> {
                 bbv(&args)?;
                 let w = warmup.to_string();
                 bbv(&["gpu", "simulate", &o, "--full", &l, "--warmup-launches", &w])?;
-                let text = std::fs::read_to_string(out.join("simulation.json"))?;
-                let v: serde_json::Value = serde_json::from_str(&text)?;
-                let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
-                errors.push(f("error_pct").abs());
+                let v = GpuSimulationFile::read(&out)?
+                    .with_context(|| format!("{}: no simulation.json", out.display()))?;
+                let full = v
+                    .full
+                    .context("bbv gpu simulate --full wrote no full run")?;
+                errors.push(full.error_pct.abs());
                 println!(
-                    "{} | {} | {method} | {} | {:.0} | {:.0} | {:+.2}% | {:+.2}% | {:.1}x, {:.1}x, {:.1}x",
+                    "{} | {} | {method} | {} | {:.0} | {} | {:+.2}% | {:+.2}% | {:.1}x, {:.1}x, {:.1}x",
                     p.name,
-                    v["full_launches"],
-                    v["launches"].as_array().map_or(0, Vec::len),
-                    f("estimate_cycles"),
-                    f("full_cycles"),
-                    f("error_pct"),
-                    f("ipc_error_pct"),
-                    f("speedup_launches"),
-                    f("speedup_instructions"),
-                    f("speedup_wall"),
+                    full.full_launches,
+                    v.launches.len(),
+                    v.estimate_cycles,
+                    full.full_cycles,
+                    full.error_pct,
+                    full.ipc_error_pct,
+                    full.speedup_launches,
+                    full.speedup_instructions,
+                    full.speedup_wall,
                 );
             }
         }

@@ -44,7 +44,7 @@ struct Pick {
 /// What `bbv gpu simulate` found.
 pub struct GpuSimulation {
     /// `simulation.json`'s content.
-    pub json: serde_json::Value,
+    pub file: bbv_rundir::gpu_simulation::GpuSimulationFile,
     /// Lines for the user.
     pub report: String,
 }
@@ -261,7 +261,10 @@ pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, GpuJobError> {
     let (doc, view) =
         crate::gpu_simulate_doc::document(&setup, &picks_json(&picks), &results, full);
     let mut files = AtomicFiles::default();
-    files.write(&job.dir.join("simulation.json"), |w| writeln!(w, "{doc:#}"))?;
+    let json = doc.to_json();
+    files.write(&job.dir.join("simulation.json"), |w| {
+        writeln!(w, "{json:#}")
+    })?;
     // The sample's page shows the figures in its #simulation section: both files change together.
     let page_path = job.dir.join("report.html");
     if page_path.is_file() {
@@ -274,7 +277,7 @@ pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, GpuJobError> {
     files.commit()?;
     Ok(GpuSimulation {
         report: crate::gpu_simulate_doc::report(&view),
-        json: doc,
+        file: doc,
     })
 }
 

@@ -4,7 +4,7 @@
 
 use bbv_gpusim::{Config, Launch, Simulated};
 use bbv_report::{GpuFull, GpuPick, GpuSimulation};
-use serde_json::json;
+use bbv_rundir::gpu_simulation::{GpuFullSim, GpuPickSim, GpuSimulationFile};
 
 /// How the picks were simulated.
 pub(crate) struct Setup<'a> {
@@ -21,7 +21,7 @@ pub(crate) fn document(
     picks: &[(usize, String, f64)],
     results: &[(Launch, Simulated)],
     full: Option<Simulated>,
-) -> (serde_json::Value, GpuSimulation) {
+) -> (GpuSimulationFile, GpuSimulation) {
     let mut launches = Vec::new();
     let mut view_picks = Vec::new();
     let (mut est_cycles, mut est_insts) = (0.0, 0.0);
@@ -32,15 +32,15 @@ pub(crate) fn document(
         sim_launches += s.launches.len();
         sim_insts += s.total_instructions;
         sim_seconds += s.seconds;
-        launches.push(json!({
-            "launch": launch,
-            "kernel": kernel,
-            "weight": weight,
-            "cycles": l.cycles,
-            "instructions": l.instructions,
-            "warmup_launches": s.launches.len() - 1,
-            "seconds": s.seconds,
-        }));
+        launches.push(GpuPickSim {
+            launch: *launch,
+            kernel: kernel.clone(),
+            weight: *weight,
+            cycles: l.cycles,
+            instructions: l.instructions,
+            warmup_launches: s.launches.len() - 1,
+            seconds: s.seconds,
+        });
         view_picks.push(GpuPick {
             launch: *launch,
             kernel: kernel.clone(),
@@ -50,51 +50,22 @@ pub(crate) fn document(
         });
     }
     let est_ipc = est_insts / est_cycles.max(1.0);
-    let mut doc = json!({
-        "simulator": "accel-sim",
-        "config": setup.config.name,
-        "sm": setup.config.sm,
-        "warmup_launches": setup.warmup_launches,
-        "jobs": setup.jobs,
-        "launches": launches,
-        "estimate_cycles": est_cycles,
-        "estimate_instructions": est_insts,
-        "estimate_ipc": est_ipc,
-        "simulated_launches": sim_launches,
-        "simulated_instructions": sim_insts,
-        "simulated_seconds": sim_seconds,
-    });
-    let full = full.map(|f| {
+    let pct = |e: f64, t: f64| 100.0 * (e - t) / t.max(f64::MIN_POSITIVE);
+    let full_file = full.map(|f| {
         let ipc = f.total_instructions as f64 / (f.total_cycles as f64).max(1.0);
-        let pct = |e: f64, t: f64| 100.0 * (e - t) / t.max(f64::MIN_POSITIVE);
-        let view = GpuFull {
-            cycles: f.total_cycles as f64,
-            ipc,
+        GpuFullSim {
+            full_list: setup.full_list.map(|p| p.display().to_string()),
+            full_launches: f.launches.len(),
+            full_cycles: f.total_cycles,
+            full_instructions: f.total_instructions,
+            full_ipc: ipc,
+            full_seconds: f.seconds,
             error_pct: pct(est_cycles, f.total_cycles as f64),
             ipc_error_pct: pct(est_ipc, ipc),
             speedup_launches: f.launches.len() as f64 / sim_launches.max(1) as f64,
             speedup_instructions: f.total_instructions as f64 / sim_insts.max(1) as f64,
             speedup_wall: f.seconds / sim_seconds.max(1e-9),
-        };
-        for (key, value) in [
-            (
-                "full_list",
-                json!(setup.full_list.map(|p| p.display().to_string())),
-            ),
-            ("full_launches", json!(f.launches.len())),
-            ("full_cycles", json!(f.total_cycles)),
-            ("full_instructions", json!(f.total_instructions)),
-            ("full_ipc", json!(ipc)),
-            ("full_seconds", json!(f.seconds)),
-            ("error_pct", json!(view.error_pct)),
-            ("ipc_error_pct", json!(view.ipc_error_pct)),
-            ("speedup_launches", json!(view.speedup_launches)),
-            ("speedup_instructions", json!(view.speedup_instructions)),
-            ("speedup_wall", json!(view.speedup_wall)),
-        ] {
-            doc[key] = value;
         }
-        view
     });
     let view = GpuSimulation {
         config: setup.config.name.clone(),
@@ -103,7 +74,30 @@ pub(crate) fn document(
         picks: view_picks,
         estimate_cycles: est_cycles,
         estimate_ipc: est_ipc,
-        full,
+        full: full_file.as_ref().map(|f| GpuFull {
+            cycles: f.full_cycles as f64,
+            ipc: f.full_ipc,
+            error_pct: f.error_pct,
+            ipc_error_pct: f.ipc_error_pct,
+            speedup_launches: f.speedup_launches,
+            speedup_instructions: f.speedup_instructions,
+            speedup_wall: f.speedup_wall,
+        }),
+    };
+    let doc = GpuSimulationFile {
+        simulator: "accel-sim".into(),
+        config: setup.config.name.clone(),
+        sm: setup.config.sm,
+        warmup_launches: setup.warmup_launches,
+        jobs: setup.jobs,
+        launches,
+        estimate_cycles: est_cycles,
+        estimate_instructions: est_insts,
+        estimate_ipc: est_ipc,
+        simulated_launches: sim_launches,
+        simulated_instructions: sim_insts,
+        simulated_seconds: sim_seconds,
+        full: full_file,
     };
     (doc, view)
 }

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 pub mod band;
 pub mod check;
 pub mod files;
+pub mod gpu_simulation;
 pub mod simulation;
 pub mod strata;
 pub mod validate;
