@@ -23,7 +23,8 @@ use bbv_rundir as rundir;
 pub struct CheckRequest {
     /// The checkpoints' folder.
     pub dir: PathBuf,
-    /// QEMU to use instead of the one on PATH.
+    /// QEMU to use instead of the one the run was profiled with (or, where that one is gone,
+    /// the one on PATH).
     pub qemu: Option<PathBuf>,
     /// Plugin library to use.
     pub plugin: Option<PathBuf>,
@@ -188,6 +189,11 @@ fn key_at(pass: &[(u64, u64, String, u64)], a: u64) -> Option<Key> {
 pub fn check(req: &CheckRequest) -> Result<CheckReport, ReplayError> {
     let report = load(&req.dir)?;
     let s = rundir::read_summary(&report.run)?;
+    // The QEMU the run was profiled with, as every command on a run directory defaults to.
+    let req = &CheckRequest {
+        qemu: s.qemu_or(req.qemu.as_deref()),
+        ..req.clone()
+    };
     let blocks = rundir::read_blocks(&report.run.join(bbv_rundir::files::BLOCKS))?;
     let profile = points_profile(&report.run, &s, blocks.len())?;
     let profile_keys: Vec<Option<Key>> = blocks
