@@ -78,6 +78,23 @@ pub struct LaunchArgs {
     pub sysroot: Option<PathBuf>,
 }
 
+impl LaunchArgs {
+    /// The options as the launch every command shares.
+    pub fn launch(&self) -> bbv_collect::Launch {
+        bbv_collect::Launch {
+            qemu: self.qemu.clone(),
+            plugin: self.plugin.clone(),
+            cpu: self.cpu.clone(),
+            sysroot: self.sysroot.clone(),
+        }
+    }
+
+    /// The guest of `command` (the program, then its arguments) launched so.
+    pub fn guest(&self, command: &[OsString]) -> Result<bbv_collect::Guest> {
+        bbv_collect::Guest::from_command(command, self.launch()).map_err(anyhow::Error::msg)
+    }
+}
+
 /// `bbv collect`: exp-bbv's options, defaults and files.
 #[derive(clap::Args, Debug)]
 pub struct CollectArgs {
@@ -174,10 +191,7 @@ impl GuestArgs {
     fn options(&self) -> GuestOptions {
         GuestOptions {
             command: self.command.clone(),
-            qemu: self.launch.qemu.clone(),
-            plugin: self.launch.plugin.clone(),
-            cpu: self.launch.cpu.clone(),
-            sysroot: self.launch.sysroot.clone(),
+            launch: self.launch.launch(),
             exact: self.exact,
             tail: self.tail,
             rep_iterations: self.count_rep == "iteration",

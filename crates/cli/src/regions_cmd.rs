@@ -4,9 +4,9 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use bbv_pipeline::rundir::files;
-use bbv_replay::simulate::{simulate_watched, FullRun, SimulateRequest};
+use bbv_replay::simulate::{simulate_watched, SimulateRequest};
 use bbv_replay::trace::TraceSpec;
 
 /// `bbv regions`.
@@ -121,8 +121,7 @@ pub struct SimulateArgs {
 /// --full); 1 when the band is wider than --max-band.
 pub fn simulate(a: SimulateArgs) -> Result<u8> {
     let l = a.launch;
-    let full = (a.full).then(|| FullRun::of(&a.command, l.qemu, l.plugin, l.sysroot));
-    let full = full.transpose()?;
+    let full = (a.full).then(|| l.guest(&a.command)).transpose()?;
     let req = SimulateRequest {
         dir: a.dir.clone(),
         champsim: a.champsim,
@@ -220,18 +219,9 @@ pub fn run_replay(a: ReplayArgs, extra: Extra) -> Result<(bbv_replay::ReplayOutc
             a.tolerance
         );
     }
-    let (program, args) = a.command.split_first().context("no program given")?;
-    let program = program
-        .to_str()
-        .with_context(|| format!("{}: program name is not UTF-8", program.to_string_lossy()))?;
     let req = bbv_replay::ReplayRequest {
         dir: a.dir.clone(),
-        program: program.to_string(),
-        args: args.to_vec(),
-        qemu: a.launch.qemu,
-        plugin: a.launch.plugin,
-        cpu: a.launch.cpu,
-        sysroot: a.launch.sysroot,
+        guest: a.launch.guest(&a.command)?,
         tolerance_pct: a.tolerance,
         trace: extra.trace,
         checkpoint: extra.checkpoint,

@@ -33,13 +33,10 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// What to collect and from which program.
-#[derive(Clone, Debug)]
-pub struct Request {
-    /// The program (a path, or a name looked up on PATH).
-    pub program: String,
-    /// Its arguments.
-    pub args: Vec<OsString>,
+/// How QEMU runs a guest: which QEMU, plugin, CPU model and sysroot (None: found, or the run's
+/// own where a command works on a run directory).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Launch {
     /// QEMU executable to use instead of `qemu-<isa>` from PATH.
     pub qemu: Option<PathBuf>,
     /// Plugin library to use instead of `$BBV_PLUGIN` or the one next to the running binary.
@@ -49,6 +46,42 @@ pub struct Request {
     /// A foreign dynamically linked guest's sysroot (`qemu -L`): None to find it
     /// ([`sysroot::find`]); [`prepare`] fills in the one found.
     pub sysroot: Option<PathBuf>,
+}
+
+/// A guest program, its arguments and how QEMU runs it: the one description of a launch that
+/// every command running a program shares (collect, run, replay, trace, checkpoint, simulate
+/// --full, checkpoint --check).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Guest {
+    /// The program (a path, or a name looked up on PATH).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// How QEMU runs it.
+    pub launch: Launch,
+}
+
+impl Guest {
+    /// The guest of a command line (the program, then its arguments); Err says why there is
+    /// none (no program, or a program name that is not UTF-8).
+    pub fn from_command(command: &[OsString], launch: Launch) -> Result<Guest, String> {
+        let (program, args) = command.split_first().ok_or("no program given")?;
+        let program = program
+            .to_str()
+            .ok_or_else(|| format!("{}: program name is not UTF-8", program.to_string_lossy()))?;
+        Ok(Guest {
+            program: program.to_string(),
+            args: args.to_vec(),
+            launch,
+        })
+    }
+}
+
+/// What to collect and from which program.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The program and how it runs.
+    pub guest: Guest,
     /// What the plugin counts and records (its `dir` is filled in at launch).
     pub counting: PluginConfig,
     /// Directory to hold the plugin's files while the guest runs (best on the same file
@@ -107,10 +140,12 @@ impl Prepared {
 /// Checks the request without running anything.
 pub fn prepare(request: Request) -> Result<Prepared, CollectError> {
     let mut request = request;
-    let program = resolve_program(&request.program)?;
+    let program = resolve_program(&request.guest.program)?;
     let isa = isa_of_elf(&program)?;
-    request.sysroot = sysroot::find(&program, isa, request.sysroot.as_deref())?;
-    let qemu = match &request.qemu {
+    let launch = &mut request.guest.launch;
+    launch.sysroot = sysroot::find(&program, isa, launch.sysroot.as_deref())?;
+    let launch = &request.guest.launch;
+    let qemu = match &launch.qemu {
         Some(q) if q.is_file() => q.clone(),
         Some(q) => {
             return Err(CollectError::QemuNotFound {
@@ -130,8 +165,8 @@ pub fn prepare(request: Request) -> Result<Prepared, CollectError> {
             what: format!("{}: the deterministic schedule needs QEMU 9.1 or later (scripts/build-qemu builds QEMU 10; --qemu PATH)", qemu.display()),
         });
     }
-    let plugin = find_plugin(request.plugin.as_deref(), api)?;
-    if let Some(cpu) = &request.cpu {
+    let plugin = find_plugin(launch.plugin.as_deref(), api)?;
+    if let Some(cpu) = &launch.cpu {
         qemu::check_cpu(&qemu, cpu)?;
     }
     Ok(Prepared {
@@ -280,15 +315,15 @@ impl Prepared {
             plugin.push(arg);
         }
         let mut v = vec![self.qemu.clone().into_os_string()];
-        if let Some(cpu) = &r.cpu {
+        if let Some(cpu) = &r.guest.launch.cpu {
             v.extend(["-cpu".into(), cpu.into()]);
         }
-        if let Some(root) = &r.sysroot {
+        if let Some(root) = &r.guest.launch.sysroot {
             v.extend(["-L".into(), root.into()]);
         }
         v.extend(["-plugin".into(), plugin, "--".into()]);
         v.push(self.program.clone().into_os_string());
-        v.extend(r.args.iter().cloned());
+        v.extend(r.guest.args.iter().cloned());
         v
     }
 
@@ -466,4 +501,29 @@ fn read_results(
         slices,
         metrics,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_from_its_command_line() {
+        let launch = Launch {
+            cpu: Some("Haswell".into()),
+            ..Default::default()
+        };
+        let g = Guest::from_command(&["gzip".into(), "-9".into()], launch.clone()).unwrap();
+        assert_eq!(g.program, "gzip");
+        assert_eq!(g.args, [OsString::from("-9")]);
+        assert_eq!(g.launch, launch);
+        assert_eq!(
+            Guest::from_command(&[], Launch::default()).unwrap_err(),
+            "no program given"
+        );
+        use std::os::unix::ffi::OsStringExt;
+        let odd = OsString::from_vec(vec![b'a', 0xff]);
+        let e = Guest::from_command(&[odd], Launch::default()).unwrap_err();
+        assert!(e.ends_with(": program name is not UTF-8"), "{e}");
+    }
 }

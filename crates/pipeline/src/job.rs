@@ -401,12 +401,18 @@ fn run_facts(
         qemu_path: std::path::absolute(qemu_path)
             .ok()
             .map(|p| p.display().to_string()),
-        cpu: r.cpu.clone(),
-        sysroot: r.sysroot.as_ref().map(|p| p.display().to_string()),
+        cpu: r.guest.launch.cpu.clone(),
+        sysroot: r
+            .guest
+            .launch
+            .sysroot
+            .as_ref()
+            .map(|p| p.display().to_string()),
         program: Program {
             path: program.display().to_string(),
             build_id: bbv_collect::ElfFacts::read(program).and_then(|f| f.build_id),
             args: r
+                .guest
                 .args
                 .iter()
                 .map(|a| a.to_string_lossy().into_owned())

@@ -35,14 +35,8 @@ fn invalid<T>(text: String) -> Result<T> {
 pub struct GuestOptions {
     /// The program and its arguments.
     pub command: Vec<OsString>,
-    /// QEMU user-mode executable (None: qemu-ISA from PATH).
-    pub qemu: Option<PathBuf>,
-    /// The plugin library (None: `$BBV_PLUGIN`, else the one next to bbv).
-    pub plugin: Option<PathBuf>,
-    /// The guest CPU model (QEMU's `-cpu`).
-    pub cpu: Option<String>,
-    /// A foreign dynamically linked guest's sysroot (None: found).
-    pub sysroot: Option<PathBuf>,
+    /// Which QEMU, plugin, CPU model and sysroot run it.
+    pub launch: bbv_collect::Launch,
     /// Cut every interval at exactly its size, splitting a block (exp-bbv's rule).
     pub exact: bool,
     /// Also write the last, partial interval.
@@ -64,22 +58,10 @@ impl GuestOptions {
     /// The collection request, without metrics, markers or slices.
     fn request(&self, interval: u64, count_only: bool, work_dir: &Path) -> Result<Request> {
         check_count("--interval", interval)?;
-        let Some((program, args)) = self.command.split_first() else {
-            return invalid("no program given".into());
-        };
-        let Some(program) = program.to_str() else {
-            return invalid(format!(
-                "{}: program name is not UTF-8",
-                program.to_string_lossy()
-            ));
-        };
+        let guest = bbv_collect::Guest::from_command(&self.command, self.launch.clone())
+            .map_err(PipelineError::Invalid)?;
         Ok(Request {
-            program: program.to_string(),
-            args: args.to_vec(),
-            qemu: self.qemu.clone(),
-            plugin: self.plugin.clone(),
-            cpu: self.cpu.clone(),
-            sysroot: self.sysroot.clone(),
+            guest,
             counting: bbv_collect::PluginConfig {
                 interval,
                 exact: self.exact,

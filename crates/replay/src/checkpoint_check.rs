@@ -273,12 +273,15 @@ fn run_one(
     let markers = work.path().join("markers");
     write_markers(r, &markers)?;
     let request = bbv_collect::Request {
-        program: dir.join(&r.file).display().to_string(),
-        args: Vec::new(),
-        qemu: req.qemu.clone(),
-        plugin: req.plugin.clone(),
-        cpu: None,
-        sysroot: None,
+        guest: bbv_collect::Guest {
+            program: dir.join(&r.file).display().to_string(),
+            args: Vec::new(),
+            launch: bbv_collect::Launch {
+                qemu: req.qemu.clone(),
+                plugin: req.plugin.clone(),
+                ..Default::default()
+            },
+        },
         counting: bbv_collect::PluginConfig {
             interval: u64::MAX / 4,
             count_only: true,

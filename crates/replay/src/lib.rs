@@ -28,7 +28,7 @@ pub mod simulate;
 pub mod simulate_progress;
 pub mod trace;
 
-pub use replay::{replay, RegionCheck, ReplayOutcome, ReplayReport, ReplayRequest};
+pub use replay::{on_run, replay, RegionCheck, ReplayOutcome, ReplayReport, ReplayRequest};
 
 use std::path::PathBuf;
 

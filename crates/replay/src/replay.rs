@@ -2,7 +2,6 @@
 //! directory, and checks that every region starts and ends where the profile says.
 
 use std::collections::{BTreeSet, HashMap};
-use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -23,19 +22,9 @@ use crate::ReplayError;
 pub struct ReplayRequest {
     /// The run directory.
     pub dir: PathBuf,
-    /// The program (must be the one profiled).
-    pub program: String,
-    /// Its arguments.
-    pub args: Vec<OsString>,
-    /// QEMU to use instead of the one that ran the profile (or, where that one is gone, the
-    /// one on PATH).
-    pub qemu: Option<PathBuf>,
-    /// Plugin library to use.
-    pub plugin: Option<PathBuf>,
-    /// Guest CPU model (None: the profiling run's).
-    pub cpu: Option<String>,
-    /// A foreign guest's sysroot (None: the profiling run's, else found).
-    pub sysroot: Option<PathBuf>,
+    /// The program (must be the one profiled) and how it runs; what its launch leaves open
+    /// is the run's own ([`on_run`]).
+    pub guest: bbv_collect::Guest,
     /// Largest |deviation| accepted, in percent.
     pub tolerance_pct: f64,
     /// Also write ChampSim traces of the regions (`bbv trace`).
@@ -306,6 +295,25 @@ pub(crate) fn points_profile(
     })
 }
 
+/// `guest` as it runs again on a run directory: what its launch leaves open is what the run
+/// was profiled with (its QEMU while it exists, its CPU model, its sysroot), so that every
+/// command on a run directory runs the program as the profile did.
+pub fn on_run(guest: &bbv_collect::Guest, s: &Summary) -> bbv_collect::Guest {
+    let l = &guest.launch;
+    bbv_collect::Guest {
+        launch: bbv_collect::Launch {
+            qemu: s.qemu_or(l.qemu.as_deref()),
+            plugin: l.plugin.clone(),
+            cpu: l.cpu.clone().or_else(|| s.cpu.clone()),
+            sysroot: l
+                .sysroot
+                .clone()
+                .or_else(|| s.sysroot.as_ref().map(PathBuf::from)),
+        },
+        ..guest.clone()
+    }
+}
+
 /// Runs the replay. `Err` = bad input, found before anything ran.
 pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     let s = rundir::read_summary(&req.dir)?;
@@ -318,7 +326,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     if let Some(spec) = &req.trace {
         spec.check_run(&req.dir, &s)?;
     }
-    let program = bbv_collect::resolve_program(&req.program)?;
+    let program = bbv_collect::resolve_program(&req.guest.program)?;
     let plan = plan(&req.dir, &s, &program)?;
     let blocks = rundir::read_blocks(&req.dir.join(bbv_rundir::files::BLOCKS))?;
     let looppoint = s.regions_mode == rundir::Regions::Looppoint;
@@ -346,15 +354,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         None => None,
     };
     let request = bbv_collect::Request {
-        program: req.program.clone(),
-        args: req.args.clone(),
-        qemu: s.qemu_or(req.qemu.as_deref()),
-        plugin: req.plugin.clone(),
-        cpu: req.cpu.clone().or_else(|| s.cpu.clone()),
-        sysroot: req
-            .sysroot
-            .clone()
-            .or_else(|| s.sysroot.as_ref().map(PathBuf::from)),
+        guest: on_run(&req.guest, &s),
         counting: bbv_collect::PluginConfig {
             // One interval that never closes: the counts are cumulative.
             interval: u64::MAX / 4,
@@ -626,6 +626,56 @@ fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A real run's summary (the study's xz run, kept in the repository).
+    fn summary() -> Summary {
+        let text = include_str!("../../../tools/champsim/study/xz6-2m/summary.json");
+        serde_json::from_str(text).unwrap()
+    }
+
+    /// What the launch leaves open is the run's: its CPU model and sysroot, and its QEMU while
+    /// that file exists; what the user gave wins.
+    #[test]
+    fn a_guest_on_a_run_takes_the_runs_launch() {
+        let mut s = summary();
+        let guest = bbv_collect::Guest {
+            program: "xz".into(),
+            args: vec!["-6".into()],
+            launch: bbv_collect::Launch::default(),
+        };
+        assert_eq!(
+            on_run(&guest, &s),
+            guest,
+            "nothing recorded, nothing filled in"
+        );
+        let t = tempfile::tempdir().unwrap();
+        let qemu = t.path().join("qemu-x86_64");
+        std::fs::write(&qemu, "").unwrap();
+        s.qemu_path = Some(qemu.display().to_string());
+        s.cpu = Some("Haswell".into());
+        s.sysroot = Some("/usr/x86_64-linux-gnu".into());
+        let g = on_run(&guest, &s);
+        assert_eq!(g.launch.qemu.as_deref(), Some(qemu.as_path()));
+        assert_eq!(g.launch.cpu.as_deref(), Some("Haswell"));
+        assert_eq!(
+            g.launch.sysroot,
+            Some(PathBuf::from("/usr/x86_64-linux-gnu"))
+        );
+        assert_eq!((g.program.as_str(), g.args.len()), ("xz", 1));
+        let mine = bbv_collect::Guest {
+            launch: bbv_collect::Launch {
+                qemu: Some("/opt/q".into()),
+                plugin: Some("/opt/p.so".into()),
+                cpu: Some("qemu64".into()),
+                sysroot: Some("/r".into()),
+            },
+            ..guest.clone()
+        };
+        assert_eq!(on_run(&mine, &s), mine, "what the user gave wins");
+        // A QEMU since removed is not insisted on: the one on PATH is looked up instead.
+        std::fs::remove_file(&qemu).unwrap();
+        assert_eq!(on_run(&guest, &s).launch.qemu, None);
+    }
 
     #[test]
     fn l1_of_normalised_vectors() {

@@ -6,7 +6,6 @@
 //! multiplier x region instructions; CPI = cycles / instructions. Writes `simulation.json`
 //! and the report's `#simulation` section together.
 
-use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -32,52 +31,11 @@ pub struct SimulateRequest {
     pub champsim: Option<PathBuf>,
     /// Simulations at a time (0: one per core).
     pub jobs: usize,
-    /// Also simulate the whole run: the program and its arguments, and how to launch it.
-    pub full: Option<FullRun>,
+    /// Also simulate the whole run (traced again through a pipe into ChampSim): the program
+    /// and its arguments, and how to launch it (what it leaves open is the run's own).
+    pub full: Option<bbv_collect::Guest>,
     /// The band is required (refused before simulating when the run cannot give one).
     pub need_band: bool,
-}
-
-/// The whole run, traced again through a pipe into ChampSim.
-#[derive(Clone, Debug)]
-pub struct FullRun {
-    /// The program (the one profiled).
-    pub program: String,
-    /// Its arguments.
-    pub args: Vec<OsString>,
-    /// QEMU to use.
-    pub qemu: Option<PathBuf>,
-    /// Plugin library to use.
-    pub plugin: Option<PathBuf>,
-    /// A foreign guest's sysroot (None: the profiling run's, else found).
-    pub sysroot: Option<PathBuf>,
-}
-
-impl FullRun {
-    /// The whole run of `command` (the program, then its arguments).
-    pub fn of(
-        command: &[OsString],
-        qemu: Option<PathBuf>,
-        plugin: Option<PathBuf>,
-        sysroot: Option<PathBuf>,
-    ) -> Result<FullRun, ReplayError> {
-        let (program, args) = command
-            .split_first()
-            .ok_or_else(|| ReplayError::Invalid("--full: no program given".into()))?;
-        let program = program.to_str().ok_or_else(|| {
-            ReplayError::Invalid(format!(
-                "{}: program name is not UTF-8",
-                program.to_string_lossy()
-            ))
-        })?;
-        Ok(FullRun {
-            program: program.to_string(),
-            args: args.to_vec(),
-            qemu,
-            plugin,
-            sysroot,
-        })
-    }
 }
 
 pub use bbv_rundir::simulation::{RegionSim, Simulation};
@@ -442,7 +400,7 @@ fn simulate_full(
     bin: &Path,
     dir: &Path,
     s: &rundir::Summary,
-    f: &FullRun,
+    f: &bbv_collect::Guest,
     watcher: &dyn SimulateWatcher,
 ) -> Result<Simulated, ReplayError> {
     let work = tempfile::Builder::new()
@@ -461,15 +419,7 @@ fn simulate_full(
         )));
     }
     let request = bbv_collect::Request {
-        program: f.program.clone(),
-        args: f.args.clone(),
-        qemu: s.qemu_or(f.qemu.as_deref()),
-        plugin: f.plugin.clone(),
-        cpu: s.cpu.clone(),
-        sysroot: f
-            .sysroot
-            .clone()
-            .or_else(|| s.sysroot.as_ref().map(PathBuf::from)),
+        guest: crate::replay::on_run(f, s),
         counting: bbv_collect::PluginConfig {
             interval: u64::MAX / 4,
             count_only: true,
