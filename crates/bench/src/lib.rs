@@ -183,9 +183,9 @@ pub enum BenchCommand {
         /// Instructions of warmup before each region (xz needs 32 million: docs/champsim.md).
         #[arg(long, default_value_t = 32_000_000)]
         warmup: u64,
-        /// Largest k.
-        #[arg(long = "max-k", default_value_t = 30)]
-        max_k: usize,
+        /// Largest k (default: bbv run's, 30, or 100 with --target-error).
+        #[arg(long = "max-k")]
+        max_k: Option<usize>,
         /// Choose k by `bbv run --target-error PCT` instead of SimPoint's BIC rule.
         #[arg(long = "target-error", value_name = "PCT")]
         target_error: Option<f64>,

@@ -16,7 +16,8 @@ use crate::study;
 pub struct Choice {
     pub interval: u64,
     pub warmup: u64,
-    pub max_k: usize,
+    /// `--max-k` (None: bbv run's default).
+    pub max_k: Option<usize>,
     /// `--target-error PCT` instead of the BIC rule.
     pub target_error: Option<f64>,
     /// `--every-k`.
@@ -34,14 +35,15 @@ impl Choice {
             self.interval.to_string(),
             "--warmup".into(),
             self.warmup.to_string(),
-            "--max-k".into(),
-            self.max_k.to_string(),
             "--pick".into(),
             self.pick.clone(),
             // validation.json: our own model's error bands beside ChampSim's error.
             "--validate".into(),
         ]
         .into();
+        if let Some(k) = self.max_k {
+            v.extend(["--max-k".to_string(), k.to_string()]);
+        }
         if let Some(t) = self.target_error {
             v.extend(["--target-error".to_string(), t.to_string()]);
         }
