@@ -145,3 +145,78 @@ pub(crate) fn filter(lo: u64, hi: u64) -> Vec<u8> {
 pub(crate) const FILTER_LEN: u64 = 13;
 /// brk, which the filter traps.
 pub(crate) const SYS_BRK: i32 = x86_64::BRK as i32;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the kernel's classic BPF does with `prog` for a call `nr` made from `ip` on `arch`
+    /// (`struct seccomp_data`: nr at 0, arch at 4, instruction pointer at 8): the return value.
+    /// Only the instructions the filter uses (load word absolute, jeq/jge with a constant, ret).
+    fn run(prog: &[u8], nr: u32, arch: u32, ip: u64) -> u32 {
+        let data = |off: u32| match off {
+            0 => nr,
+            4 => arch,
+            8 => ip as u32,
+            12 => (ip >> 32) as u32,
+            _ => panic!("load at {off}"),
+        };
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = &prog[pc * 8..pc * 8 + 8];
+            let code = u16::from_le_bytes([i[0], i[1]]);
+            let (jt, jf) = (i[2] as usize, i[3] as usize);
+            let k = u32::from_le_bytes([i[4], i[5], i[6], i[7]]);
+            pc += 1;
+            match code {
+                0x20 => acc = data(k),
+                0x15 => pc += if acc == k { jt } else { jf },
+                0x35 => pc += if acc >= k { jt } else { jf },
+                0x06 => return k,
+                _ => panic!("opcode {code:#x}"),
+            }
+        }
+    }
+
+    const X86_64: u32 = 0xc000_003e;
+    const ALLOW: u32 = 0x7fff_0000;
+    const TRAP: u32 = 0x0003_0000;
+
+    /// brk always traps; exit and exit_group trap unless made from the restorer's own code;
+    /// every other call, and any call of another architecture, is allowed.
+    #[test]
+    fn the_filter_traps_what_it_should() {
+        let (lo, hi) = (0x7f00_0000_1000u64, 0x7f00_0000_9000u64);
+        let f = filter(lo, hi);
+        assert_eq!(f.len() as u64, FILTER_LEN * 8);
+        let brk = SYS_BRK as u32;
+        let exits = [SYS_EXIT_GROUP as u32, SYS_EXIT as u32];
+        assert_eq!(run(&f, brk, X86_64, lo + 8), TRAP);
+        assert_eq!(run(&f, brk, X86_64, 0x40_1000), TRAP);
+        for nr in exits {
+            assert_eq!(run(&f, nr, X86_64, lo), ALLOW, "{nr} from its first byte");
+            assert_eq!(
+                run(&f, nr, X86_64, hi - 1),
+                ALLOW,
+                "{nr} from its last byte"
+            );
+            assert_eq!(run(&f, nr, X86_64, hi), TRAP, "{nr} just past it");
+            assert_eq!(run(&f, nr, X86_64, lo - 1), TRAP, "{nr} just before it");
+            assert_eq!(
+                run(&f, nr, X86_64, 0x40_1000),
+                TRAP,
+                "{nr} from the program"
+            );
+            // Same low half, another 4 GiB: not the restorer's code.
+            assert_eq!(run(&f, nr, X86_64, lo + (1 << 32)), TRAP);
+        }
+        for nr in [0, 1, 9, 60 + 1000, x86_64::WRITE as u32] {
+            assert_eq!(run(&f, nr, X86_64, 0x40_1000), ALLOW, "{nr}");
+        }
+        assert_eq!(
+            run(&f, brk, 0x4000_0003, 0x40_1000),
+            ALLOW,
+            "i386 calls pass"
+        );
+    }
+}
