@@ -315,3 +315,48 @@ pub fn qemu_version(qemu: &Path) -> Option<String> {
     let rest = text.split(" version ").nth(1)?;
     Some(rest.split_whitespace().next()?.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The guest's ISA from its ELF header: this test (x86-64), the cross C libraries the
+    /// AArch64 and RISC-V tests link against, and what is no ELF or no machine of ours.
+    #[test]
+    fn the_isa_comes_from_the_elf_header() {
+        let me = std::env::current_exe().unwrap();
+        assert_eq!(isa_of_elf(&me).unwrap(), Isa::X86_64);
+        for (lib, isa) in [
+            ("/usr/aarch64-linux-gnu/lib/libc.so.6", Isa::Aarch64),
+            ("/usr/riscv64-linux-gnu/lib/libc.so.6", Isa::Riscv64),
+        ] {
+            let lib = Path::new(lib);
+            assert!(
+                lib.exists(),
+                "{}: scripts/apt-packages.txt installs it",
+                lib.display()
+            );
+            assert_eq!(isa_of_elf(lib).unwrap(), isa, "{}", lib.display());
+        }
+        let t = tempfile::tempdir().unwrap();
+        let script = t.path().join("run.sh");
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        match isa_of_elf(&script) {
+            Err(CollectError::NotElf { hint, .. }) => assert!(hint.contains("script"), "{hint}"),
+            other => panic!("{other:?}"),
+        }
+        // An ELF of a machine bbv does not collect from: this binary's header, as i386, and
+        // RISC-V of the 32-bit class.
+        let mut bytes = std::fs::read(&me).unwrap();
+        for (machine, class, name) in [(3u16, 2u8, "i386"), (243, 1, "RISC-V 32-bit")] {
+            bytes[18..20].copy_from_slice(&machine.to_le_bytes());
+            bytes[4] = class;
+            let other = t.path().join(name);
+            std::fs::write(&other, &bytes).unwrap();
+            match isa_of_elf(&other) {
+                Err(CollectError::UnsupportedIsa { what, .. }) => assert_eq!(what, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+}

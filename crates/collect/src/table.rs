@@ -201,3 +201,75 @@ pub fn write_pc(out: &mut impl Write, blocks: &[Block]) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bbv_plugin_contract::blocks::{write_block, write_module, write_size, BlockLine};
+
+    fn line(id: u32, module: Option<u32>, offset: u64, address: u64) -> BlockLine {
+        BlockLine {
+            id,
+            module,
+            offset,
+            address,
+            instructions: 3,
+            bytes: 9,
+            rep: id == 2,
+        }
+    }
+
+    /// A table as the plugin appends it (a module, a block in it, an anonymous block, a block
+    /// translated again, a torn last line): each block symbolized against the real file, the
+    /// image's bias from link-time to run-time addresses.
+    #[test]
+    fn the_plugin_table_is_read_and_symbolized() {
+        let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("blocks");
+        let mut s = String::new();
+        write_module(&mut s, 4, exe.to_str().unwrap());
+        write_block(&mut s, &line(1, Some(4), 0x2000, 0x5555_0000_2000));
+        write_block(&mut s, &line(2, None, 0x7000, 0x7000));
+        write_size(&mut s, 1, 4, 12);
+        s.push_str("block 3 4 20"); // torn: the guest died mid-line
+        std::fs::write(&path, &s).unwrap();
+        let (blocks, images) = read_blocks(&path).unwrap();
+        assert_eq!(blocks.len(), 2);
+        let (a, b) = (&blocks[0], &blocks[1]);
+        assert_eq!(a.module.as_deref(), Some(exe.as_path()));
+        assert_eq!((a.image, a.varies, a.rep), (Some(0), true, false));
+        assert_eq!(a.runtime_address, 0x5555_0000_2000);
+        assert_eq!(images.len(), 1);
+        assert_eq!(images[0].path, exe);
+        assert_eq!(images[0].bias, a.runtime_address.wrapping_sub(a.address));
+        assert_eq!(
+            (b.module.as_ref(), b.image, b.address),
+            (None, None, 0x7000)
+        );
+        assert!(b.rep && !b.varies && b.function.is_empty());
+    }
+
+    /// Each fault names its line and what was expected there.
+    #[test]
+    fn a_bad_table_names_its_line() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("blocks");
+        let cases: [(&str, usize, &str); 4] = [
+            ("block 2 - 0 0 1 1 -\n", 1, "ids in order"),
+            ("block 1 7 0 0 1 1 -\n", 1, "a known module"),
+            ("block 1 - 0 0 1 1 -\nsize 5 1 1\n", 2, "a known block"),
+            ("module 0 /x\nnonsense\n", 2, ""),
+        ];
+        for (text, want_line, want) in cases {
+            std::fs::write(&path, text).unwrap();
+            match read_blocks(&path) {
+                Err(CollectError::BlockTable { line, what, .. }) => {
+                    assert_eq!(line, want_line, "{text:?}");
+                    assert!(what.contains(want), "{text:?}: {what}");
+                }
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+    }
+}
