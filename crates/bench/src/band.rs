@@ -111,19 +111,20 @@ fn in_context(log: &Path, insns: &[u64]) -> Result<(Vec<f64>, f64)> {
 
 /// Runs the measurement and prints one line per case and the summary.
 pub fn run(dir: &Path, whole: &Path, max_k: usize, seeds: usize) -> Result<()> {
-    let rows = bbv_profile::read_metrics(&dir.join("metrics.csv")).with_context(|| {
-        format!(
-            "{}: a band needs per-interval metrics (bbv run --validate)",
-            dir.display()
-        )
-    })?;
+    let rows =
+        bbv_profile::read_metrics(&dir.join(bbv_rundir::files::METRICS)).with_context(|| {
+            format!(
+                "{}: a band needs per-interval metrics (bbv run --validate)",
+                dir.display()
+            )
+        })?;
     let insns: Vec<u64> = rows.iter().map(|r| r.instructions()).collect();
     let (cpi, full) = in_context(whole, &insns)?;
     let estimates: Vec<f64> = rows.iter().map(strata::cpi_estimate).collect();
     let weights: Vec<f64> = insns.iter().map(|&n| n as f64).collect();
     let summary = bbv_rundir::read_summary(dir)?;
     let tail = summary.tail_fraction(weights.iter().sum());
-    let bb: PathBuf = dir.join("bb.out");
+    let bb: PathBuf = dir.join(bbv_rundir::files::BB);
     let mut data = bbv_simpoint::load_projected(&bb)?;
     if data.rows() != rows.len() {
         bail!(

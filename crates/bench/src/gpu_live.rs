@@ -69,7 +69,7 @@ fn bench_one(name: &str, argv: &[String], exe: &Path, runs: usize, root: &Path) 
         ];
         cmd.extend(argv.iter().cloned());
         counted.push(time(&cmd, &[], root)?);
-        let summary = std::fs::read_to_string(out.join("summary.json"))
+        let summary = std::fs::read_to_string(out.join(bbv_rundir::files::SUMMARY))
             .with_context(|| format!("{name}: no summary.json"))?;
         let v: serde_json::Value = serde_json::from_str(&summary)?;
         inside.push(v["wall_seconds"].as_f64().unwrap_or(f64::NAN));

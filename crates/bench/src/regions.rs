@@ -18,7 +18,7 @@ pub fn run(intervals: u64, runs: usize, dir: &Path) -> Result<()> {
 
 /// A number field of a finished run's `summary.json`.
 fn summary_field(dir: &Path, field: &str) -> Result<u64> {
-    let path = dir.join("summary.json");
+    let path = dir.join(bbv_rundir::files::SUMMARY);
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let v: serde_json::Value =
@@ -130,7 +130,7 @@ fn bench(target: u64, runs: usize, root: &Path) -> Result<()> {
     for (i, w) in workloads(root)?.iter().enumerate() {
         let r = record(w, i, target, root, &[])?;
         let out = &r.out;
-        let bb_mb = std::fs::metadata(out.join("bb.out"))?.len() as f64 / 1e6;
+        let bb_mb = std::fs::metadata(out.join(bbv_rundir::files::BB))?.len() as f64 / 1e6;
         let mut walls = Vec::new();
         let mut peak = 0f64;
         for _ in 0..runs {

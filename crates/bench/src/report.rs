@@ -67,7 +67,7 @@ fn bench(target: u64, runs: usize, root: &Path) -> Result<()> {
                 continue;
             }
         };
-        let page = r.out.join("report.html");
+        let page = r.out.join(bbv_rundir::files::REPORT);
         let (mut walls, mut loads, mut peak) = (Vec::new(), Vec::new(), 0f64);
         for n in 0..runs {
             let args = ["report".to_string(), r.out.to_string_lossy().into_owned()];

@@ -129,12 +129,12 @@ fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<f64> {
         let text = std::fs::read_to_string(dir.join(name))?;
         Ok(serde_json::from_str(&text)?)
     };
-    let sim = read("simulation.json")?;
-    let summary = read("summary.json")?;
+    let sim = read(bbv_rundir::files::SIMULATION)?;
+    let summary = read(bbv_rundir::files::SUMMARY)?;
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
     let instructions = summary["instructions"].as_u64().unwrap_or(0);
     let error = f(&sim["error_pct"]);
-    let validation = read("validation.json")?;
+    let validation = read(bbv_rundir::files::VALIDATION)?;
     // The band as a share of the full run's value, for the metrics nearest to what moves CPI.
     let band = |name: &str| -> String {
         let m = validation["metrics"]

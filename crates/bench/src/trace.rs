@@ -145,7 +145,7 @@ fn read(run: &Path) -> Result<Traced> {
         let text = std::fs::read_to_string(&p).with_context(|| format!("{}", p.display()))?;
         Ok(serde_json::from_str(&text)?)
     };
-    let trace = json("trace.json")?;
+    let trace = json(bbv_rundir::files::TRACE)?;
     let regions = trace["regions"]
         .as_array()
         .context("trace.json: no regions")?;

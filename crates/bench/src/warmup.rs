@@ -26,7 +26,7 @@ struct Region {
 }
 
 fn regions(dir: &Path) -> Result<Vec<Region>> {
-    let path = dir.join("trace.json");
+    let path = dir.join(bbv_rundir::files::TRACE);
     let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
     let t: serde_json::Value = serde_json::from_str(&text)?;
     let folder = PathBuf::from(t["dir"].as_str().context("trace.json: no dir")?);

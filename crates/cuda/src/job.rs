@@ -35,7 +35,7 @@ pub fn raw(dir: &Path) -> PathBuf {
 
 /// Whether `dir` is a `bbv gpu run` folder.
 pub fn is_live(dir: &Path) -> bool {
-    raw(dir).is_dir() && dir.join("summary.json").is_file()
+    raw(dir).is_dir() && dir.join(bbv_rundir::files::SUMMARY).is_file()
 }
 
 impl Live {
@@ -121,7 +121,7 @@ impl Live {
         files.write(&self.dir.join("blocks.tsv"), |w| self.write_blocks(w))?;
         files.write(&self.dir.join("launches.tsv"), |w| self.write_launches(w))?;
         let summary = self.summary(&counts, mode, extra);
-        files.write(&self.dir.join("summary.json"), |w| {
+        files.write(&self.dir.join(bbv_rundir::files::SUMMARY), |w| {
             writeln!(w, "{summary:#}")
         })?;
         files.commit()?;

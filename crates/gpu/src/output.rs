@@ -401,7 +401,7 @@ impl Sampled {
             Source::Trace(list) => self.write_list(list, output, files)?,
             Source::Live { command, .. } => self.write_tracer(command, output, files)?,
         }
-        files.write(&output.join("weights.csv"), |w| {
+        files.write(&output.join(bbv_rundir::files::GPU_WEIGHTS), |w| {
             writeln!(w, "launch,kernel,weight,launches_represented")?;
             for p in &self.picks {
                 writeln!(
@@ -440,7 +440,9 @@ impl Sampled {
             let abs = std::fs::canonicalize(&list.path).unwrap_or_else(|_| list.path.clone());
             summary["trace"] = abs.display().to_string().into();
         }
-        files.write(&output.join("summary.json"), |w| writeln!(w, "{summary:#}"))?;
+        files.write(&output.join(bbv_rundir::files::SUMMARY), |w| {
+            writeln!(w, "{summary:#}")
+        })?;
         Ok(())
     }
 }

@@ -64,7 +64,7 @@ pub fn gpu_sample(
         &s.bic,
         s.how,
     ));
-    files.write(&output.join("report.html"), |w| {
+    files.write(&output.join(bbv_rundir::files::REPORT), |w| {
         w.write_all(page.as_bytes())
     })?;
     files.commit()?;
@@ -73,7 +73,7 @@ pub fn gpu_sample(
 
 /// The command a run folder's summary records.
 fn command_of(dir: &Path) -> Result<Vec<String>, GpuJobError> {
-    let path = dir.join("summary.json");
+    let path = dir.join(bbv_rundir::files::SUMMARY);
     read_json(&path)?["command"]
         .as_array()
         .and_then(|a| a.iter().map(|s| s.as_str().map(String::from)).collect())

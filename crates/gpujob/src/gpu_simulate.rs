@@ -56,7 +56,7 @@ fn invalid(m: String) -> GpuJobError {
 /// The picks of a sample folder: weights.csv's rows beside the reduced list's launches, which
 /// follow launch order; every trace file must still be where the list points.
 fn picks(dir: &Path) -> Result<Vec<Pick>, GpuJobError> {
-    let wpath = dir.join("weights.csv");
+    let wpath = dir.join(bbv_rundir::files::GPU_WEIGHTS);
     let text = bbv_files::input::read_text(&wpath, 1 << 26)?;
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate().skip(1) {
@@ -233,14 +233,14 @@ pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, GpuJobError> {
         return Err(invalid("--jobs must be at least 1".into()));
     }
     let picks = picks(&job.dir)?;
-    let summary = read_json(&job.dir.join("summary.json"))?;
+    let summary = read_json(&job.dir.join(bbv_rundir::files::SUMMARY))?;
     let trace = match (job.warmup_launches, summary["trace"].as_str()) {
         (0, _) => None,
         (_, Some(t)) => Some(KernelList::open(Path::new(t)).map_err(bbv_gpu::GpuError::from)?),
         (_, None) => {
             return Err(invalid(format!(
                 "{}: names no trace list to take warming launches from (a live run's sample, or one from before bbv recorded it): give --warmup-launches 0 or sample the trace again",
-                job.dir.join("summary.json").display()
+                job.dir.join(bbv_rundir::files::SUMMARY).display()
             )))
         }
     };
@@ -262,11 +262,11 @@ pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, GpuJobError> {
         crate::gpu_simulate_doc::document(&setup, &picks_json(&picks), &results, full);
     let mut files = AtomicFiles::default();
     let json = doc.to_json();
-    files.write(&job.dir.join("simulation.json"), |w| {
+    files.write(&job.dir.join(bbv_rundir::files::SIMULATION), |w| {
         writeln!(w, "{json:#}")
     })?;
     // The sample's page shows the figures in its #simulation section: both files change together.
-    let page_path = job.dir.join("report.html");
+    let page_path = job.dir.join(bbv_rundir::files::REPORT);
     if page_path.is_file() {
         let page = bbv_files::input::read_text(&page_path, 1 << 30)?;
         let section = bbv_report::gpu_simulation_section(&view);

@@ -348,8 +348,8 @@ pub fn write_json(
         doc.insert(region_id(p).to_string(), region);
     }
     serde_json::to_writer_pretty(&mut *out, &doc)
-        .map_err(|e| PipelineError::io("regions.json", e.into()))?;
-    writeln!(out).map_err(|e| PipelineError::io("regions.json", e))
+        .map_err(|e| PipelineError::io(bbv_rundir::files::REGIONS_JSON, e.into()))?;
+    writeln!(out).map_err(|e| PipelineError::io(bbv_rundir::files::REGIONS_JSON, e))
 }
 
 /// Sniper's region-of-interest controls, one region per line.

@@ -1,5 +1,7 @@
 //! The name of every file and folder of a run directory, spelled once (docs/run.md says what
-//! each holds and which step writes it).
+//! each holds and which step writes it). A GPU sample folder (`bbv gpu sample`, `bbv gpu run`,
+//! `bbv gpu simulate`) shares [`SUMMARY`], [`REPORT`] and [`SIMULATION`] and adds
+//! [`GPU_WEIGHTS`].
 
 /// The run's settings, totals and points.
 pub const SUMMARY: &str = "summary.json";
@@ -61,3 +63,5 @@ pub const CHAMPSIM_LOG: &str = "champsim.log";
 pub const CHECKPOINTS: &str = "checkpoints";
 /// The checkpoints' list, in their folder.
 pub const CHECKPOINTS_JSON: &str = "checkpoints.json";
+/// A GPU sample's picks: launch, kernel, weight.
+pub const GPU_WEIGHTS: &str = "weights.csv";

@@ -138,5 +138,5 @@ impl Simulation {
 
 /// Reads `dir/simulation.json`, if the run has one.
 pub fn read(dir: &Path) -> Result<Option<Simulation>, RundirError> {
-    crate::read_optional_json(dir, "simulation.json", "bbv simulate")
+    crate::read_optional_json(dir, crate::files::SIMULATION, "bbv simulate")
 }

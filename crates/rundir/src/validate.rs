@@ -393,7 +393,7 @@ pub fn bbv_errors(bb: &Path, clusterings: &[Clusters]) -> Result<Vec<f64>, Rundi
 
 /// Reads `dir/validation.json`, if the run has one.
 pub fn read(dir: &Path) -> Result<Option<Validation>, RundirError> {
-    crate::read_optional_json(dir, "validation.json", "bbv run --validate")
+    crate::read_optional_json(dir, crate::files::VALIDATION, "bbv run --validate")
 }
 
 /// The text table of the summary.

@@ -116,7 +116,7 @@ pub fn merge(manifest: &Manifest, out: &Path, records: &[JobRecord]) -> Result<(
         let dir = out.join(&job.name);
         // `bbv run` and `bbv gpu sample` both write these four into summary.json (a GPU job's
         // instructions are warp instructions, its intervals kernel launches).
-        let summary = bbv_files::input::read_text(&dir.join("summary.json"), 256 << 20)
+        let summary = bbv_files::input::read_text(&dir.join(bbv_rundir::files::SUMMARY), 256 << 20)
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
             .filter(|_| matches!(r.status, Status::Done | Status::Skipped));
@@ -137,8 +137,9 @@ pub fn merge(manifest: &Manifest, out: &Path, records: &[JobRecord]) -> Result<(
             r.seconds,
             r.peak_kib
         ));
-        let report = if dir.join("report.html").is_file() {
-            format!("<a href=\"{0}/report.html\">{0}</a>", html(&job.name))
+        let report = if dir.join(bbv_rundir::files::REPORT).is_file() {
+            let page = bbv_rundir::files::REPORT;
+            format!("<a href=\"{0}/{page}\">{0}</a>", html(&job.name))
         } else {
             html(&job.name)
         };
