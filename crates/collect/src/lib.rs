@@ -237,7 +237,50 @@ pub struct Collected {
     pub metrics: Option<PathBuf>,
 }
 
+/// What one capture (`checkpoint=FILE`, at a marker event) left in the plugin's folder.
+#[derive(Clone, Debug)]
+pub struct CaptureFiles {
+    /// The registers, mappings and kernel-visible state.
+    pub state: PathBuf,
+    /// The guest's standard input as the plugin kept it, when it was a stream.
+    pub stdin: Option<PathBuf>,
+    dir: PathBuf,
+    event: u32,
+}
+
+impl CaptureFiles {
+    /// The bytes of descriptor `fd` the capture copied.
+    pub fn copied(&self, fd: i32) -> PathBuf {
+        self.dir.join(files::checkpoint_file(self.event, fd))
+    }
+}
+
 impl Collected {
+    /// The capture at marker event `event`, None when the event never came (the marker was
+    /// not reached).
+    pub fn capture(&self, event: u32) -> Option<CaptureFiles> {
+        let dir = self.dir.path();
+        let state = dir.join(files::checkpoint_state(event));
+        let stdin = dir.join(files::STDIN);
+        state.exists().then(|| CaptureFiles {
+            state,
+            stdin: stdin.exists().then_some(stdin),
+            dir: dir.to_path_buf(),
+            event,
+        })
+    }
+
+    /// The guest address of every marker a checkpointing replay reached
+    /// (`checkpoint.markers`: one `MARKER HEX` line each; may not exist).
+    pub fn checkpoint_markers(&self) -> PathBuf {
+        self.dir.path().join(files::CHECKPOINT_MARKERS)
+    }
+
+    /// Thread 1's system calls among the marker events (`syscalls=on`; may not exist).
+    pub fn syscalls(&self) -> PathBuf {
+        self.dir.path().join(files::SYSCALLS)
+    }
+
     /// The marker events a replay's plugin wrote ([`Request::counting`]'s `markers`).
     pub fn events(&self) -> Result<Events, CollectError> {
         let path = self.dir.path().join(files::EVENTS);

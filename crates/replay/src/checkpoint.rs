@@ -267,18 +267,18 @@ impl Checkpointing {
         c: &bbv_collect::Collected,
         events: &bbv_collect::Events,
     ) -> Result<CheckpointReport, ReplayError> {
-        let addresses = marker_addresses(c.dir.path())?;
+        let addresses = marker_addresses(&c.checkpoint_markers())?;
         let dir = &self.spec.dir;
         let dir = std::fs::canonicalize(dir).map_err(|e| ReplayError::io(dir, e))?;
         let staging = &self.staging.as_ref().expect("made at the start").0;
-        let calls = crate::checkpoint_calls::replay_windows(&self.events, s, c.dir.path())?;
+        let calls = crate::checkpoint_calls::replay_windows(&self.events, s, &c.syscalls())?;
         let at = Where {
             calls: &calls,
             s,
             plan,
             events,
             addresses: &addresses,
-            plugin_dir: c.dir.path(),
+            collected: c,
             staging: staging.path(),
             dir: &dir,
         };
@@ -351,8 +351,7 @@ impl Checkpointing {
         let (s, p) = (at.s, &at.s.points[r]);
         let event = self.events[r];
         let id = region_id(p);
-        let state = at.plugin_dir.join(files::checkpoint_state(event as u32));
-        if !state.exists() {
+        let Some(captured) = at.collected.capture(event as u32) else {
             return Err(ReplayError::Invalid(format!(
                 "region {id}: the process was not captured (its {} marker was not reached)",
                 if event >= 2 * s.points.len() {
@@ -361,8 +360,9 @@ impl Checkpointing {
                     "start"
                 }
             )));
-        }
-        let capture = Capture::read(&state).map_err(|e| ReplayError::Invalid(e.to_string()))?;
+        };
+        let capture =
+            Capture::read(&captured.state).map_err(|e| ReplayError::Invalid(e.to_string()))?;
         // Marker m's executions from the checkpoint's start, of `total` over the run.
         let before = |m: usize| {
             (capture.hits.iter())
@@ -386,14 +386,13 @@ impl Checkpointing {
         let end_pc = address(end_marker)?;
         // Made once every checkpoint is in place.
         let outputs = at.dir.join(format!("region-{id}.files"));
-        let stdin = at.plugin_dir.join(files::STDIN);
-        let copied = |fd: i32| at.plugin_dir.join(files::checkpoint_file(event as u32, fd));
+        let copied = |fd: i32| captured.copied(fd);
         let memory = at.staging.join(files::checkpoint_memory(event as u32));
         let inputs = bbv_checkpoint::Inputs {
             capture: &capture,
             memory: &memory,
             copied: &copied,
-            stdin_stream: stdin.exists().then_some(stdin.as_path()),
+            stdin_stream: captured.stdin.as_deref(),
             end_pc,
             end_count: end_total.saturating_sub(before(end_marker)),
             outputs: &outputs,
@@ -508,7 +507,7 @@ struct Where<'a> {
     events: &'a bbv_collect::Events,
     plan: &'a MarkerPlan<'a>,
     addresses: &'a std::collections::HashMap<usize, u64>,
-    plugin_dir: &'a Path,
+    collected: &'a bbv_collect::Collected,
     /// Per region, its calls in the replay.
     calls: &'a [bbv_plugin_contract::syscalls::Window],
     /// Where the plugin wrote the memory files.
@@ -555,15 +554,12 @@ fn remove_stale(dir: &Path, report: &CheckpointReport) -> Result<(), ReplayError
     Ok(())
 }
 
-/// Marker index -> guest address, from `checkpoint.markers`.
-fn marker_addresses(
-    plugin_dir: &Path,
-) -> Result<std::collections::HashMap<usize, u64>, ReplayError> {
-    let path = plugin_dir.join(files::CHECKPOINT_MARKERS);
-    let text = match std::fs::read_to_string(&path) {
+/// Marker index -> guest address, from `checkpoint.markers` (`path`).
+fn marker_addresses(path: &Path) -> Result<std::collections::HashMap<usize, u64>, ReplayError> {
+    let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(ReplayError::io(&path, e)),
+        Err(e) => return Err(ReplayError::io(path, e)),
     };
     text.lines()
         .enumerate()

@@ -187,18 +187,17 @@ pub fn log_windows(
         .map_err(|e| ReplayError::Invalid(e.to_string()))
 }
 
-/// Per region of `s`, the replay's calls (the plugin's log in `plugin_dir`) from its capture
-/// (the first of `events[r]` and its start, event 2r) to its end (event 2r + 1).
+/// Per region of `s`, the replay's calls (the plugin's log, `log`) from its capture (the
+/// first of `events[r]` and its start, event 2r) to its end (event 2r + 1).
 pub fn replay_windows(
     events: &[usize],
     s: &bbv_rundir::Summary,
-    plugin_dir: &Path,
+    log: &Path,
 ) -> Result<Vec<Window>, ReplayError> {
     let wanted: Vec<(Vec<u32>, u32)> = (events.iter().enumerate())
         .map(|(r, &e)| (vec![e as u32, 2 * r as u32], 2 * r as u32 + 1))
         .collect();
-    let log = plugin_dir.join(bbv_plugin_contract::files::SYSCALLS);
-    (log_windows(&log, &wanted)?.into_iter().zip(&s.points))
+    (log_windows(log, &wanted)?.into_iter().zip(&s.points))
         .map(|(w, p)| {
             w.ok_or_else(|| {
                 ReplayError::Invalid(format!(

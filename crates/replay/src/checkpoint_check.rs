@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 use bbv_files::AtomicFiles;
 use serde::Serialize;
 
-use bbv_plugin_contract::files;
-
 use crate::checkpoint::{calls_file, CheckpointReport, RegionCheckpoint, BLOCKS};
 use crate::checkpoint_calls::{self, CallsCheck};
 use crate::replay::{filtered_between, keyed, l1, points_profile, Key};
@@ -340,7 +338,7 @@ fn run_one(
         .collect();
     let bbv_l1 = region_l1(&events, &counted, &keys, want);
     let mut notes = r.notes.clone();
-    let syscalls = compare_calls(dir, r, &c.dir.path().join(files::SYSCALLS), &mut notes)?;
+    let syscalls = compare_calls(dir, r, &c.syscalls(), &mut notes)?;
     let checked = CheckedRegion {
         id: r.id,
         reached_end: events.contains_key(&2) && exit_status == 0,
