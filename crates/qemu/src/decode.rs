@@ -211,4 +211,72 @@ mod tests {
         assert!(total > 100_000, "{total} instructions");
         assert!(seen.iter().all(|&n| n > 0), "{seen:?} of {total}");
     }
+
+    /// Every instruction of the RISC-V 64 C library's code (linear, 2 or 4 bytes each),
+    /// decoded by rvdasm (bbv-champsim's RISC-V decoder): the matchers agree with it.
+    #[test]
+    fn riscv_matchers_agree_with_rvdasm_on_real_code() {
+        use object::{Object, ObjectSection, SectionKind};
+        use rvdasm::args::Arg;
+        use rvdasm::disassembler::{Disassembler, Xlen};
+        let lib = "/usr/riscv64-linux-gnu/lib/libc.so.6";
+        let data = std::fs::read(lib).expect("scripts/apt-packages.txt installs it");
+        let elf = object::File::parse(&*data).unwrap();
+        let dis = Disassembler::new(Xlen::XLEN64);
+        let conds = [
+            "beq", "bne", "blt", "bge", "bltu", "bgeu", "c.beqz", "c.bnez",
+        ];
+        let (mut seen, mut total) = ([0u64; 2], 0u64);
+        for s in elf.sections().filter(|s| s.kind() == SectionKind::Text) {
+            let code = s.data().unwrap();
+            let mut i = 0;
+            while i + 2 <= code.len() {
+                let low = u16::from_le_bytes([code[i], code[i + 1]]);
+                let len = if low & 3 == 3 { 4 } else { 2 };
+                let Some(bytes) = code.get(i..i + len) else {
+                    break;
+                };
+                let word = match len {
+                    4 => u32::from_le_bytes(bytes.try_into().unwrap()),
+                    _ => u32::from(low),
+                };
+                let at = s.address() + i as u64;
+                i += len;
+                let Some(insn) = dis.disassmeble_one(word) else {
+                    continue;
+                };
+                total += 1;
+                let name = insn.get_name();
+                let imm = insn.operands().find_map(|(_, a)| match a {
+                    Arg::Imm(v) => Some(v),
+                    _ => None,
+                });
+                let rd = insn.operands().find_map(|(_, a)| match a {
+                    Arg::DstReg(r) => Some(r),
+                    _ => None,
+                });
+                let back = imm.is_some_and(|v| v <= 0);
+                let cond = conds.contains(&name);
+                let may = match name {
+                    "jalr" | "c.jr" | "c.jalr" => true,
+                    "c.j" => back,
+                    "jal" => back && rd == Some(0),
+                    _ => cond && back,
+                };
+                let what = || format!("{at:#x} {word:08x} {}", insn.to_string());
+                assert_eq!(
+                    riscv64_is_cond_branch(bytes),
+                    cond,
+                    "conditional: {}",
+                    what()
+                );
+                assert_eq!(riscv64_may_loop(bytes), may, "may loop: {}", what());
+                for (n, hit) in seen.iter_mut().zip([cond, may]) {
+                    *n += u64::from(hit);
+                }
+            }
+        }
+        assert!(total > 100_000, "{total} instructions");
+        assert!(seen.iter().all(|&n| n > 0), "{seen:?} of {total}");
+    }
 }
