@@ -53,6 +53,15 @@ pub(crate) fn assemble(
     layout: &Layout,
     code_end: u64,
 ) -> Result<Assembled, CheckpointError> {
+    emitted(r, layout, code_end)?.finish(layout.base)
+}
+
+/// Every step of the restorer emitted, not yet assembled (its instructions can be read).
+fn emitted<'a>(
+    r: &'a Restore,
+    layout: &Layout,
+    code_end: u64,
+) -> Result<Emit<'a>, CheckpointError> {
     let mut e = Emit::new(r, layout)?;
     e.open_self()?;
     e.program_break(code_end)?;
@@ -65,7 +74,7 @@ pub(crate) fn assemble(
     e.brk()?;
     e.failures()?;
     e.data(layout.base, code_end)?;
-    e.finish(layout.base)
+    Ok(e)
 }
 
 /// The page the end marker's trap counts in: the one below the restorer's segment, which
@@ -525,5 +534,166 @@ impl<'a> Emit<'a> {
             code: out.inner.code_buffer,
             reached,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::restorer::{Area, Regs};
+    use iced_x86::{Code, Register};
+
+    /// A small process: a code and a stack mapping with kept pages, one descriptor of each
+    /// kind, a signal handler, a working directory and a CPU limit.
+    fn process() -> Restore {
+        Restore {
+            areas: vec![
+                Area {
+                    start: 0x40_0000,
+                    len: 0x2000,
+                    prot: 5,
+                },
+                Area {
+                    start: 0x7ffe_0000_0000,
+                    len: 0x21000,
+                    prot: 3,
+                },
+            ],
+            runs: vec![Run {
+                addr: 0x40_0000,
+                offset: 0x1000,
+                len: 0x2000,
+                mapped: true,
+            }],
+            fds: vec![
+                FdOp::Content {
+                    fd: 0,
+                    blob: ("/in".into(), 0, 10),
+                    offset: 4,
+                    read_only: true,
+                },
+                FdOp::Open {
+                    fd: 3,
+                    path: "/etc/hostname".into(),
+                    flags: 0,
+                    offset: Some(5),
+                },
+                FdOp::Close { fd: 4 },
+                FdOp::Pipe {
+                    read: (5, 0),
+                    write: (6, 0o4000),
+                },
+            ],
+            cwd: "/tmp".into(),
+            sigactions: vec![bbv_plugin_contract::checkpoint::SigAction {
+                signal: 2,
+                handler: 0x40_0100,
+                flags: 0x0400_0000,
+                restorer: 0x40_0200,
+                mask: 0,
+            }],
+            sigmask: 0,
+            regs: Regs {
+                gpr: [0; 16],
+                rip: 0x40_0010,
+                fs_base: 0x7ffe_0000_1000,
+                gs_base: 0,
+                fx: [0; 512],
+            },
+            end_pc: 0x40_0020,
+            end_count: 3,
+            end_code: vec![0x90; 16],
+            brk: 0x60_1000,
+            heap_start: 0x60_0000,
+            cpu_seconds: 60,
+        }
+    }
+
+    /// Each system call the restorer makes, in emission order: the number moved into eax by
+    /// the instruction before it.
+    fn calls(insns: &[iced_x86::Instruction]) -> Vec<i32> {
+        (insns.windows(2))
+            .filter(|w| w[1].code() == Code::Syscall)
+            .map(|w| {
+                let m = &w[0];
+                assert!(
+                    m.code() == Code::Mov_r32_imm32 && m.op0_register() == Register::EAX,
+                    "a call without its number just before it: {:?}",
+                    m.code()
+                );
+                m.immediate32() as i32
+            })
+            .collect()
+    }
+
+    /// The restorer makes the calls that rebuild this process (every mapping, each kind of
+    /// descriptor, the handler, the working directory, the limit, the filter, the thread
+    /// pointer) and no call outside the set it is meant to make.
+    #[test]
+    fn the_restorer_makes_the_calls_that_rebuild_the_process() {
+        let r = process();
+        let (base, slot) = (0x2_0000_0000u64, 0x1_0000_0000u64);
+        let mut moved = crate::displace::displaced(&r.end_code, r.end_pc, slot).unwrap();
+        moved.resize(crate::displace::SLOT as usize, 0xcc);
+        let layout = Layout {
+            base,
+            blob_offsets: vec![0x10_0000; r.blobs().len()],
+            slot,
+            moved,
+        };
+        let e = emitted(&r, &layout, base + 0x10_0000).unwrap();
+        let made = calls(e.a.instructions());
+        let allowed = [
+            SYS_WRITE,
+            SYS_OPEN,
+            SYS_CLOSE,
+            SYS_LSEEK,
+            SYS_MMAP,
+            SYS_MPROTECT,
+            SYS_MUNMAP,
+            SYS_RT_SIGACTION,
+            SYS_PREAD64,
+            SYS_RT_SIGPROCMASK,
+            SYS_RT_SIGRETURN,
+            SYS_DUP2,
+            SYS_SENDFILE,
+            SYS_FCNTL,
+            SYS_CHDIR,
+            SYS_PRCTL,
+            SYS_ARCH_PRCTL,
+            SYS_SETRLIMIT,
+            SYS_SECCOMP,
+            SYS_MEMFD_CREATE,
+            SYS_PIPE2,
+            SYS_BRK,
+            SYS_EXIT_GROUP,
+        ];
+        for nr in &made {
+            assert!(allowed.contains(nr), "call {nr}");
+        }
+        let count = |nr: i32| made.iter().filter(|&&m| m == nr).count();
+        assert!(count(SYS_MMAP) >= r.areas.len(), "{made:?}");
+        for nr in [
+            SYS_MEMFD_CREATE, // the Content descriptor
+            SYS_SENDFILE,
+            SYS_PIPE2, // the pipe
+            SYS_LSEEK, // the opened file's offset
+            SYS_RT_SIGACTION,
+            SYS_CHDIR,
+            SYS_SETRLIMIT,
+            SYS_SECCOMP,
+            SYS_ARCH_PRCTL,
+            SYS_RT_SIGPROCMASK,
+            SYS_EXIT_GROUP,
+        ] {
+            assert!(count(nr) > 0, "no call {nr}: {made:?}");
+        }
+        assert!(
+            count(SYS_OPEN) >= 2,
+            "its own file and /etc/hostname: {made:?}"
+        );
+        let out = e.finish(base).unwrap();
+        let end = base + out.code.len() as u64;
+        assert!((base..end).contains(&out.reached), "{:#x}", out.reached);
     }
 }
