@@ -290,63 +290,129 @@ pub fn write_csv(
     Ok(())
 }
 
-fn json_marker(
-    m: &Marker,
-    images: &[ImageRow],
-    count_key: &str,
-) -> Result<serde_json::Value, PipelineError> {
-    let mut v = serde_json::json!({
-        "pc": pc_of(m, images)?,
-        "image": m.image,
-        "offset": m.offset,
-    });
-    v[count_key] = m.count.into();
-    Ok(v)
+/// A marker as gem5's loader reads it: its run-time PC, image and link-time offset, and its
+/// count under the key the loader expects (`global` for the simulated region, `count` for the
+/// warmup's), with the end's count relative to the start beside it.
+#[derive(serde::Serialize)]
+struct JsonMarker {
+    pc: u64,
+    image: String,
+    offset: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    global: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    relative: Option<u64>,
 }
 
-/// The layout gem5's `LooppointJsonLoader` reads, with bbvkit's own fields beside it.
+impl JsonMarker {
+    fn of(m: &Marker, images: &[ImageRow], global: bool) -> Result<JsonMarker, PipelineError> {
+        Ok(JsonMarker {
+            pc: pc_of(m, images)?,
+            image: m.image.clone(),
+            offset: m.offset.clone(),
+            global: global.then_some(m.count),
+            count: (!global).then_some(m.count),
+            relative: None,
+        })
+    }
+}
+
+#[derive(serde::Serialize)]
+struct JsonSimulation {
+    start: JsonMarker,
+    end: JsonMarker,
+}
+
+#[derive(serde::Serialize)]
+struct JsonWarmup {
+    start: JsonMarker,
+    end: JsonMarker,
+    length: u64,
+}
+
+#[derive(serde::Serialize)]
+struct JsonThread {
+    thread: usize,
+    instructions: u64,
+}
+
+#[derive(serde::Serialize)]
+struct JsonFunction {
+    name: String,
+    instructions: u64,
+}
+
+/// One region of `regions.json`.
+#[derive(serde::Serialize)]
+struct JsonRegion {
+    simulation: JsonSimulation,
+    multiplier: f64,
+    cluster: usize,
+    weight: f64,
+    interval: u64,
+    length: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    threads: Option<Vec<JsonThread>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    functions: Option<Vec<JsonFunction>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warmup: Option<JsonWarmup>,
+}
+
+/// The layout gem5's `LooppointJsonLoader` reads, with bbvkit's own fields beside it: an
+/// object of regions by id, every object's keys in sorted order.
 pub fn write_json(
     out: &mut impl Write,
     points: &[Point],
     images: &[ImageRow],
 ) -> Result<(), PipelineError> {
-    let mut doc = serde_json::Map::new();
+    let mut doc = std::collections::BTreeMap::new();
     for p in points {
-        let mut end = json_marker(&p.end, images, "global")?;
-        end["relative"] = p.end_relative.into();
-        let mut region = serde_json::json!({
-            "simulation": {
-                "start": json_marker(&p.start, images, "global")?,
-                "end": end,
+        let mut end = JsonMarker::of(&p.end, images, true)?;
+        end.relative = Some(p.end_relative);
+        let multi = !p.thread_instructions.is_empty();
+        let region = JsonRegion {
+            simulation: JsonSimulation {
+                start: JsonMarker::of(&p.start, images, true)?,
+                end,
             },
-            "multiplier": p.multiplier,
-            "cluster": p.cluster,
-            "weight": p.weight,
-            "interval": p.interval,
-            "length": p.length,
-        });
-        if !p.thread_instructions.is_empty() {
-            region["threads"] = p
-                .thread_instructions
-                .iter()
-                .enumerate()
-                .map(|(t, n)| serde_json::json!({"thread": t + 1, "instructions": n}))
-                .collect();
-            region["functions"] = p
-                .functions
-                .iter()
-                .map(|(f, n)| serde_json::json!({"name": f, "instructions": n}))
-                .collect();
-        }
-        if let Some(w) = &p.warmup {
-            region["warmup"] = serde_json::json!({
-                "start": json_marker(w, images, "count")?,
-                "end": json_marker(&p.start, images, "count")?,
-                "length": p.warmup_length,
-            });
-        }
+            multiplier: p.multiplier,
+            cluster: p.cluster,
+            weight: p.weight,
+            interval: p.interval,
+            length: p.length,
+            threads: multi.then(|| {
+                (p.thread_instructions.iter().enumerate())
+                    .map(|(t, &n)| JsonThread {
+                        thread: t + 1,
+                        instructions: n,
+                    })
+                    .collect()
+            }),
+            functions: multi.then(|| {
+                (p.functions.iter())
+                    .map(|(f, n)| JsonFunction {
+                        name: f.clone(),
+                        instructions: *n,
+                    })
+                    .collect()
+            }),
+            warmup: match &p.warmup {
+                Some(w) => Some(JsonWarmup {
+                    start: JsonMarker::of(w, images, false)?,
+                    end: JsonMarker::of(&p.start, images, false)?,
+                    length: p.warmup_length,
+                }),
+                None => None,
+            },
+        };
         doc.insert(region_id(p).to_string(), region);
     }
+    // Through a JSON value, whose objects keep their keys sorted: the order bbv has always
+    // written and gem5's reader does not care about.
+    let doc = serde_json::to_value(&doc).map_err(|e| PipelineError::Invalid(e.to_string()))?;
     serde_json::to_writer_pretty(&mut *out, &doc)
         .map_err(|e| PipelineError::io(bbv_rundir::files::REGIONS_JSON, e.into()))?;
     writeln!(out).map_err(|e| PipelineError::io(bbv_rundir::files::REGIONS_JSON, e))
