@@ -41,6 +41,31 @@ pub enum SimError {
     /// Its output did not parse.
     #[error(transparent)]
     Stats(#[from] StatsError),
+    /// Its figures cannot be the simulation asked for: no cycles, or a count of instructions
+    /// more than 1% away from the instructions asked.
+    #[error("ChampSim on {}: {why}; its report is not used", trace.display())]
+    Implausible {
+        /// The trace.
+        trace: PathBuf,
+        /// What was reported against what was asked.
+        why: String,
+    },
+}
+
+/// Refuses figures that cannot be the simulation of `asked` instructions: every later number
+/// (CPI, the estimate, its band) would be silently wrong.
+fn plausible(f: &Figures, asked: u64, trace: &Path) -> Result<(), SimError> {
+    let off = f.instructions.abs_diff(asked) as f64 > 0.01 * asked as f64;
+    if f.cycles == 0 || f.instructions == 0 || off {
+        return Err(SimError::Implausible {
+            trace: trace.to_path_buf(),
+            why: format!(
+                "{} instructions in {} cycles reported where {asked} instructions were asked",
+                f.instructions, f.cycles
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The ChampSim binary: `explicit`, else `$BBV_CHAMPSIM_CACHE/bin/champsim`, else
@@ -180,8 +205,10 @@ pub fn run_watched(
             trace: trace.to_path_buf(),
         });
     }
+    let figures = Figures::parse(&stdout)?;
+    plausible(&figures, simulate, trace)?;
     Ok(Simulated {
-        figures: Figures::parse(&stdout)?,
+        figures,
         seconds,
         warmup_seconds,
         cpu,
@@ -218,6 +245,26 @@ mod tests {
             }
         }
         assert_eq!(cpu_seconds(u32::MAX), None);
+    }
+
+    #[test]
+    fn implausible_figures_are_refused() {
+        let t = Path::new("region-1.champsim.xz");
+        let f = |instructions, cycles| Figures {
+            instructions,
+            cycles,
+        };
+        assert!(plausible(&f(2_000_003, 1_700_000), 2_000_000, t).is_ok());
+        assert!(plausible(&f(1_990_000, 1), 2_000_000, t).is_ok());
+        for (bad, why) in [
+            (f(5, 9), "5 instructions in 9 cycles reported where 2000000"),
+            (f(2_000_000, 0), "in 0 cycles"),
+            (f(2_030_000, 10), "2030000 instructions"),
+            (f(0, 0), "0 instructions"),
+        ] {
+            let e = plausible(&bad, 2_000_000, t).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains("region-1"), "{e}");
+        }
     }
 
     #[test]

@@ -92,12 +92,40 @@ fn traced(dir: &Path, s: &rundir::Summary) -> Result<Traced, ReplayError> {
         )));
     }
     for r in &t.regions {
+        check_region(r).map_err(|why| {
+            ReplayError::Invalid(format!("{}: region {}: {why}", path.display(), r.id))
+        })?;
         let p = t.dir.join(&r.trace);
         if !p.is_file() {
             return Err(ReplayError::Invalid(format!("{}: missing", p.display())));
         }
     }
     Ok(t)
+}
+
+/// A traced region's figures as the estimate needs them: a weight and multiplier finite and
+/// positive (a multiplier of 1e308 would make the estimate infinite, written as `null`), some
+/// instructions to simulate, a trace file named inside the traces' folder.
+fn check_region(r: &TracedRegion) -> Result<(), String> {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !positive(r.weight) || !positive(r.multiplier) || r.multiplier > 1e15 {
+        return Err(format!(
+            "weight {} and multiplier {} (expected finite and positive, as bbv trace writes \
+             them)",
+            r.weight, r.multiplier
+        ));
+    }
+    if r.region_instructions == 0 {
+        return Err("no instructions to simulate".into());
+    }
+    let mut parts = Path::new(&r.trace).components();
+    match (parts.next(), parts.next()) {
+        (Some(std::path::Component::Normal(_)), None) => Ok(()),
+        _ => Err(format!(
+            "trace {:?}: expected a file name in the traces' folder",
+            r.trace
+        )),
+    }
 }
 
 /// Told how far the simulations got (ChampSim's heartbeats), for progress and the time left.
@@ -493,5 +521,45 @@ fn relay(from: &Path, to: &Path) -> std::io::Result<()> {
                 out = None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(weight: f64, multiplier: f64, trace: &str) -> TracedRegion {
+        TracedRegion {
+            id: 1,
+            weight,
+            multiplier,
+            warmup_instructions: 0,
+            warmup_records: None,
+            region_instructions: 2_000_000,
+            trace: trace.into(),
+        }
+    }
+
+    /// What the estimate cannot use is refused, naming it; a region bbv trace writes passes.
+    #[test]
+    fn traced_regions_are_checked() {
+        assert!(check_region(&region(0.25, 12.5, "region-1.champsim.xz")).is_ok());
+        for (r, why) in [
+            (region(0.25, 1e308, "r"), "multiplier"),
+            (region(0.25, -2.0, "r"), "multiplier"),
+            (region(f64::NAN, 2.0, "r"), "weight NaN"),
+            (region(0.0, 2.0, "r"), "weight 0"),
+            (region(0.25, 2.0, "../../etc/passwd"), "a file name"),
+            (region(0.25, 2.0, "/etc/passwd"), "a file name"),
+            (region(0.25, 2.0, ""), "a file name"),
+        ] {
+            let e = check_region(&r).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+        let mut empty = region(0.25, 2.0, "r");
+        empty.region_instructions = 0;
+        assert!(check_region(&empty)
+            .unwrap_err()
+            .contains("no instructions"));
     }
 }
