@@ -190,6 +190,22 @@ fn bad_input_is_refused_and_nothing_is_written() {
             page
         );
     }
+    // weights.csv edited by hand: a launch picked twice, a launch past the trace's end.
+    let weights = s.join("weights.csv");
+    let good = std::fs::read_to_string(&weights).unwrap();
+    let lines: Vec<&str> = good.lines().collect();
+    let first = lines[1].split_once(',').unwrap().1;
+    let twice = format!("{}\n{}\n{}\n", lines[0], lines[1], lines[1]);
+    let past = good.replacen(lines[1], &format!("99999999,{first}"), 1);
+    for (text, message) in [(twice, "is picked twice"), (past, "past the end of")] {
+        std::fs::write(&weights, &text).unwrap();
+        let o = run(&["gpu", "simulate", sd, "--accelsim", a]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{message}: {err}");
+        assert!(err.contains(message), "{message}: {err}");
+        assert!(!s.join("simulation.json").exists());
+    }
+    std::fs::write(&weights, good).unwrap();
     // The traces moved after sampling: the sample's links point nowhere.
     std::fs::rename(work.path().join("traces"), work.path().join("moved")).unwrap();
     let o = run(&["gpu", "simulate", sd, "--accelsim", a]);

@@ -79,6 +79,13 @@ fn picks(dir: &Path) -> Result<Vec<Pick>, GpuJobError> {
         rows.push((launch, f[1].to_string(), weight));
     }
     rows.sort_by_key(|r| r.0);
+    if let Some(w) = rows.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(invalid(format!(
+            "{}: launch {} is picked twice",
+            wpath.display(),
+            w[0].0
+        )));
+    }
     let lpath = dir.join("kernelslist.g");
     let list = KernelList::open(&lpath).map_err(bbv_gpu::GpuError::from)?;
     let files: Vec<&Path> = list.kernels().collect();
@@ -244,6 +251,18 @@ pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, GpuJobError> {
             )))
         }
     };
+    // The launches before a pick warm it: a pick past the trace's end is not of this trace.
+    if let Some(t) = &trace {
+        let n = t.kernels().count();
+        if let Some(p) = picks.iter().find(|p| p.launch >= n) {
+            return Err(invalid(format!(
+                "{}: launch {} is past the end of {} ({n} launches): not a sample of that trace",
+                job.dir.join(bbv_rundir::files::GPU_WEIGHTS).display(),
+                p.launch,
+                summary["trace"].as_str().unwrap_or("the sampled list")
+            )));
+        }
+    }
     let sm = sm_of(&picks)?;
     let sim = Simulator::find(job.accelsim.as_deref())?;
     let config = sim.config(sm, job.config.as_deref())?;

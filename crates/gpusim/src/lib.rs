@@ -250,6 +250,26 @@ pub fn parse(text: &str, list: &Path) -> Result<Simulated, GpuSimError> {
             "its output does not end with 'exit detected': the run did not finish".into(),
         ));
     }
+    // Figures no simulation of these launches can give: every later number (IPC, the
+    // estimate, its error) would be silently wrong.
+    if launches.is_empty() {
+        return Err(fail("it reported no launch".into()));
+    }
+    if let Some(l) = launches
+        .iter()
+        .find(|l| l.cycles == 0 || l.instructions == 0)
+    {
+        return Err(fail(format!(
+            "launch {} ({}) took {} cycles for {} instructions",
+            l.uid, l.kernel, l.cycles, l.instructions
+        )));
+    }
+    let sum: u64 = launches.iter().map(|l| l.instructions).sum();
+    if sum != total_instructions {
+        return Err(fail(format!(
+            "its launches' instructions add up to {sum}, its total (gpu_tot_sim_insn) is {total_instructions}"
+        )));
+    }
     Ok(Simulated {
         launches,
         total_cycles,
@@ -326,6 +346,32 @@ mod tests {
         kernel_name = _Z1bv \nkernel_launch_uid = 2 \ngpu_sim_cycle = 5400\ngpu_sim_insn = 3200\n\
         gpu_tot_sim_cycle = 12906\ngpu_tot_sim_insn = 142464\n\
         GPGPU-Sim: *** simulation thread exiting ***\nGPGPU-Sim: *** exit detected ***\n";
+
+    /// Output no simulation of the list can give is refused, saying what is wrong.
+    #[test]
+    fn impossible_figures_are_refused() {
+        for (text, why) in [
+            (
+                TWO.replace("gpu_sim_cycle = 5400", "gpu_sim_cycle = 0"),
+                "took 0 cycles",
+            ),
+            (
+                TWO.replace("gpu_sim_insn = 3200", "gpu_sim_insn = 0"),
+                "for 0 instructions",
+            ),
+            (
+                TWO.replace("gpu_tot_sim_insn = 142464", "gpu_tot_sim_insn = 142465"),
+                "add up to 142464",
+            ),
+            (
+                "GPGPU-Sim: *** exit detected ***\n".to_string(),
+                "no launch",
+            ),
+        ] {
+            let e = parse(&text, Path::new("l")).unwrap_err().to_string();
+            assert!(e.contains(why), "{why}: {e}");
+        }
+    }
 
     #[test]
     fn launches_and_totals_are_read() {
