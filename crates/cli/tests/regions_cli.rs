@@ -462,3 +462,80 @@ fn points_in_the_loaders_start_up_stand_in_from_after_it() {
     let out = replay(dir.path(), &run, &[], &[opt, "--version"]);
     assert_status(&out, 0);
 }
+
+/// A program whose name holds a comma, a space and a quote (gzip copied so): regions.csv keeps
+/// 16 fields a row as an RFC 4180 reader splits it, and each line of regions.sniper.txt is 8
+/// words as the shell splits it, the image name whole in its two `-control` values.
+#[test]
+fn hand_off_files_keep_odd_program_names_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let name = "g,z 'ip";
+    std::fs::copy(which("gzip"), d.join(name)).unwrap();
+    let inp = input(d);
+    let out = bbv()
+        .current_dir(d)
+        .args(["run", "--interval", "4000000", "--max-k", "4", "-o", "out"])
+        .arg("--")
+        .arg(d.join(name))
+        .args(["-9", "-c"])
+        .arg(&inp)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_status(&out, 0);
+    let csv = std::fs::read_to_string(d.join("out/regions.csv")).unwrap();
+    let fields = |row: &str| -> Vec<String> {
+        let (mut out, mut cur, mut quoted, mut chars) =
+            (Vec::new(), String::new(), false, row.chars().peekable());
+        while let Some(c) = chars.next() {
+            match (c, quoted) {
+                ('"', true) if chars.peek() == Some(&'"') => {
+                    cur.push('"');
+                    chars.next();
+                }
+                ('"', _) => quoted = !quoted,
+                (',', false) => out.push(std::mem::take(&mut cur)),
+                _ => cur.push(c),
+            }
+        }
+        out.push(cur);
+        out
+    };
+    let rows: Vec<Vec<String>> = csv.lines().skip(1).map(fields).collect();
+    assert!(!rows.is_empty());
+    for r in &rows {
+        assert_eq!(r.len(), 16, "{r:?}");
+        assert!(
+            r[4] == name || r[4].starts_with("ld-") || r[4].starts_with("lib"),
+            "{r:?}"
+        );
+    }
+    assert!(rows.iter().any(|r| r[4] == name), "{csv}");
+    let sniper = std::fs::read_to_string(d.join("out/regions.sniper.txt")).unwrap();
+    for line in sniper.lines().skip(1) {
+        let o = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("for w in {line}; do printf '%s\\n' \"$w\"; done"))
+            .output()
+            .unwrap();
+        let words: Vec<String> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
+        assert_eq!(words.len(), 8, "{line}: {words:?}");
+        assert_eq!(words[4], "-control");
+        assert!(words[5].starts_with("start:address:"), "{words:?}");
+    }
+    assert!(
+        sniper.contains(&format!("start:address:{}", "g,z '\\''ip")),
+        "{sniper}"
+    );
+}
+
+fn which(prog: &str) -> PathBuf {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+        .unwrap()
+}

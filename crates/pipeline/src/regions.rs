@@ -254,11 +254,11 @@ pub fn write_csv(
             p.cluster,
             p.interval,
             pc_of(&p.start, images)?,
-            p.start.image,
+            csv_field(&p.start.image),
             p.start.offset,
             p.start.count,
             pc_of(&p.end, images)?,
-            p.end.image,
+            csv_field(&p.end.image),
             p.end.offset,
             p.end.count,
             p.end_relative,
@@ -276,11 +276,11 @@ pub fn write_csv(
             "Warmup for regionid {r},global,{},{:#x},{},{},{},{:#x},{},{},{},0,{},0.0,0.0,warmup:{r}",
             k + r,
             pc_of(w, images)?,
-            w.image,
+            csv_field(&w.image),
             w.offset,
             w.count,
             pc_of(&p.start, images)?,
-            p.start.image,
+            csv_field(&p.start.image),
             p.start.offset,
             p.start.count,
             p.warmup_length
@@ -425,22 +425,47 @@ pub fn write_sniper(out: &mut impl Write, points: &[Point]) -> std::io::Result<(
         "# region cluster weight multiplier: Sniper's --trace-args controls (run with -ssimuserroi --roi-script)"
     )?;
     for p in points {
+        let control = |kind: &str, m: &Marker| {
+            let value = format!(
+                "{kind}:address:{}+{}:count{}:global",
+                m.image, m.offset, m.count
+            );
+            shell_word(&value).into_owned()
+        };
         writeln!(
             out,
-            "{} {} {} {} -control start:address:{}+{}:count{}:global -control stop:address:{}+{}:count{}:global",
+            "{} {} {} {} -control {} -control {}",
             region_id(p),
             p.cluster,
             p.weight,
             p.multiplier,
-            p.start.image,
-            p.start.offset,
-            p.start.count,
-            p.end.image,
-            p.end.offset,
-            p.end.count
+            control("start", &p.start),
+            control("stop", &p.end),
         )?;
     }
     Ok(())
+}
+
+/// A CSV field as RFC 4180 has it: as is, or in double quotes (inner ones doubled) when it
+/// holds a comma, a quote or a line break, so that an image named `g,st` stays one field.
+fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
+    } else {
+        s.into()
+    }
+}
+
+/// A word as a POSIX shell reads it: as is when it holds only characters no shell treats
+/// specially, else in single quotes (inner ones written '\''), so that Sniper's command line
+/// keeps an image named `g st` in one argument.
+fn shell_word(s: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-+.,:/@%=".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.into()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''")).into()
+    }
 }
 
 /// gem5's instructions for the classic SimPoint flow and the marker flow.
@@ -593,5 +618,25 @@ mod tests {
         let p = p.unwrap();
         assert_eq!((p[0].interval, p[0].stand_in_for), (3, Some(2)));
         assert_eq!((p[0].start_instruction, p[0].length), (30, 10));
+    }
+
+    /// Names with commas, quotes, spaces and non-ASCII stay one CSV field and one shell word:
+    /// the shell itself reads each word back as it was.
+    #[test]
+    fn hand_off_names_are_quoted_as_their_readers_parse_them() {
+        assert_eq!(csv_field("gzip"), "gzip");
+        assert_eq!(csv_field("g,st"), "\"g,st\"");
+        assert_eq!(csv_field("a\"b"), "\"a\"\"b\"");
+        let plain = "start:address:libc.so.6+0x1a2b:count3:global";
+        assert_eq!(shell_word(plain), plain);
+        for name in ["g st", "it's", "a\"b;c", "ünï", "$(x)", "", "a\\b"] {
+            let word = shell_word(name);
+            let o = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf '%s' {word}"))
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&o.stdout), name, "{word}");
+        }
     }
 }
