@@ -21,7 +21,7 @@ pub struct CheckpointArgs {
     #[arg(long)]
     pub no_warmup: bool,
     /// CPU seconds after which a checkpoint that ran off course stops itself (SIGXCPU).
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, value_parser = bbv_pipeline::parse::count)]
     pub cpu_seconds: u64,
     /// Largest |deviation| of a length accepted, in percent.
     #[arg(long, value_name = "PCT", default_value_t = 1.0)]

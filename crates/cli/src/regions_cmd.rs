@@ -16,7 +16,7 @@ pub struct RegionsArgs {
     pub dir: PathBuf,
     /// Warmup before each region, in instructions (rounded to whole intervals; 0 = none;
     /// default: what the run used).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = bbv_pipeline::parse::count)]
     pub warmup: Option<u64>,
 }
 
@@ -58,7 +58,7 @@ pub struct TraceArgs {
     pub output: Option<PathBuf>,
     /// Records after each region's end: ChampSim reads hundreds of records ahead of
     /// retirement, and must not reach the end of the trace while the region retires.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = bbv_pipeline::parse::count)]
     pub tail: u64,
     /// xz preset of the traces (0-9).
     #[arg(long = "xz-preset", default_value_t = 0)]
@@ -73,7 +73,7 @@ pub struct TraceArgs {
     pub full_warmup: bool,
     /// Records before each region written whole when warmups are condensed.
     #[arg(long = "warmup-detail", value_name = "N", conflicts_with = "full_warmup",
-          default_value_t = bbv_replay::trace::Condense::default().detail)]
+          default_value_t = bbv_replay::trace::Condense::default().detail, value_parser = bbv_pipeline::parse::count)]
     pub warmup_detail: u64,
     /// Trace regions whose warmups are shorter than 8 million instructions though the run has
     /// room for longer ones (refused otherwise: their caches would start colder than the run's).

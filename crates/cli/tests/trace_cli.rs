@@ -546,6 +546,11 @@ fn bad_trace_options_are_refused() {
         (&["--xz-preset", "12"][..], "0 to 9"),
         (&["--warmup-detail", "5"][..], "at least 100000 records"),
         (&["--warmup-detail", "-1"][..], "--warmup-detail"),
+        (&["--tail", "18446744073709551615"][..], "up to 2^62"),
+        (
+            &["--warmup-detail", "4611686018427387905"][..],
+            "up to 2^62",
+        ),
         (
             &["--full-warmup", "--warmup-detail", "200000"][..],
             "cannot be used with",

@@ -10,13 +10,25 @@ pub fn yes_no(v: &str) -> Result<bool, String> {
     }
 }
 
-/// A positive whole number of instructions (`_` separators allowed).
+/// The largest count an option takes (2^62): far beyond any run, and small enough that sums
+/// and products of a few counts cannot overflow.
+pub const MAX_COUNT: u64 = 1 << 62;
+
+/// A positive whole number of instructions (`_` separators allowed), at most [`MAX_COUNT`].
 pub fn positive(v: &str) -> Result<u64, String> {
     match v.replace('_', "").parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n),
+        Ok(n) if n > 0 && n <= MAX_COUNT => Ok(n),
         _ => Err(format!(
-            "expected a positive whole number of instructions, not {v:?}"
+            "expected a positive whole number of instructions up to 2^62, not {v:?}"
         )),
+    }
+}
+
+/// A whole number of instructions or seconds, 0 included, at most [`MAX_COUNT`].
+pub fn count(v: &str) -> Result<u64, String> {
+    match v.replace('_', "").parse::<u64>() {
+        Ok(n) if n <= MAX_COUNT => Ok(n),
+        _ => Err(format!("expected a whole number up to 2^62, not {v:?}")),
     }
 }
 
@@ -41,6 +53,10 @@ mod tests {
         assert!(yes_no("maybe").is_err());
         assert_eq!(positive("10_000_000"), Ok(10_000_000));
         assert!(positive("0").is_err() && positive("-5").is_err() && positive("1e6").is_err());
+        assert_eq!(positive("4611686018427387904"), Ok(MAX_COUNT));
+        assert!(positive("4611686018427387905").is_err());
+        assert_eq!(count("0"), Ok(0));
+        assert!(count("18446744073709551615").is_err() && count("-1").is_err());
         assert_eq!(percent("3%"), Ok(0.03));
         assert_eq!(percent("100"), Ok(1.0));
         for bad in ["0", "-1", "100.5", "NaN", "inf", "three"] {
