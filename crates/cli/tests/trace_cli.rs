@@ -96,6 +96,48 @@ fn regions_are_traced_whole_and_simulated() {
     simulated_in_full(&run, &guest, &bin, list);
     crate::band_cli::max_band_checked(&run, &guest);
     killed_leaves_no_champsim(&run);
+    moved_run_keeps_its_traces(&run);
+}
+
+/// Traces name their run by content: the run moved elsewhere simulates from its traces; the
+/// same directory with other markers placed (`bbv regions --warmup`) is another run, refused
+/// with the command that traces it again.
+fn moved_run_keeps_its_traces(run: &Path) {
+    let moved = run.with_file_name("moved");
+    std::fs::rename(run, &moved).unwrap();
+    let simulate = || {
+        bbv()
+            .arg("simulate")
+            .arg(&moved)
+            .args(["--jobs", "2", "--no-band"])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = simulate();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = bbv()
+        .arg("regions")
+        .arg(&moved)
+        .args(["--warmup", "600000"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = simulate();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("trace it again with `bbv trace"), "{err}");
+    std::fs::rename(&moved, run).unwrap();
 }
 
 /// Checks every region `bbv trace` wrote in `run`: its records are exactly its warmup, region

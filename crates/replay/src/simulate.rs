@@ -45,6 +45,9 @@ pub use bbv_rundir::simulation::{RegionSim, Simulation};
 struct Traced {
     dir: PathBuf,
     run: PathBuf,
+    /// Absent in traces of bbv before runs had an identity: matched by path then.
+    #[serde(default)]
+    run_id: Option<String>,
     build_id: Option<String>,
     regions: Vec<TracedRegion>,
 }
@@ -80,16 +83,30 @@ fn traced(dir: &Path, s: &rundir::Summary) -> Result<Traced, ReplayError> {
         )));
     }
     let text = bbv_files::input::read_text(&path, 1 << 26)?;
-    let t: Traced = serde_json::from_str(&text)
+    let mut t: Traced = serde_json::from_str(&text)
         .map_err(|e| ReplayError::Invalid(format!("{}: {e}", path.display())))?;
     let same = |a: &Path, b: &Path| std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok();
-    if !same(&t.run, dir) || t.build_id != s.program.build_id || t.regions.len() != s.points.len() {
+    let id = s.identity();
+    let ours = match &t.run_id {
+        Some(traced) => *traced == id,
+        None => same(&t.run, dir),
+    };
+    if !ours || t.build_id != s.program.build_id || t.regions.len() != s.points.len() {
+        let which = t.run_id.as_deref().unwrap_or("of an older bbv");
         return Err(ReplayError::Invalid(format!(
-            "{}: the traces are of another run ({}), not of {}",
+            "{}: the traces are of run {which} (traced in {}), not of the run {} holds now \
+             ({id}): trace it again with `bbv trace {}`",
             path.display(),
             t.run.display(),
+            dir.display(),
             dir.display()
         )));
+    }
+    // A run moved or copied with its traces inside it: the traces' folder moved with it.
+    if !t.dir.is_dir() {
+        if let Ok(inside) = t.dir.strip_prefix(&t.run) {
+            t.dir = dir.join(inside);
+        }
     }
     for r in &t.regions {
         check_region(r).map_err(|why| {

@@ -203,8 +203,11 @@ pub struct RegionTrace {
 pub struct TraceReport {
     /// The traces' folder.
     pub dir: PathBuf,
-    /// The run directory the regions are of.
+    /// The run directory the regions are of, where it was when traced.
     pub run: PathBuf,
+    /// That run's identity by content ([`bbv_rundir::Summary::identity`]): what `bbv
+    /// simulate` matches, so that a moved or copied run keeps its traces.
+    pub run_id: String,
     /// The profiled program's build id (a trace folder names its run).
     pub build_id: Option<String>,
     /// The profiled run's instructions (thread 1).
@@ -391,6 +394,7 @@ impl Tracing {
         let result = check(s, &self.spec, events, &got).map(|regions| TraceReport {
             dir: self.spec.dir.clone(),
             run: run.to_path_buf(),
+            run_id: s.identity(),
             build_id: s.program.build_id.clone(),
             run_instructions: s.threads.first().map_or(0, |t| t.instructions),
             count_rep: s.count_rep.clone(),
@@ -629,6 +633,7 @@ mod tests {
         TraceReport {
             dir: PathBuf::new(),
             run: PathBuf::new(),
+            run_id: String::new(),
             build_id: None,
             run_instructions: 0,
             count_rep: "instance".into(),

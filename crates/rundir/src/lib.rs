@@ -219,6 +219,24 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The run's identity by content, not by where its directory is: the program's build id
+    /// and instructions, the interval and every point (cluster, interval, weight, markers), as
+    /// 16 hex digits (FNV-1a of their JSON). A moved or copied run keeps it; a new `bbv run`
+    /// into the same folder, or `bbv regions` placing other markers, changes it.
+    pub fn identity(&self) -> String {
+        let content = serde_json::json!({
+            "build_id": self.program.build_id,
+            "instructions": self.instructions,
+            "interval": self.interval,
+            "points": self.points,
+        });
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in content.to_string().bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}")
+    }
+
     /// The QEMU to run the program again with: `asked` (`--qemu`), else the one that ran the
     /// profile while it is still there, else None (the one on PATH).
     pub fn qemu_or(&self, asked: Option<&Path>) -> Option<PathBuf> {
