@@ -266,6 +266,32 @@ pub fn tagged(prefix: &str) -> String {
     format!("{prefix}{}-", std::process::id())
 }
 
+/// Whether process `pid` is gone (not merely another user's).
+fn gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only asks whether the process exists.
+    pid > 0
+        && unsafe { libc::kill(pid, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Removes the files in `dir` named `.NAME.PID.partial` (an output being written, renamed into
+/// place when whole) whose process no longer exists: what a bbv killed with SIGKILL left.
+pub fn remove_orphan_partials(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".partial")) else {
+            continue;
+        };
+        let pid = stem.rsplit('.').next().and_then(|p| p.parse::<i32>().ok());
+        if stem.starts_with('.') && pid.is_some_and(gone) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Removes the folders in `dir` named by [`tagged`]`(prefix)` of processes that no longer
 /// exist: what a bbv killed with SIGKILL left behind.
 pub fn remove_orphans(dir: &Path, prefix: &str) {
@@ -280,11 +306,35 @@ pub fn remove_orphans(dir: &Path, prefix: &str) {
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
             continue;
         };
-        // SAFETY: signal 0 only asks whether the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone && pid > 0 {
+        if gone(pid) {
             let _ = std::fs::remove_dir_all(e.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dead process's partial output goes; a live one's (this test's), another file and a
+    /// partial not named by a process stay.
+    #[test]
+    fn only_dead_processes_partials_are_removed() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        // Above Linux's largest pid (2^22): no such process.
+        let dead = d.join(".region-1.champsim.xz.99999999.partial");
+        let live = d.join(format!(
+            ".region-2.champsim.xz.{}.partial",
+            std::process::id()
+        ));
+        let other = d.join("region-3.champsim.xz");
+        let odd = d.join(".region-4.champsim.xz.partial");
+        for f in [&dead, &live, &other, &odd] {
+            std::fs::write(f, "x").unwrap();
+        }
+        remove_orphan_partials(d);
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists() && odd.exists());
     }
 }

@@ -336,6 +336,7 @@ impl Tracing {
             what: format!("cannot create {}", spec.dir.display()),
             source,
         })?;
+        bbv_files::interrupt::remove_orphan_partials(&spec.dir);
         let mut text = String::new();
         let mut windows = Vec::new();
         for (r, p) in s.points.iter().enumerate() {
