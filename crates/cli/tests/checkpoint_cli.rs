@@ -277,14 +277,25 @@ fn bad_input_is_refused_and_nothing_is_written() {
     assert!(stderr(&o).contains("changed since"), "{}", stderr(&o));
     assert!(!ck.join("check.json").exists());
     let text = std::fs::read_to_string(ck.join("checkpoints.json")).unwrap();
-    std::fs::write(ck.join("checkpoints.json"), &text[..text.len() / 2]).unwrap();
-    let o = bbv_in(
-        dir,
-        &["checkpoint", "--qemu", &q, "--check", "run/checkpoints"],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("checkpoints.json"), "{}", stderr(&o));
-    assert!(!ck.join("check.json").exists());
+    // An index listing no checkpoint, or one naming a file outside the folder.
+    let mut none = index.clone();
+    none["regions"] = serde_json::json!([]);
+    let mut outside = index.clone();
+    outside["regions"][0]["file"] = "../../../etc/passwd".into();
+    for (doc, why) in [
+        (none.to_string(), "lists no checkpoint"),
+        (outside.to_string(), "is not a file of this folder"),
+        (text[..text.len() / 2].to_string(), "checkpoints.json"),
+    ] {
+        std::fs::write(ck.join("checkpoints.json"), doc).unwrap();
+        let o = bbv_in(
+            dir,
+            &["checkpoint", "--qemu", &q, "--check", "run/checkpoints"],
+        );
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(why), "{why}: {}", stderr(&o));
+        assert!(!ck.join("check.json").exists());
+    }
 }
 
 /// bbv with `args` in `dir` under bash, its descriptor 5 a pipe from another process (`cat`

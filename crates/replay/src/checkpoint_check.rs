@@ -128,7 +128,21 @@ fn load(dir: &Path) -> Result<CheckpointReport, ReplayError> {
     let text = bbv_files::input::read_text(&path, 64 << 20)?;
     let report: CheckpointReport = serde_json::from_str(&text)
         .map_err(|e| bad(&path, format!("not a bbv checkpoint folder's index: {e}")))?;
+    if report.regions.is_empty() {
+        return Err(bad(&path, "lists no checkpoint: nothing to check"));
+    }
     for r in &report.regions {
+        // Only files of the folder itself: a name like ../../etc/passwd is no checkpoint.
+        let mut parts = Path::new(&r.file).components();
+        if !matches!(
+            (parts.next(), parts.next()),
+            (Some(std::path::Component::Normal(_)), None)
+        ) {
+            return Err(bad(
+                &path,
+                format!("region {}: {:?} is not a file of this folder", r.id, r.file),
+            ));
+        }
         let elf = dir.join(&r.file);
         let f = std::fs::File::open(&elf).map_err(|e| ReplayError::io(&elf, e))?;
         let len = f.metadata().map_err(|e| ReplayError::io(&elf, e))?.len();
