@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use bbv_collect::{GuestStatus, Outcome, Request};
-use bbv_pipeline::parse::{count, percent, positive, yes_no};
+use bbv_pipeline::parse::{percent, positive, yes_no};
 use bbv_pipeline::validate::Pick;
 use bbv_pipeline::{CollectOptions, GuestOptions, RegionsMode, RunOptions, Schedule};
 use bbv_profile::CacheGeometry;
@@ -160,7 +160,7 @@ pub struct RunArgs {
     pub threads: String,
     /// Warmup before each region, in instructions (rounded to whole intervals; 0 = none;
     /// default: one interval).
-    #[arg(long, value_name = "N", value_parser = count)]
+    #[arg(long, value_name = "N")]
     pub warmup: Option<u64>,
     /// Regions from the main thread's intervals (intervals), from slices of all threads in
     /// LoopPoint's manner (looppoint), or looppoint when another thread ran more instructions
@@ -175,7 +175,7 @@ pub struct RunArgs {
     /// of the slowest running one, in the run and in its replay, so that global markers mean
     /// the same work each time (0 = threads run unpaced; default: a twentieth of the interval).
     /// Under the deterministic schedule: the length of a turn (default 100000).
-    #[arg(long = "flow-quantum", value_name = "N", value_parser = count)]
+    #[arg(long = "flow-quantum", value_name = "N")]
     pub flow_quantum: Option<u64>,
     /// How the guest's threads are scheduled: as the host runs them (host), or in turns in an
     /// order that depends only on the program, so that a replay
