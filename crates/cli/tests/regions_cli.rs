@@ -471,7 +471,7 @@ fn hand_off_files_keep_odd_program_names_whole() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let name = "g,z 'ip";
-    std::fs::copy(which("gzip"), d.join(name)).unwrap();
+    std::fs::copy(bbv_collect::find_on_path("gzip").unwrap(), d.join(name)).unwrap();
     let inp = input(d);
     let out = bbv()
         .current_dir(d)
@@ -531,11 +531,4 @@ fn hand_off_files_keep_odd_program_names_whole() {
         sniper.contains(&format!("start:address:{}", "g,z '\\''ip")),
         "{sniper}"
     );
-}
-
-fn which(prog: &str) -> PathBuf {
-    std::env::split_paths(&std::env::var_os("PATH").unwrap())
-        .map(|d| d.join(prog))
-        .find(|p| p.is_file())
-        .unwrap()
 }

@@ -168,6 +168,16 @@ impl<R: BufRead> Lines<R> {
     }
 }
 
+/// Whether `name` (read from a file bbv wrote, but maybe edited) names a file of the folder it
+/// is joined to: one plain component, not empty, absolute, `..` or a path through others.
+pub fn is_file_name(name: &str) -> bool {
+    let mut parts = Path::new(name).components();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(std::path::Component::Normal(_)), None)
+    )
+}
+
 /// `bytes` for a message: at most [`QUOTE_BYTES`] of them, escaped, and how many more there
 /// were.
 pub fn quote(bytes: &[u8]) -> String {
@@ -182,6 +192,14 @@ pub fn quote(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_names_stay_in_their_folder() {
+        assert!(is_file_name("region-1.elf") && is_file_name(".region-2.partial"));
+        for bad in ["", "/etc/passwd", "../x", "a/b", "..", "."] {
+            assert!(!is_file_name(bad), "{bad}");
+        }
+    }
 
     fn lines(text: &[u8], max: usize) -> Result<Vec<String>, FilesError> {
         let mut l = Lines::new(text, Path::new("f"), max);

@@ -9,7 +9,10 @@
 //!   and holds a signal off during a set of renames.
 //!
 //! * [`input`]: the other direction, reading within bounds: regular files and pipes only,
-//!   whole files up to a size limit, lines up to a length limit.
+//!   whole files up to a size limit, lines up to a length limit, names that stay in their
+//!   folder.
+//! * [`fnv1a`]: the 64-bit digest bbvkit names contents by (a suite job's inputs, a run's
+//!   identity).
 //!
 //! Devices and FIFOs (`/dev/null`, `/dev/stdout`) are written in place: renaming onto them
 //! would replace the device itself ([`is_special_file`]).
@@ -21,6 +24,14 @@ pub mod interrupt;
 use std::path::{Path, PathBuf};
 
 pub use atomic::{move_file, write_atomic, AtomicFiles};
+
+/// FNV-1a (64 bits) of `bytes`, byte by byte: a stable digest (the same in every build and
+/// version) for naming contents, not for security.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
 
 /// What can go wrong writing outputs or reading inputs.
 #[derive(Debug, thiserror::Error)]
@@ -86,4 +97,15 @@ impl FilesError {
 /// writing a temporary file and renaming it over the path would replace the device itself.
 pub fn is_special_file(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
+#[cfg(test)]
+mod tests {
+    /// FNV-1a's published 64-bit values.
+    #[test]
+    fn fnv1a_is_the_published_one() {
+        assert_eq!(super::fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(super::fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(super::fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
 }

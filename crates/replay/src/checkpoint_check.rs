@@ -133,11 +133,7 @@ fn load(dir: &Path) -> Result<CheckpointReport, ReplayError> {
     }
     for r in &report.regions {
         // Only files of the folder itself: a name like ../../etc/passwd is no checkpoint.
-        let mut parts = Path::new(&r.file).components();
-        if !matches!(
-            (parts.next(), parts.next()),
-            (Some(std::path::Component::Normal(_)), None)
-        ) {
+        if !bbv_files::input::is_file_name(&r.file) {
             return Err(bad(
                 &path,
                 format!("region {}: {:?} is not a file of this folder", r.id, r.file),

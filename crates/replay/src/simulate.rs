@@ -135,14 +135,13 @@ fn check_region(r: &TracedRegion) -> Result<(), String> {
     if r.region_instructions == 0 {
         return Err("no instructions to simulate".into());
     }
-    let mut parts = Path::new(&r.trace).components();
-    match (parts.next(), parts.next()) {
-        (Some(std::path::Component::Normal(_)), None) => Ok(()),
-        _ => Err(format!(
+    if !bbv_files::input::is_file_name(&r.trace) {
+        return Err(format!(
             "trace {:?}: expected a file name in the traces' folder",
             r.trace
-        )),
+        ));
     }
+    Ok(())
 }
 
 /// Told how far the simulations got (ChampSim's heartbeats), for progress and the time left.

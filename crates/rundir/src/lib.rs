@@ -230,11 +230,7 @@ impl Summary {
             "interval": self.interval,
             "points": self.points,
         });
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in content.to_string().bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        format!("{h:016x}")
+        format!("{:016x}", bbv_files::fnv1a(content.to_string().as_bytes()))
     }
 
     /// The QEMU to run the program again with: `asked` (`--qemu`), else the one that ran the

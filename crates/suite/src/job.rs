@@ -136,12 +136,7 @@ pub fn settings_hash(job: &Job, bbv_version: &str) -> String {
             }
         }
     }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    format!("{:016x}", bbv_files::fnv1a(text.as_bytes()))
 }
 
 /// How long a job killed for its timeout has to end after SIGTERM before SIGKILL.
