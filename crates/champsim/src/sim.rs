@@ -115,6 +115,10 @@ pub struct Simulated {
     pub output: String,
 }
 
+/// The most ChampSim may print: its report is some 50 KB, with a heartbeat line per 10 million
+/// instructions.
+const MAX_OUTPUT: u64 = 64 << 20;
+
 /// Runs ChampSim on `trace` (a path ChampSim opens itself: `.xz`/`.gz` files, or a pipe):
 /// `warmup` instructions of warming, then `simulate` simulated.
 pub fn run(bin: &Path, trace: &Path, warmup: u64, simulate: u64) -> Result<Simulated, SimError> {
@@ -156,38 +160,21 @@ pub fn run_watched(
         source,
     };
     let mut child = cmd.spawn().map_err(start_error)?;
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let mut warmup_seconds = 0.0;
-    let mut warmup_cpu = None;
     let pid = child.id();
-    let (stdout, err) = std::thread::scope(|scope| {
-        let err = scope.spawn(move || {
-            let mut text = String::new();
-            if let Some(mut e) = stderr {
-                let _ = std::io::Read::read_to_string(&mut e, &mut text);
-            }
-            text
+    let (stdout, err, warmup_seconds, warmup_cpu) = read_output(&mut child, start, beat);
+    if stdout.len() as u64 >= MAX_OUTPUT {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(SimError::Failed {
+            trace: trace.to_path_buf(),
+            why: format!(
+                "{} printed more than {} MiB, not a ChampSim report ({})",
+                bin.display(),
+                MAX_OUTPUT >> 20,
+                output_tail(&stdout[stdout.floor_char_boundary(stdout.len() - 200)..])
+            ),
         });
-        let mut text = String::new();
-        if let Some(out) = stdout {
-            let mut out = std::io::BufReader::new(out);
-            let mut line = Vec::new();
-            while matches!(std::io::BufRead::read_until(&mut out, b'\n', &mut line), Ok(n) if n > 0)
-            {
-                let l = String::from_utf8_lossy(&line);
-                if let Some((retired, _)) = crate::stats::heartbeat(&l) {
-                    beat(retired);
-                }
-                if warmup_seconds == 0.0 && l.starts_with("Warmup finished") {
-                    warmup_seconds = start.elapsed().as_secs_f64();
-                    warmup_cpu = cpu_seconds(pid);
-                }
-                text.push_str(&l);
-                line.clear();
-            }
-        }
-        (text, err.join().unwrap_or_default())
-    });
+    }
     // At the end of its output ChampSim has exited or is exiting: unreaped, its /proc entry
     // holds its final times.
     let cpu = cpu_seconds(pid).map(|all| (all, warmup_cpu.unwrap_or(0.0)));
@@ -205,7 +192,10 @@ pub fn run_watched(
             trace: trace.to_path_buf(),
         });
     }
-    let figures = Figures::parse(&stdout)?;
+    let figures = Figures::parse(&stdout).map_err(|e| SimError::Failed {
+        trace: trace.to_path_buf(),
+        why: format!("{e}; {}", output_tail(&stdout)),
+    })?;
     plausible(&figures, simulate, trace)?;
     Ok(Simulated {
         figures,
@@ -214,6 +204,78 @@ pub fn run_watched(
         cpu,
         output: stdout,
     })
+}
+
+/// ChampSim's standard output (at most [`MAX_OUTPUT`]) and the first megabyte of its error
+/// output, read as it runs: each heartbeat goes to `beat`, and the wall and CPU seconds at
+/// which its warmup finished are noted.
+fn read_output(
+    child: &mut std::process::Child,
+    start: Instant,
+    beat: &(dyn Fn(u64) + Sync),
+) -> (String, String, f64, Option<f64>) {
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let mut warmup_seconds = 0.0;
+    let mut warmup_cpu = None;
+    let pid = child.id();
+    let (stdout, err) = std::thread::scope(|scope| {
+        let err = scope.spawn(move || {
+            let mut text = Vec::new();
+            if let Some(e) = stderr {
+                use std::io::Read;
+                // Its first megabyte kept, the rest drained so that ChampSim never blocks.
+                let mut e = std::io::BufReader::new(e);
+                let _ = (&mut e).take(1 << 20).read_to_end(&mut text);
+                let _ = std::io::copy(&mut e, &mut std::io::sink());
+            }
+            String::from_utf8_lossy(&text).into_owned()
+        });
+        let mut text = String::new();
+        if let Some(out) = stdout {
+            let mut out = std::io::BufReader::new(std::io::Read::take(out, MAX_OUTPUT));
+            let mut line = Vec::new();
+            while matches!(std::io::BufRead::read_until(&mut out, b'\n', &mut line), Ok(n) if n > 0)
+            {
+                let l = String::from_utf8_lossy(&line);
+                if let Some((retired, _)) = crate::stats::heartbeat(&l) {
+                    beat(retired);
+                }
+                if warmup_seconds == 0.0 && l.starts_with("Warmup finished") {
+                    warmup_seconds = start.elapsed().as_secs_f64();
+                    warmup_cpu = cpu_seconds(pid);
+                }
+                text.push_str(&l);
+                line.clear();
+            }
+        }
+        (text, err.join().unwrap_or_default())
+    });
+    (stdout, err, warmup_seconds, warmup_cpu)
+}
+
+/// How much ChampSim printed and its last line (shortened): what a user needs to see why its
+/// report did not read.
+fn output_tail(stdout: &str) -> String {
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let mut last: String = last.chars().take(120).collect();
+    if last.len()
+        < stdout
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .len()
+    {
+        last.push_str("...");
+    }
+    format!(
+        "its output: {} lines, the last {last:?}",
+        stdout.lines().count()
+    )
 }
 
 /// CPU seconds (user and system) process `pid` has used, from `/proc/PID/stat` (fields 14

@@ -12,7 +12,7 @@ use bbv_pipeline::rundir::files;
 pub struct CheckpointArgs {
     /// Run every checkpoint of CKDIR under QEMU with bbv's collector and compare each with
     /// the profile (check.json); exit 0 when all reach their end within the tolerance.
-    #[arg(long, value_name = "CKDIR", conflicts_with_all = ["output", "no_warmup"])]
+    #[arg(long, value_name = "CKDIR", conflicts_with_all = ["output", "no_warmup", "dir", "command"])]
     pub check: Option<PathBuf>,
     /// The checkpoints' folder (default DIR/checkpoints).
     #[arg(short = 'o', value_name = "CKDIR")]

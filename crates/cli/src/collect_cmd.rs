@@ -300,7 +300,7 @@ pub fn run(a: RunArgs) -> Result<GuestExit> {
     progress.done();
     let outcome = outcome?;
     for w in &outcome.warnings {
-        eprintln!("bbv: warning: {w}");
+        eprintln!("bbv: warning: {}", bbv_files::folder::plain(w));
     }
     let failure = match outcome.finished {
         Ok(f) => {

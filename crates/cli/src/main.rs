@@ -105,7 +105,7 @@ fn guest_exit(result: anyhow::Result<collect_cmd::GuestExit>) -> ExitCode {
     match result {
         Ok(g) => match g.failure {
             Some(e) => {
-                eprintln!("bbv: {}", message(&e));
+                stopped_or(&message(&e));
                 ExitCode::from(2)
             }
             None => ExitCode::from(g.status.code().clamp(0, 255) as u8),
@@ -122,6 +122,14 @@ fn status(result: anyhow::Result<u8>) -> ExitCode {
     }
 }
 
+/// Prints an error's message, or, when a signal stopped bbv, what each folder kept.
+fn stopped_or(msg: &str) {
+    match bbv_files::interrupt::received() {
+        Some(sig) => bbv_files::interrupt::say_farewell(sig),
+        None => eprintln!("bbv: {}", bbv_files::folder::plain(msg)),
+    }
+}
+
 fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -133,7 +141,7 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
                     msg.push_str(&format!(": {c}"));
                 }
             }
-            eprintln!("bbv: {msg}");
+            stopped_or(&msg);
             ExitCode::from(2)
         }
     }
@@ -178,8 +186,11 @@ fn main() -> ExitCode {
     }
     let code = dispatch(cli.command);
     match bbv_files::interrupt::received() {
-        // Killed while a guest ran: the guest got the signal, nothing was written.
-        Some(sig) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+        // A signal bbv did not end on at once (a guest got it; the command ended meanwhile).
+        Some(sig) => {
+            bbv_files::interrupt::say_farewell(sig);
+            ExitCode::from((128 + sig).clamp(0, 255) as u8)
+        }
         None => code,
     }
 }

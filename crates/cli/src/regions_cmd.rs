@@ -148,7 +148,7 @@ pub fn simulate(a: SimulateArgs) -> Result<u8> {
 
 /// `bbv regions DIR`.
 pub fn regions(a: RegionsArgs) -> Result<()> {
-    let f = bbv_pipeline::finish(&a.dir, a.warmup)?;
+    let f = bbv_pipeline::update_regions(&a.dir, a.warmup)?;
     eprint!("{}", f.text);
     Ok(())
 }

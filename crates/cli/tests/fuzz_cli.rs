@@ -317,8 +317,14 @@ fn one_case(t: &Target, case: usize, rng: &mut Rng, kind: usize, work: &Path, ta
     );
     let failed = e.code == Some(2) || (e.code == Some(1) && !t.one_is_not_failure);
     if failed {
+        // Progress lines (`bbv simulate`'s, without a terminal) may come first.
+        let at = match e.stderr.starts_with("bbv") {
+            true => Some(0),
+            false => e.stderr.find("\nbbv").map(|at| at + 1),
+        };
+        let message = at.map_or("", |at| &e.stderr[at..]);
         assert!(
-            e.stderr.starts_with("bbv") && e.stderr.len() <= MAX_MESSAGE,
+            !message.is_empty() && message.len() <= MAX_MESSAGE,
             "{case_name}: a {}-byte message: {}",
             e.stderr.len(),
             short(&e.stderr)
@@ -352,6 +358,9 @@ fn one_case(t: &Target, case: usize, rng: &mut Rng, kind: usize, work: &Path, ta
             );
         }
     }
+    if e.code == Some(0) {
+        numbers_are_numbers(&dir, &case_name);
+    }
     let end = match e.code {
         Some(c) => format!("exit {c}"),
         None => "signal".into(),
@@ -360,6 +369,23 @@ fn one_case(t: &Target, case: usize, rng: &mut Rng, kind: usize, work: &Path, ta
     tally.max_rss_kib = tally.max_rss_kib.max(e.rss_kib);
     tally.max_seconds = tally.max_seconds.max(e.seconds);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `simulation.json` a command left holds numbers where figures belong: never `null`
+/// (which is what a NaN or an infinity would be written as).
+fn numbers_are_numbers(dir: &Path, case: &str) {
+    let path = dir.join("simulation.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{case}: simulation.json does not parse: {e}"));
+    assert!(v["estimate_cpi"].is_f64(), "{case}: {text}");
+    for r in v["regions"].as_array().into_iter().flatten() {
+        for k in ["ipc", "cycles", "instructions", "multiplier", "weight"] {
+            assert!(r[k].is_number(), "{case}: region {k}: {text}");
+        }
+    }
 }
 
 /// Runs `per_target` cases on each target, round robin, and prints the tally.
@@ -528,6 +554,111 @@ fn broken_vectors_weights_and_traces_are_refused_and_change_nothing() {
         ),
     ];
     fuzz("vectors and traces", &targets, 60, work.path());
+}
+
+/// A traced and simulated gzip run (small intervals) with a stand-in for ChampSim beside it
+/// that prints what the real one printed for region 1 (`champsim.out`).
+fn traced_dir(work: &Path) -> PathBuf {
+    let input = work.join("input.txt");
+    text_input(&input, 200_000);
+    let out = work.join("traced");
+    gzip_job(
+        &[
+            "run",
+            "--validate",
+            "--interval",
+            "300000",
+            "--warmup",
+            "300000",
+            "--max-k",
+            "3",
+        ],
+        &out,
+        &input,
+    );
+    // As gzip_job runs the guest (the same environment), with the run directory as DIR.
+    let o = bbv()
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/tmp")
+        .env("LANG", "C")
+        .args(["trace", "--short-warmups", "--tail", "2000"])
+        .arg(&out)
+        .args(["--", "gzip", "-6", "-c"])
+        .arg(&input)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    crate::common::assert_status(&o, 0);
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("trace.json")).unwrap()).unwrap();
+    let r = &trace["regions"][0];
+    let champsim = crate::common::champsim_bin().join("champsim");
+    let o = std::process::Command::new(&champsim)
+        .arg("--warmup-instructions")
+        .arg(r["warmup_records"].to_string())
+        .arg("--simulation-instructions")
+        .arg(r["region_instructions"].to_string())
+        .arg(out.join("traces").join(r["trace"].as_str().unwrap()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(out.join("champsim.out"), &o.stdout).unwrap();
+    let fake = out.join("champsim");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nexec cat \"$(dirname \"$0\")/champsim.out\"\n",
+    )
+    .unwrap();
+    let mut p = std::fs::metadata(&fake).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+    std::fs::set_permissions(&fake, p).unwrap();
+    let e = run_once(
+        &[
+            "simulate",
+            out.to_str().unwrap(),
+            "--champsim",
+            fake.to_str().unwrap(),
+            "--no-band",
+        ],
+        work,
+    );
+    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    out
+}
+
+/// What bbv takes from other tools and from its own earlier steps: `trace.json` and a
+/// simulator's output (`bbv simulate` with a ChampSim that prints zeros, huge numbers,
+/// truncated text), and `simulation.json` (`bbv report`, `bbv regions`).
+#[test]
+fn broken_hand_offs_are_refused_and_change_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let traced = traced_dir(work.path());
+    let simulate = [
+        "simulate",
+        "{D}",
+        "--champsim",
+        "{D}/champsim",
+        "--no-band",
+        "--jobs",
+        "1",
+    ];
+    let targets = [
+        Target::new(
+            "simulate",
+            &traced,
+            &["trace.json", "champsim.out"],
+            &simulate,
+        ),
+        Target::new("report", &traced, &["simulation.json"], &["report", "{D}"]),
+        Target::new(
+            "regions",
+            &traced,
+            &["simulation.json"],
+            &["regions", "{D}"],
+        ),
+    ];
+    fuzz("hand-offs", &targets, 80, work.path());
 }
 
 #[test]

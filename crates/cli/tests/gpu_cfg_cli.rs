@@ -606,7 +606,29 @@ fn bad_inputs_are_refused_and_nothing_is_written() {
         .arg("/dev/null"));
     let out = d.join("cfg.json");
     std::fs::write(&out, "earlier\n").unwrap();
+    // Disassemblers that print nothing, or a listing that is not nvdisasm's, exit 0.
+    let silent = d.join("silent-nvdisasm");
+    let junk = d.join("junk-nvdisasm");
+    for (fake, body) in [
+        (&silent, ""),
+        (&junk, "echo '.target sm_80'; echo 'garbage'"),
+    ] {
+        std::fs::write(fake, format!("#!/bin/sh\n{body}\n")).unwrap();
+        let mut p = std::fs::metadata(fake).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+        std::fs::set_permissions(fake, p).unwrap();
+    }
     let cases: Vec<(Vec<PathBuf>, Vec<&str>, &str)> = vec![
+        (
+            vec![cubin.clone()],
+            vec!["--nvdisasm", silent.to_str().unwrap()],
+            "silent-nvdisasm printed no code for 3 of its kernel sections",
+        ),
+        (
+            vec![cubin.clone()],
+            vec!["--nvdisasm", junk.to_str().unwrap()],
+            "printed no code for 3 of its kernel sections",
+        ),
         (
             vec![text.clone()],
             vec![],

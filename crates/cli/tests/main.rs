@@ -6,6 +6,7 @@ mod champsim_cli;
 mod checkpoint_cli;
 mod collect_cli;
 mod common;
+mod crash_cli;
 mod fuzz_cli;
 mod golden;
 mod gpu_cfg_cli;

@@ -171,6 +171,25 @@ fn markers_are_reached_on_replay_in_another_environment() {
         "sum of multiplier x length {extrapolated} vs {total}"
     );
     assert!(run.join("replay.json").is_file());
+    // A copy of the program under another name (its build id the same) reaches every marker:
+    // they name the profiled program's image, which the replay maps to the copy's name.
+    let copy = other.join("gz-copy");
+    std::fs::copy(bbv_collect::find_on_path("gzip").unwrap(), &copy).unwrap();
+    let out = bbv()
+        .current_dir(&other)
+        .arg("replay")
+        .arg(&run)
+        .args(["--json", "--", "./gz-copy", "-9", "-c"])
+        .arg(&inp)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_status(&out, 0);
+    for c in replay_report(&out)["regions"].as_array().unwrap() {
+        assert_eq!(c["start_found"], true, "{c}");
+        assert_eq!(c["end_found"], true, "{c}");
+        assert!(c["bbv_l1"].as_f64().unwrap() < 0.2, "{c}");
+    }
 
     // bbv regions rebuilds from the directory: without warmup, then as before.
     let before = std::fs::read_to_string(run.join("regions.csv")).unwrap();

@@ -286,6 +286,10 @@ pub fn resolve_program(name: &str) -> Result<PathBuf, CollectError> {
         let p = PathBuf::from(name);
         return if p.is_file() {
             Ok(p)
+        } else if p.is_dir() {
+            Err(CollectError::Unsupported {
+                what: format!("{name}: a folder, not a program"),
+            })
         } else {
             Err(CollectError::ProgramNotFound { name: name.into() })
         };
@@ -319,6 +323,17 @@ pub fn qemu_version(qemu: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A program is a file: a folder or a name found nowhere is refused, each said so.
+    #[test]
+    fn a_program_is_a_file() {
+        let dir = std::env::temp_dir();
+        let e = resolve_program(&format!("{}/", dir.display())).unwrap_err();
+        assert!(e.to_string().contains("a folder, not a program"), "{e}");
+        let e = resolve_program("./no-such-program-here").unwrap_err();
+        assert!(e.to_string().contains("no such program"), "{e}");
+        assert!(resolve_program("/bin/sh").is_ok());
+    }
 
     /// The guest's ISA from its ELF header: this test (x86-64), the cross C libraries the
     /// AArch64 and RISC-V tests link against, and what is no ELF or no machine of ours.

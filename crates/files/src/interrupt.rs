@@ -141,10 +141,48 @@ fn serve(set: libc::sigset_t) {
                 let _ = std::fs::remove_file(path);
             }
         }
+        say_farewell(sig);
         // Other threads may be mid-write: leave without running anything else of bbv's.
         // SAFETY: _exit ends the process; the registry lock is held, so no Cleanup or Hold
         // starts meanwhile.
         unsafe { libc::_exit(128 + sig) };
+    }
+}
+
+/// Whole lines saying what bbv's outputs hold when signal N stops it.
+type Farewell = fn(i32) -> String;
+
+/// What bbv says when a signal stops it (set by [`farewell`]).
+static FAREWELL: Mutex<Option<Farewell>> = Mutex::new(None);
+
+/// Sets what bbv prints (whole lines) when a signal stops it: what its outputs hold now.
+pub fn farewell(say: Farewell) {
+    *FAREWELL.lock().unwrap_or_else(|e| e.into_inner()) = Some(say);
+}
+
+/// Prints, once per process, what bbv's outputs hold now that `sig` stops it: from the
+/// signal thread as it ends bbv, or from the main thread when bbv ends on its own after the
+/// signal (a guest that got it, or a command that finished meanwhile).
+pub fn say_farewell(sig: i32) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let line = match *FAREWELL.lock().unwrap_or_else(|e| e.into_inner()) {
+        Some(say) => say(sig),
+        None => format!("bbv: stopped by {}: no output was changed\n", name(sig)),
+    };
+    // SAFETY: a plain write of a buffer we own; no lock that another thread may hold.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
+/// A handled signal's name.
+pub fn name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
     }
 }
 
@@ -267,7 +305,7 @@ pub fn tagged(prefix: &str) -> String {
 }
 
 /// Whether process `pid` is gone (not merely another user's).
-fn gone(pid: i32) -> bool {
+pub(crate) fn gone(pid: i32) -> bool {
     // SAFETY: signal 0 only asks whether the process exists.
     pid > 0
         && unsafe { libc::kill(pid, 0) } != 0

@@ -5,6 +5,8 @@
 //!   killed command leaves the previous files, not a mix.
 //! * [`write_atomic`]: the same for one file; [`move_file`]: a finished file moved into place,
 //!   across file systems too.
+//! * [`folder`]: a folder's next state built beside it and swapped in at once ([`folder::Staged`]),
+//!   one writer at a time.
 //! * [`interrupt`]: the signal thread that removes registered temporaries when bbv is killed,
 //!   and holds a signal off during a set of renames.
 //!
@@ -18,6 +20,7 @@
 //! would replace the device itself ([`is_special_file`]).
 
 mod atomic;
+pub mod folder;
 pub mod input;
 pub mod interrupt;
 
@@ -47,6 +50,9 @@ pub enum FilesError {
     /// Outputs named in a way that cannot work (two outputs at one path, no file name).
     #[error("{0}")]
     Invalid(String),
+    /// An output folder is being written by another process.
+    #[error("{0}")]
+    Busy(String),
     /// An input is a folder, a device or a socket.
     #[error("{}: is {what}, not a regular file or a pipe", path.display())]
     NotAFile {

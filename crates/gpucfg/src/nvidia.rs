@@ -56,7 +56,45 @@ fn disassemble(nvdisasm: &Path, path: &Path, shown: &Path) -> Result<Vec<Functio
     let mut cmd = Command::new(nvdisasm);
     cmd.arg("-c").arg(path);
     let text = output(cmd, shown)?;
-    from_sass(&String::from_utf8_lossy(&text), shown)
+    let sections = sass::parse(&String::from_utf8_lossy(&text), shown)?;
+    // A disassembler that printed nothing (or another cubin's code) must not pass for a cubin
+    // without kernels: every code section of the cubin is in the listing.
+    let missing: Vec<String> = kernel_sections(path)
+        .into_iter()
+        .filter(|k| !sections.iter().any(|s| &s.name == k))
+        .collect();
+    if !missing.is_empty() {
+        return Err(CfgError::Tool(format!(
+            "{}: {} printed no code for {} of its kernel sections ({}): a broken or mismatched \
+             nvdisasm ($BBV_NVDISASM)",
+            shown.display(),
+            nvdisasm.display(),
+            missing.len(),
+            missing
+                .iter()
+                .take(3)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(sections.iter().flat_map(functions).collect())
+}
+
+/// The kernels a cubin holds code for: its non-empty `.text.NAME` sections (none when it is
+/// not an ELF this can read: nvdisasm's own error says why).
+fn kernel_sections(path: &Path) -> Vec<String> {
+    use object::{Object, ObjectSection};
+    let Ok(data) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let Ok(elf) = object::File::parse(&*data) else {
+        return Vec::new();
+    };
+    elf.sections()
+        .filter(|s| s.size() > 0)
+        .filter_map(|s| Some(s.name().ok()?.strip_prefix(".text.")?.to_string()))
+        .collect()
 }
 
 /// The CFGs in `nvdisasm -c`'s output (`shown` names the cubin in errors).

@@ -22,6 +22,12 @@ pub fn gpu_sample(
     output: &Path,
     options: SampleOptions,
 ) -> Result<String, GpuJobError> {
+    // The folder's next state is built beside it and swapped in whole.
+    let text = bbv_files::folder::update(output, |o| sample_into(list, o, options))?;
+    Ok(bbv_files::folder::plain(&text))
+}
+
+fn sample_into(list: &Path, output: &Path, options: SampleOptions) -> Result<String, GpuJobError> {
     let mut warnings = String::new();
     let s = if list.is_dir() {
         options.check()?;
@@ -126,6 +132,18 @@ impl GpuRunOutcome {
 
 /// Runs the program under the injection library, then writes the run folder.
 pub fn gpu_run(r: &GpuRun) -> Result<GpuRunOutcome, GpuJobError> {
+    // The folder's next state is built beside it and swapped in whole.
+    let mut done = bbv_files::folder::update(&r.output, |o| {
+        run_into(&GpuRun {
+            output: o.to_path_buf(),
+            ..r.clone()
+        })
+    })?;
+    done.report = bbv_files::folder::plain(&done.report);
+    Ok(done)
+}
+
+fn run_into(r: &GpuRun) -> Result<GpuRunOutcome, GpuJobError> {
     let (program, args) = r
         .command
         .split_first()

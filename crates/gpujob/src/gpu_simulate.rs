@@ -17,6 +17,7 @@ use crate::gpu_job::read_json;
 use crate::GpuJobError;
 
 /// A `bbv gpu simulate` job.
+#[derive(Clone, Debug)]
 pub struct GpuSimulate {
     /// The `bbv gpu sample` folder (of a trace).
     pub dir: PathBuf,
@@ -233,6 +234,19 @@ fn simulate_picks(
 
 /// Runs `job`: writes `DIR/simulation.json` (whole or not at all) and returns it with a report.
 pub fn gpu_simulate(job: &GpuSimulate) -> Result<GpuSimulation, GpuJobError> {
+    // The folder's next state is built beside it and swapped in whole.
+    let mut done = bbv_files::folder::update(&job.dir, |d| {
+        let job = GpuSimulate {
+            dir: d.to_path_buf(),
+            ..job.clone()
+        };
+        simulate_staged(&job)
+    })?;
+    done.report = bbv_files::folder::plain(&done.report);
+    Ok(done)
+}
+
+fn simulate_staged(job: &GpuSimulate) -> Result<GpuSimulation, GpuJobError> {
     let jobs = job
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

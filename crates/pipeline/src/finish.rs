@@ -40,8 +40,19 @@ fn other_threads(dir: &Path, s: &Summary) -> Result<HashSet<u32>, PipelineError>
     Ok(ids)
 }
 
-/// `bbv regions DIR`: from a run directory alone, places the markers of every point and
-/// writes the hand-off files, `summary.json` and `summary.txt` (all or none).
+/// `bbv regions DIR`: [`finish`] on the run directory's staged next state, swapped in whole
+/// when done (a failure or a kill leaves the folder as it was).
+pub fn update_regions(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError> {
+    // Refused as it is, before anything is staged: a folder that is no run.
+    rundir::read_summary(dir)?;
+    let mut f = bbv_files::folder::update(dir, |d| finish(d, warmup))?;
+    f.text = bbv_files::folder::plain(&f.text);
+    Ok(f)
+}
+
+/// From a run directory alone, places the markers of every point and writes the hand-off
+/// files, `summary.json` and `summary.txt` (all or none; `bbv regions` stages the folder
+/// first: [`update_regions`]).
 pub fn finish(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError> {
     let mut summary = rundir::read_summary(dir)?;
     if let Some(w) = warmup {

@@ -39,7 +39,7 @@ pub struct RunRequest {
     /// Deterministic turns of this many instructions where the QEMU allows them, the pace of
     /// `collect` otherwise (`--schedule auto` with `--regions looppoint`).
     pub turns_if_possible: Option<u64>,
-    /// `out` was made for this run: removed again (if still empty) when the guest is refused.
+    /// `out` was made for this run: removed again when nothing is committed into it.
     pub created_out: bool,
 }
 
@@ -73,16 +73,15 @@ pub fn run(
     observer: &dyn Observer,
     watcher: Option<&dyn bbv_collect::Watcher>,
 ) -> Result<RunOutcome, PipelineError> {
-    let mut prepared = match bbv_collect::prepare(req.collect.clone()) {
-        Ok(p) => p,
-        Err(e) => {
-            if req.created_out {
-                // Only an empty folder goes: nothing was written into it.
-                let _ = std::fs::remove_dir(&req.out);
-            }
-            return Err(e.into());
-        }
-    };
+    // The run is built beside the run directory and swapped in whole when finished: a
+    // failed or killed run leaves the previous one (and a folder made for it goes again).
+    let mut staged = bbv_files::folder::Staged::open(&req.out)?;
+    if req.created_out {
+        staged.remove_folder_on_drop();
+    }
+    let mut collect = req.collect.clone();
+    collect.work_dir = staged.path().to_path_buf();
+    let mut prepared = bbv_collect::prepare(collect)?;
     let qemu = bbv_collect::qemu_version(&prepared.qemu).unwrap_or_else(|| "unknown".into());
     let prepared_qemu = prepared.qemu.clone();
     let mut warnings = Vec::new();
@@ -94,6 +93,7 @@ pub fn run(
     // The summary records what ran.
     let req = &RunRequest {
         collect: prepared.request().clone(),
+        out: staged.path().to_path_buf(),
         ..req.clone()
     };
     let r = &req.collect;
@@ -151,6 +151,11 @@ pub fn run(
             other => other,
         }
     })();
+    let finished = finished.and_then(|mut f| {
+        staged.commit()?;
+        f.text = bbv_files::folder::plain(&f.text);
+        Ok(f)
+    });
     Ok(RunOutcome {
         status: outcome.status,
         finished,

@@ -76,7 +76,8 @@ pub fn summary_text(
     let _ = writeln!(
         r,
         "files: {}/ (report.html, summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, {}bb.out, pc.out, simpoint.*{})",
-        dir.display(),
+        // The folder's own name while the command writes its staged next state.
+        bbv_files::folder::plain_path(dir).display(),
         if looppoint { "global.bb, slices.tsv, " } else { "" },
         if validation.is_some() { ", metrics.csv, validation.json" } else { "" }
     );

@@ -31,7 +31,7 @@ mod slices;
 pub use bbv_rundir as rundir;
 pub use bbv_rundir::{chosen, validate};
 pub use cluster::{cluster_file, cluster_validated, KRange, Validate};
-pub use finish::{finish, Finished};
+pub use finish::{finish, update_regions, Finished};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
 pub use options::{default_max_k, CollectOptions, GuestOptions, RunOptions, Schedule};
 

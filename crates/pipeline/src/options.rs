@@ -303,6 +303,17 @@ impl RunOptions {
             ));
         }
         check_count("--interval", self.interval)?;
+        // A marker is placed within 0.5% of an interval after each cut: below this, that
+        // window holds no instruction.
+        let least = (1.0 / crate::markers::TOLERANCE).ceil() as u64;
+        if self.interval < least {
+            return invalid(format!(
+                "--interval {}: at least {least} instructions for `bbv run` (each region's \
+                 marker is placed within 0.5% of an interval after its cut); `bbv collect` cuts \
+                 vectors of any size",
+                self.interval
+            ));
+        }
         check_count("--warmup", self.warmup.unwrap_or(0))?;
         check_count("--flow-quantum", self.flow_quantum.unwrap_or(0))?;
         let validating =

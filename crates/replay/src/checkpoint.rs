@@ -114,8 +114,13 @@ pub struct RegionCheckpoint {
 pub struct CheckpointReport {
     /// The checkpoints' folder.
     pub dir: PathBuf,
-    /// The run directory the regions are of.
+    /// The run directory the regions are of, where it was when checkpointed.
     pub run: PathBuf,
+    /// That run's identity by content ([`bbv_rundir::Summary::identity`]): what `--check`
+    /// matches, so that a moved run is found beside its checkpoints and a rewritten one is
+    /// told apart (absent in the indexes of older bbv versions).
+    #[serde(default)]
+    pub run_id: Option<String>,
     /// The profiled program's build id.
     pub build_id: Option<String>,
     /// The QEMU the run was profiled and checkpointed with.
@@ -296,9 +301,11 @@ impl Checkpointing {
             })?;
             regions.push(region);
         }
+        let run = std::path::absolute(run).map_err(|e| ReplayError::io(run, e))?;
         let report = CheckpointReport {
-            dir: dir.clone(),
-            run: std::path::absolute(run).map_err(|e| ReplayError::io(run, e))?,
+            dir: bbv_files::folder::plain_path(&dir),
+            run: bbv_files::folder::plain_path(&run),
+            run_id: Some(s.identity()),
             build_id: s.program.build_id.clone(),
             qemu: s.qemu.clone(),
             cpu_seconds: self.spec.cpu_seconds,
@@ -385,7 +392,8 @@ impl Checkpointing {
         };
         let end_pc = address(end_marker)?;
         // Made once every checkpoint is in place.
-        let outputs = at.dir.join(format!("region-{id}.files"));
+        // Where the checkpoint writes when run: the folder's own name, not its stage's.
+        let outputs = bbv_files::folder::plain_path(&at.dir.join(format!("region-{id}.files")));
         let copied = |fd: i32| captured.copied(fd);
         let memory = at.staging.join(files::checkpoint_memory(event as u32));
         let inputs = bbv_checkpoint::Inputs {
@@ -408,7 +416,7 @@ impl Checkpointing {
             file_offset: format!("{:#x}", built.file_offset(address).unwrap_or(0)),
             count,
         };
-        let elf = path.display().to_string();
+        let elf = bbv_files::folder::plain_path(&path).display().to_string();
         let region = RegionCheckpoint {
             id,
             cluster: p.cluster,

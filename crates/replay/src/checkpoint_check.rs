@@ -123,6 +123,39 @@ fn bad(path: &Path, what: impl std::fmt::Display) -> ReplayError {
 }
 
 /// Reads `checkpoints.json` and checks every file it names is the one written.
+/// The run directory the checkpoints are of, by its identity: where it was when checkpointed,
+/// or the checkpoints' parent folder (`DIR/checkpoints` moved with its run); another run in
+/// either place is refused, naming both identities.
+fn run_of(
+    dir: &Path,
+    report: &CheckpointReport,
+) -> Result<(PathBuf, rundir::Summary), ReplayError> {
+    let Some(id) = &report.run_id else {
+        return Ok((report.run.clone(), rundir::read_summary(&report.run)?));
+    };
+    let mut found = Vec::new();
+    let beside = std::path::absolute(dir)
+        .ok()
+        .and_then(|d| d.parent().map(Path::to_path_buf));
+    for candidate in std::iter::once(report.run.clone()).chain(beside) {
+        match rundir::read_summary(&candidate) {
+            Ok(s) if s.identity() == *id => return Ok((candidate, s)),
+            Ok(s) => found.push(format!(
+                "{} holds run {}",
+                candidate.display(),
+                s.identity()
+            )),
+            Err(_) => found.push(format!("{} holds no run", candidate.display())),
+        }
+    }
+    Err(ReplayError::Invalid(format!(
+        "{}: the checkpoints are of run {id} (made from {}), and {}: check them beside their run, or checkpoint the run again",
+        dir.join(bbv_rundir::files::CHECKPOINTS_JSON).display(),
+        report.run.display(),
+        found.join("; ")
+    )))
+}
+
 fn load(dir: &Path) -> Result<CheckpointReport, ReplayError> {
     let path = dir.join(bbv_rundir::files::CHECKPOINTS_JSON);
     let text = bbv_files::input::read_text(&path, 64 << 20)?;
@@ -195,8 +228,9 @@ fn key_at(pass: &[(u64, u64, String, u64)], a: u64) -> Option<Key> {
 
 /// Runs `--check`; `Err` = bad input, found before anything ran.
 pub fn check(req: &CheckRequest) -> Result<CheckReport, ReplayError> {
-    let report = load(&req.dir)?;
-    let s = rundir::read_summary(&report.run)?;
+    let mut report = load(&req.dir)?;
+    let (run, s) = run_of(&req.dir, &report)?;
+    report.run = run;
     // The QEMU the run was profiled with, as every command on a run directory defaults to.
     let req = &CheckRequest {
         qemu: s.qemu_or(req.qemu.as_deref()),
@@ -226,18 +260,23 @@ pub fn check(req: &CheckRequest) -> Result<CheckReport, ReplayError> {
         tolerance_pct: req.tolerance_pct,
         regions,
     };
-    let mut files = AtomicFiles::default();
-    // Each checkpoint's own output, kept apart from the table.
-    for (id, output) in &outputs {
-        files.write(&req.dir.join(format!("region-{id}.check.out")), |w| {
-            std::io::Write::write_all(w, output)
+    // Staged once the checkpoints ran: they write their outputs into the folder itself, as
+    // they would anywhere, and the stage is to carry them.
+    bbv_files::folder::update(&req.dir, |dir| -> Result<(), ReplayError> {
+        let mut files = AtomicFiles::default();
+        // Each checkpoint's own output, kept apart from the table.
+        for (id, output) in &outputs {
+            files.write(&dir.join(format!("region-{id}.check.out")), |w| {
+                std::io::Write::write_all(w, output)
+            })?;
+        }
+        files.write(&dir.join("check.json"), |w| {
+            serde_json::to_writer_pretty(&mut *w, &out)?;
+            std::io::Write::write_all(w, b"\n")
         })?;
-    }
-    files.write(&req.dir.join("check.json"), |w| {
-        serde_json::to_writer_pretty(&mut *w, &out)?;
-        std::io::Write::write_all(w, b"\n")
+        files.commit()?;
+        Ok(())
     })?;
-    files.commit()?;
     Ok(out)
 }
 

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use bbv_collect::GuestStatus;
 use serde::Serialize;
 
+use bbv_files::folder::Staged;
 use bbv_files::AtomicFiles;
 use bbv_pipeline::markers::Profile;
 use bbv_pipeline::regions::region_id;
@@ -173,6 +174,11 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, ReplayError> {
         )));
     }
     let images = rundir::read_images(&dir.join(bbv_rundir::files::IMAGES))?;
+    // A copy of the program under another name (its build id checked above) maps under that
+    // name: the plugin finds the markers' images by name.
+    let file_name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let profiled = file_name(Path::new(&s.program.path));
+    let renamed = file_name(program).filter(|now| Some(now) != profiled.as_ref());
     let mut index: HashMap<Key, usize> = HashMap::new();
     let mut p = Plan {
         pcs: Vec::new(),
@@ -192,12 +198,14 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, ReplayError> {
                         dir.join(bbv_rundir::files::IMAGES).display()
                     ))
                 })?;
-                let facts = bbv_collect::ElfFacts::read(&image.path).unwrap_or_default();
+                let main = Some(&m.image) == profiled.as_ref() && renamed.is_some();
+                let path = if main { program } else { image.path.as_path() };
+                let facts = bbv_collect::ElfFacts::read(path).unwrap_or_default();
                 let id = facts.build_id.clone();
                 if id != image.build_id {
                     return Err(ReplayError::Invalid(format!(
                         "{}: build id {} differs from the profiled one {}: the library changed since the run",
-                        image.path.display(),
+                        path.display(),
                         id.as_deref().unwrap_or("(none)"),
                         image.build_id.as_deref().unwrap_or("(none)")
                     )));
@@ -207,10 +215,14 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, ReplayError> {
                         "marker {}+{}: not an address in {}",
                         m.image,
                         m.offset,
-                        image.path.display()
+                        path.display()
                     ))
                 })?;
-                p.pcs.push((m.image.clone(), off, file_off));
+                let name = match (main, &renamed) {
+                    (true, Some(now)) => now.clone(),
+                    _ => m.image.clone(),
+                };
+                p.pcs.push((name, off, file_off));
                 index.insert(key, p.pcs.len() - 1);
                 p.pcs.len() - 1
             }
@@ -316,6 +328,43 @@ pub fn on_run(guest: &bbv_collect::Guest, s: &Summary) -> bbv_collect::Guest {
 
 /// Runs the replay. `Err` = bad input, found before anything ran.
 pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
+    // Refused as it is, before anything is staged: a folder that is no run.
+    rundir::read_summary(&req.dir)?;
+    // Every folder written is staged and swapped in only if all of it was made: the run
+    // directory (replay.json, trace.json) last, after the traces' or checkpoints' own folder.
+    let run = Staged::open(&req.dir)?;
+    let mut others = Vec::new();
+    let mut stage = |dir: &Path| -> Result<PathBuf, ReplayError> {
+        if let Some(inside) = run.within(dir) {
+            return Ok(inside);
+        }
+        let s = Staged::open(dir)?;
+        let p = s.path().to_path_buf();
+        others.push(s);
+        Ok(p)
+    };
+    let mut staged = req.clone();
+    staged.dir = run.path().to_path_buf();
+    if let Some(t) = staged.trace.as_mut() {
+        t.dir = stage(&t.dir)?;
+    }
+    if let Some(c) = staged.checkpoint.as_mut() {
+        c.dir = stage(&c.dir)?;
+    }
+    let outcome = replay_staged(&staged)?;
+    let made = outcome.report.is_ok()
+        && !matches!(outcome.traces, Some(Err(_)))
+        && !matches!(outcome.checkpoints, Some(Err(_)));
+    if made {
+        for s in others {
+            s.commit()?;
+        }
+        run.commit()?;
+    }
+    Ok(outcome)
+}
+
+fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     let s = rundir::read_summary(&req.dir)?;
     if s.points.is_empty() {
         return Err(ReplayError::Invalid(format!(
@@ -454,10 +503,24 @@ fn replay_report(
             c.threads.len()
         )));
     }
+    // A renamed copy of the program: its blocks are the profiled program's.
+    let name_of = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let profiled = name_of(Path::new(&s.program.path));
+    let now = bbv_collect::resolve_program(&req.guest.program)
+        .ok()
+        .and_then(|p| name_of(&p));
     let key_of_replay: Vec<Option<Key>> = c
         .blocks
         .iter()
-        .map(|b| b.image.map(|i| (c.images[i].name(), b.address)))
+        .map(|b| {
+            b.image.map(|i| {
+                let name = c.images[i].name();
+                match (&profiled, &now) {
+                    (Some(p), Some(n)) if name == *n => (p.clone(), b.address),
+                    _ => (name, b.address),
+                }
+            })
+        })
         .collect();
     // Looppoint lengths count the instructions outside the excluded images.
     let counted: Option<Vec<bool>> = looppoint.then(|| {

@@ -171,6 +171,22 @@ pub fn simulate_watched(
     req: &SimulateRequest,
     watcher: &dyn SimulateWatcher,
 ) -> Result<Simulation, ReplayError> {
+    // Refused as it is, before anything is staged: a folder that is no run.
+    rundir::read_summary(&req.dir)?;
+    // simulation.json lands in the run directory's staged next state, swapped in whole.
+    bbv_files::folder::update(&req.dir, |d| {
+        let req = SimulateRequest {
+            dir: d.to_path_buf(),
+            ..req.clone()
+        };
+        simulate_staged(&req, watcher)
+    })
+}
+
+fn simulate_staged(
+    req: &SimulateRequest,
+    watcher: &dyn SimulateWatcher,
+) -> Result<Simulation, ReplayError> {
     let s = rundir::read_summary(&req.dir)?;
     let t = traced(&req.dir, &s)?;
     // Read before the simulations, so that a run that cannot be banded is refused at once.

@@ -408,7 +408,12 @@ impl Tracing {
                 std::fs::rename(partial, &to).map_err(|e| ReplayError::io(&to, e))?;
             }
             write_tables(&report)?;
-            Ok(report)
+            // The folders as they are named once the command's stages are in place.
+            Ok(TraceReport {
+                dir: bbv_files::folder::plain_path(&report.dir),
+                run: bbv_files::folder::plain_path(&report.run),
+                ..report
+            })
         });
         if placed.is_err() {
             for (_, partial, _) in &got {
@@ -593,12 +598,17 @@ fn check(
 /// find the traces).
 fn write_tables(report: &TraceReport) -> Result<(), ReplayError> {
     let mut files = AtomicFiles::default();
+    let shown = TraceReport {
+        dir: bbv_files::folder::plain_path(&report.dir),
+        run: bbv_files::folder::plain_path(&report.run),
+        ..report.clone()
+    };
     for path in [
         report.dir.join(bbv_rundir::files::REGIONS_JSON),
         report.run.join(bbv_rundir::files::TRACE),
     ] {
         files.write(&path, |w| {
-            serde_json::to_writer_pretty(&mut *w, report)?;
+            serde_json::to_writer_pretty(&mut *w, &shown)?;
             w.write_all(b"\n")
         })?;
     }
