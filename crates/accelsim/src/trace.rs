@@ -117,6 +117,7 @@ impl TraceReader {
                 _ => {}
             }
         }
+        limits(&h).map_err(|why| lines.error(why))?;
         if !seen_name {
             return Err(lines.error("the header has no '-kernel name' line"));
         }
@@ -242,6 +243,13 @@ impl TraceReader {
                     };
                     if self.state != State::Begun {
                         return Err(self.lines.error("'thread block =' outside #BEGIN_TB"));
+                    }
+                    let grid = self.header.grid;
+                    if b.iter().zip(grid).any(|(&i, g)| i >= g) {
+                        return Err(self.lines.error(format!(
+                            "thread block ({},{},{}) is outside the grid ({},{},{})",
+                            b[0], b[1], b[2], grid[0], grid[1], grid[2]
+                        )));
                     }
                     self.block = b;
                     self.state = State::InBlock;
@@ -617,6 +625,25 @@ pub(crate) fn parse_instruction<'a>(
     })
 }
 
+/// CUDA's limits (grid x below 2^31, y and z up to 65535; 1024 threads a block): the counts
+/// built on them (blocks, threads) stay within 64 bits.
+fn limits(h: &KernelHeader) -> Result<(), String> {
+    let over = |v: [u32; 3], max: [u32; 3]| v.iter().zip(max).any(|(&a, m)| a == 0 || a > m);
+    if over(h.grid, [i32::MAX as u32, 65535, 65535]) {
+        return Err(format!(
+            "-grid dim ({},{},{}): beyond CUDA's limits (x 1 to 2^31-1, y and z 1 to 65535)",
+            h.grid[0], h.grid[1], h.grid[2]
+        ));
+    }
+    if over(h.block, [1024, 1024, 64]) || h.threads_per_block() > 1024 {
+        return Err(format!(
+            "-block dim ({},{},{}): beyond CUDA's limits (at most 1024 threads, z at most 64)",
+            h.block[0], h.block[1], h.block[2]
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -629,6 +656,49 @@ mod tests {
             out.push(format!("@{}", r.line_number()));
         }
         out
+    }
+
+    /// Grids and blocks beyond CUDA's limits (whose block and thread counts would wrap) and
+    /// thread blocks outside the grid are refused, naming the line.
+    #[test]
+    fn grids_stay_within_cudas_limits() {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/data/accelsim/vectoradd-100-32-trace-0c94f481/kernel-1.traceg");
+        let good = std::fs::read_to_string(data).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                "-grid dim = (1,1,1)",
+                "-grid dim = (4294967295,4294967295,65535)",
+                "beyond CUDA's limits (x 1 to 2^31-1",
+            ),
+            (
+                "-grid dim = (1,1,1)",
+                "-grid dim = (0,1,1)",
+                "-grid dim (0,1,1): beyond",
+            ),
+            (
+                "-block dim = (1024,1,1)",
+                "-block dim = (1024,2,1)",
+                "-block dim (1024,2,1): beyond",
+            ),
+            (
+                "thread block = 0,0,0",
+                "thread block = 1,0,0",
+                "outside the grid (1,1,1)",
+            ),
+        ];
+        for (from, to, says) in cases {
+            let p = dir.path().join("kernel-1.traceg");
+            assert!(good.contains(from), "{from}");
+            std::fs::write(&p, good.replacen(from, to, 1)).unwrap();
+            let err = TraceReader::open(&p).and_then(|mut r| {
+                while r.next_event()?.is_some() {}
+                Ok(())
+            });
+            let msg = err.unwrap_err().to_string();
+            assert!(msg.contains(says), "{to}: {msg}");
+        }
     }
 
     /// The general path's two builds (x86-64-v3 and portable) read the shipped traces alike.

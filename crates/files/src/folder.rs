@@ -132,7 +132,7 @@ impl Staged {
 
     /// Puts the next state in place in one step and removes the old one.
     pub fn commit(mut self) -> Result<(), FilesError> {
-        sync_tree(&self.stage)?;
+        sync_fs(&self.stage)?;
         // The staging folder is locked too, so that the folder's name stays locked until
         // the old state is removed and this process lets go.
         let stage_lock = open_dir(&self.stage)?;
@@ -146,7 +146,7 @@ impl Staged {
         };
         self.committed = true;
         set_committed(&self.stage);
-        let _ = open_dir(parent(&self.dir)).map(|p| p.sync_all());
+        let _ = sync_fs(parent(&self.dir));
         drop(hold);
         let _ = fs::remove_dir_all(&old);
         Ok(())
@@ -386,25 +386,17 @@ fn link_tree(from: &Path, to: &Path) -> Result<(), FilesError> {
     Ok(())
 }
 
-/// Flushes to disk what this command wrote into the staging folder (files with a single
-/// link: the others are the old state's, already there) and every folder of it.
-fn sync_tree(dir: &Path) -> Result<(), FilesError> {
-    let entries = fs::read_dir(dir).map_err(|e| FilesError::io(dir, e))?;
-    for e in entries {
-        let e = e.map_err(|e| FilesError::io(dir, e))?;
-        let path = e.path();
-        let meta = fs::symlink_metadata(&path).map_err(|e| FilesError::io(&path, e))?;
-        if meta.is_dir() {
-            sync_tree(&path)?;
-        } else if meta.is_file() && meta.nlink() == 1 {
-            File::open(&path)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| FilesError::io(&path, e))?;
-        }
+/// Flushes the file system `dir` is on to disk: the stage's new files and folders before the
+/// swap, the swap itself after it. One `syncfs` commits the journal once, where an `fsync` per
+/// file committed it per file (a `bbv regions` writes a dozen: 1-5 ms against 0.2 ms here).
+fn sync_fs(dir: &Path) -> Result<(), FilesError> {
+    use std::os::fd::AsRawFd;
+    let d = open_dir(dir)?;
+    // SAFETY: a sync of the file system of an open descriptor.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(FilesError::io(dir, std::io::Error::last_os_error()));
     }
-    open_dir(dir)?
-        .sync_all()
-        .map_err(|e| FilesError::io(dir, e))
+    Ok(())
 }
 
 fn c_path(p: &Path) -> Result<CString, FilesError> {

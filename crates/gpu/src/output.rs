@@ -138,7 +138,7 @@ fn write_csv(
             h.block[0],
             h.block[1],
             h.block[2],
-            h.blocks() * h.threads_per_block(),
+            h.blocks().saturating_mul(h.threads_per_block()),
             k.count(mode),
             k.warp_insts
         )?;
@@ -168,7 +168,7 @@ fn write_json(
             "grid": h.grid,
             "block": h.block,
             "blocks": h.blocks(),
-            "threads": h.blocks() * h.threads_per_block(),
+            "threads": h.blocks().saturating_mul(h.threads_per_block()),
             "traced_blocks": k.traced_blocks,
             "count": k.count(mode),
             "warp_insts": k.warp_insts,
