@@ -261,20 +261,10 @@ fn output_tail(stdout: &str) -> String {
         .rev()
         .find(|l| !l.trim().is_empty())
         .unwrap_or("");
-    let mut last: String = last.chars().take(120).collect();
-    if last.len()
-        < stdout
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .len()
-    {
-        last.push_str("...");
-    }
     format!(
-        "its output: {} lines, the last {last:?}",
-        stdout.lines().count()
+        "its output: {} lines, the last `{}`",
+        stdout.lines().count(),
+        bbv_files::input::quote(last.as_bytes())
     )
 }
 

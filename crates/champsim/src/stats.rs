@@ -45,7 +45,9 @@ impl Figures {
                 instructions,
                 cycles,
             }),
-            _ => Err(StatsError::Malformed(line.trim().to_string())),
+            _ => Err(StatsError::Malformed(bbv_files::input::quote(
+                line.trim().as_bytes(),
+            ))),
         }
     }
 }

@@ -658,7 +658,7 @@ fn broken_hand_offs_are_refused_and_change_nothing() {
             &["regions", "{D}"],
         ),
     ];
-    fuzz("hand-offs", &targets, 80, work.path());
+    fuzz("hand-offs", &targets, 100, work.path());
 }
 
 #[test]

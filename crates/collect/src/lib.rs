@@ -443,7 +443,19 @@ impl Prepared {
             (None, Some(s)) => GuestStatus::Signaled(s),
             _ => GuestStatus::Exited(255),
         };
-        let collected = read_results(dir, cleanup, status, &self.program, &self.request);
+        let collected =
+            read_results(dir, cleanup, status, &self.program, &self.request).map_err(|e| {
+                match (e, &self.output) {
+                    // QEMU's message went to the file its output was captured in, not above.
+                    (CollectError::Incomplete(m), Some(out)) => {
+                        CollectError::Incomplete(m.replace(
+                            "its reason is in the message above",
+                            &format!("QEMU said (in {}): {}", out.display(), last_lines(out)),
+                        ))
+                    }
+                    (e, _) => e,
+                }
+            });
         Ok(Outcome {
             pid,
             status,
@@ -487,6 +499,23 @@ fn watch(pid: u32, dir: &Path, w: &dyn Watcher) -> std::io::Result<()> {
             next = std::time::Instant::now() + PROGRESS_PERIOD;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The last lines of a captured output (at most 3 lines of its last 2 KiB), for a message.
+fn last_lines(path: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut tail = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let len = f.metadata().map_or(0, |m| m.len());
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(2048)));
+        let _ = f.take(2048).read_to_end(&mut tail);
+    }
+    let text = String::from_utf8_lossy(&tail);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    match lines.len() {
+        0 => "nothing".into(),
+        n => lines[n.saturating_sub(3)..].join(" | "),
     }
 }
 

@@ -29,7 +29,9 @@ static ACTIVE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
 #[derive(Clone)]
 struct Entry {
-    /// The folder as the user named it.
+    /// The folder as the user named it (what messages say).
+    shown: PathBuf,
+    /// The folder's canonical path (what files that outlive the stage record).
     dir: PathBuf,
     stage: PathBuf,
     /// The stage is in place: the folder holds the new state.
@@ -107,7 +109,8 @@ impl Staged {
         }
         link_tree(&staged.dir, &staged.stage)?;
         active().push(Entry {
-            dir: given.to_path_buf(),
+            shown: given.to_path_buf(),
+            dir: staged.dir.clone(),
             stage: staged.stage.clone(),
             committed: false,
         });
@@ -213,7 +216,7 @@ pub fn kept_lines(sig: i32) -> String {
     }
     entries
         .iter()
-        .map(|e| kept_line(sig, Some(&e.dir), e.committed) + "\n")
+        .map(|e| kept_line(sig, Some(&e.shown), e.committed) + "\n")
         .collect()
 }
 
@@ -222,13 +225,14 @@ pub fn kept_lines(sig: i32) -> String {
 pub fn plain(text: &str) -> String {
     let mut out = text.to_string();
     for e in active().iter() {
-        out = out.replace(&*e.stage.to_string_lossy(), &e.dir.to_string_lossy());
+        out = out.replace(&*e.stage.to_string_lossy(), &e.shown.to_string_lossy());
     }
     out
 }
 
-/// `path` with a staging folder of this process at its start named as the folder it stands
-/// for: what a file that outlives the stage records (a trace's folder, a checkpoint's).
+/// `path` with a staging folder of this process at its start replaced by the folder's
+/// canonical path: what a file that outlives the stage records (a trace's folder, a
+/// checkpoint's).
 pub fn plain_path(path: &Path) -> PathBuf {
     for e in active().iter() {
         if let Ok(rest) = path.strip_prefix(&e.stage) {

@@ -77,7 +77,7 @@ pub fn summary_text(
         r,
         "files: {}/ (report.html, summary.json, regions.csv, regions.json, regions.sniper.txt, gem5/, nemu/, blocks.tsv, {}bb.out, pc.out, simpoint.*{})",
         // The folder's own name while the command writes its staged next state.
-        bbv_files::folder::plain_path(dir).display(),
+        bbv_files::folder::plain(&dir.display().to_string()),
         if looppoint { "global.bb, slices.tsv, " } else { "" },
         if validation.is_some() { ", metrics.csv, validation.json" } else { "" }
     );

@@ -229,6 +229,18 @@ fn key_at(pass: &[(u64, u64, String, u64)], a: u64) -> Option<Key> {
 /// Runs `--check`; `Err` = bad input, found before anything ran.
 pub fn check(req: &CheckRequest) -> Result<CheckReport, ReplayError> {
     let mut report = load(&req.dir)?;
+    // A checkpoint writes its outputs where it was made (the path is in it): checked from
+    // another folder, it would write there, or fail.
+    let here = std::fs::canonicalize(&req.dir).map_err(|e| ReplayError::io(&req.dir, e))?;
+    if std::fs::canonicalize(&report.dir).ok().as_ref() != Some(&here) {
+        return Err(bad(
+            &req.dir.join(bbv_rundir::files::CHECKPOINTS_JSON),
+            format!(
+                "the checkpoints were made in {} and write their outputs there (the path is in each): check them in that folder, or checkpoint the run again here",
+                report.dir.display()
+            ),
+        ));
+    }
     let (run, s) = run_of(&req.dir, &report)?;
     report.run = run;
     // The QEMU the run was profiled with, as every command on a run directory defaults to.
