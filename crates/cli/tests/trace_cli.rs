@@ -532,6 +532,29 @@ fn a_region_not_reached_writes_no_trace() {
     before.remove(&run.join("replay.json"));
     after.retain(|p, _| !p.starts_with(run.join("traces")));
     assert_eq!(after, before);
+    // An end marker never reached (its count beyond any run): the window stops recording at
+    // its limit, not at the program's end, and the message says so.
+    let path = run.join("summary.json");
+    let mut summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let last = summary["points"].as_array().unwrap().len() - 1;
+    summary["points"][last]["end"]["count"] = serde_json::json!(1u64 << 40);
+    std::fs::write(&path, serde_json::to_string_pretty(&summary).unwrap()).unwrap();
+    let o = bbv()
+        .arg("trace")
+        .arg(&run)
+        .arg("--")
+        .args(gzip_run(d, 60_000))
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("its end marker was not reached within")
+            && err.contains("its recording stopped there"),
+        "{err}"
+    );
 }
 
 /// A run whose regions lie past 8 million instructions but are warmed for less (here: not at

@@ -75,6 +75,9 @@ struct Output {
     alt: u32,
     end: u32,
     tail: u64,
+    /// Records it may still take: a window whose end marker is missed stops here instead of
+    /// recording to the program's end.
+    left: u64,
     state: State,
 }
 
@@ -188,6 +191,7 @@ pub fn init(path: &Path, isa: Isa) -> Result<(), String> {
             alt: u32::MAX,
             end: u32::MAX,
             tail: 0,
+            left: u64::MAX,
             state: State::Recording,
         }],
         isa,
@@ -200,12 +204,13 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
     let mut outputs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let bad = || format!("{}:{}: malformed window line", file.display(), i + 1);
-        let mut f = line.splitn(7, ' ');
+        let mut f = line.splitn(8, ' ');
         if f.next() != Some("window") {
             return Err(bad());
         }
         let mut num = || f.next().and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
         let (_id, start, alt, end, tail) = (num()?, num()?, num()?, num()?, num()?);
+        let left = num()?;
         let path = f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
         outputs.push(Output {
             path: PathBuf::from(path),
@@ -214,6 +219,7 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
             alt: u32::try_from(alt).map_err(|_| bad())?,
             end: u32::try_from(end).map_err(|_| bad())?,
             tail,
+            left,
             state: State::Waiting,
         });
     }
@@ -307,13 +313,15 @@ impl Recorder {
             let i = self.open[k];
             let o = &mut self.outputs[i];
             let ok = o.out.as_mut().is_some_and(|w| w.write_all(&bytes).is_ok());
-            let finished = match o.state {
-                State::Tail(left) => {
-                    o.state = State::Tail(left - 1);
-                    left == 1
-                }
-                _ => false,
-            };
+            o.left = o.left.saturating_sub(1);
+            let finished = o.left == 0
+                || match o.state {
+                    State::Tail(left) => {
+                        o.state = State::Tail(left - 1);
+                        left == 1
+                    }
+                    _ => false,
+                };
             // A reader gone (ChampSim done with a pipe) or a tail complete: closed.
             if !ok || finished {
                 self.close(i);

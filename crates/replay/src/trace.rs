@@ -358,11 +358,12 @@ impl Tracing {
             let into = reader.as_ref().map_or(&partial, |(fifo, _)| fifo);
             let _ = writeln!(
                 text,
-                "window {r} {} {} {} {} {}",
+                "window {r} {} {} {} {} {} {}",
                 start_event(s, r),
                 2 * r,
                 2 * r + 1,
                 spec.tail,
+                record_limit(p, spec.tail),
                 into.display()
             );
             windows.push(Window {
@@ -525,6 +526,17 @@ pub(crate) fn release(fifo: &Path) {
         .open(fifo);
 }
 
+/// The most records a window takes: twice its warmup and region as profiled, its tail and a
+/// million more. A replayed region is within the tolerance of its profiled length, so only a
+/// window whose end marker is missed reaches this, and stops there instead of recording to the
+/// program's end.
+fn record_limit(p: &bbv_rundir::Point, tail: u64) -> u64 {
+    (p.warmup_length.saturating_add(p.length))
+        .saturating_mul(2)
+        .saturating_add(tail)
+        .saturating_add(1_000_000)
+}
+
 fn check(
     s: &Summary,
     spec: &TraceSpec,
@@ -540,7 +552,15 @@ fn check(
         let (Some(warm), Some(start), Some(end)) =
             (pos(start_event(s, *r)), pos(2 * r), pos(2 * r + 1))
         else {
-            missing.push(format!("region {id}: a marker was not reached"));
+            let limit = record_limit(p, spec.tail);
+            let cut = matches!(bytes, Ok(w) if w.bytes >= limit * RECORD);
+            missing.push(match cut {
+                true => format!(
+                    "region {id}: its end marker was not reached within {limit} records (twice \
+                     its profiled warmup and length, and more): its recording stopped there"
+                ),
+                false => format!("region {id}: a marker was not reached"),
+            });
             continue;
         };
         // The window opened at whichever came first (see the plugin's record module).
