@@ -171,7 +171,7 @@ pub fn run_watched(
                 "{} printed more than {} MiB, not a ChampSim report ({})",
                 bin.display(),
                 MAX_OUTPUT >> 20,
-                output_tail(&stdout[stdout.floor_char_boundary(stdout.len() - 200)..])
+                output_tail(&stdout)
             ),
         });
     }

@@ -38,14 +38,19 @@ pub fn files_in(dir: &Path) -> Vec<String> {
 /// stream, and so the points chosen, depend on the size of its environment, which would
 /// otherwise be the test runner's.
 pub fn gzip_job(opts: &[&str], out: &Path, input: &Path) -> Output {
+    let mut args: Vec<&std::ffi::OsStr> = opts.iter().map(std::ffi::OsStr::new).collect();
+    args.extend([std::ffi::OsStr::new("-o"), out.as_os_str()]);
+    gzip_bbv(&args, input)
+}
+
+/// `bbv ARGS -- gzip -6 -c INPUT` in [`gzip_job`]'s fixed environment; it must exit 0.
+pub fn gzip_bbv(args: &[&std::ffi::OsStr], input: &Path) -> Output {
     let o = bbv()
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("HOME", "/tmp")
         .env("LANG", "C")
-        .args(opts)
-        .arg("-o")
-        .arg(out)
+        .args(args)
         .args(["--", "gzip", "-6", "-c"])
         .arg(input)
         .stdout(std::process::Stdio::null())
@@ -187,4 +192,18 @@ pub fn record_whole_run(guest: &[String], out: &Path, extra: &str) {
         .unwrap();
     assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
     assert!(!state.join("error").exists());
+}
+
+/// Processes whose command line contains `tag` (a zombie's is empty).
+pub fn processes_with(tag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(tag) {
+                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
 }

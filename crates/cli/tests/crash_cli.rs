@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{bbv, champsim_bin, guest_env, text_input};
+use crate::common::{bbv, champsim_bin, guest_env, processes_with, text_input};
 
 /// A folder's files, relative to it, with their contents as compared.
 type State = BTreeMap<PathBuf, Vec<u8>>;
@@ -83,6 +83,18 @@ struct Case {
 }
 
 impl Case {
+    /// `args` on the run directory `root/R`, `next` after each kill, every file compared whole.
+    fn new(name: &'static str, root: &Path, args: Vec<String>, next: Vec<String>) -> Case {
+        Case {
+            name,
+            root: root.to_path_buf(),
+            args,
+            dir: root.join("R"),
+            next,
+            volatile: &[],
+        }
+    }
+
     fn command(&self, args: &[String]) -> Command {
         let mut c = bbv();
         guest_env(&mut c)
@@ -121,33 +133,6 @@ fn ok(o: &std::process::Output, what: &str) {
         o.status,
         String::from_utf8_lossy(&o.stderr)
     );
-}
-
-/// Processes whose command line names `tag` (this test's folder), zombies aside.
-fn processes_with(tag: &str) -> Vec<String> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let pid = e.file_name().to_string_lossy().into_owned();
-        if pid == me || !pid.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        if stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|s| s.trim_start().starts_with('Z'))
-        {
-            continue;
-        }
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(tag) {
-                found.push(format!("{pid}: {cmd}"));
-            }
-        }
-    }
-    found
 }
 
 /// Names under `dir` that only a writer at work has: stages, temporaries, partial files.
@@ -309,20 +294,11 @@ fn profiled(root: &Path, opts: &[&str]) -> Vec<String> {
     let input = root.join("input.txt");
     text_input(&input, 400_000);
     let guest = strings(&["/bin/gzip", "-6", "-c", &input.display().to_string()]);
-    let case = Case {
-        name: "profile",
-        root: root.to_path_buf(),
-        args: Vec::new(),
-        dir: root.join("R"),
-        next: Vec::new(),
-        volatile: &[],
-    };
+    let case = Case::new("profile", root, Vec::new(), Vec::new());
     std::fs::create_dir_all(root.join("tmp")).unwrap();
-    let mut args = strings(&["run", "-o", "R"]);
-    args.extend(strings(opts));
-    args.push("--".into());
-    args.extend(guest.iter().cloned());
-    ok(&case.run(&args).0, "bbv run");
+    let mut head = vec!["run", "-o", "R"];
+    head.extend(opts);
+    ok(&case.run(&with_guest(&head, &guest)).0, "bbv run");
     guest
 }
 
@@ -340,11 +316,11 @@ fn a_killed_run_leaves_the_old_run_or_the_new() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path();
     let guest = profiled(root, RUN_OPTS);
-    let case = Case {
-        name: "run",
-        root: root.to_path_buf(),
+    let case = Case::new(
+        "run",
+        root,
         // Another interval, so that the new run differs from the old in every file.
-        args: with_guest(
+        with_guest(
             &[
                 "run",
                 "-o",
@@ -357,10 +333,8 @@ fn a_killed_run_leaves_the_old_run_or_the_new() {
             ],
             &guest,
         ),
-        dir: root.join("R"),
-        next: strings(&["regions", "R"]),
-        volatile: &[],
-    };
+        strings(&["regions", "R"]),
+    );
     crash(&case, kills(), 0x5eed_0001);
 }
 
@@ -369,14 +343,12 @@ fn killed_regions_leave_the_old_regions_or_the_new() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path();
     profiled(root, RUN_OPTS);
-    let case = Case {
-        name: "regions",
-        root: root.to_path_buf(),
-        args: strings(&["regions", "R", "--warmup", "600000"]),
-        dir: root.join("R"),
-        next: strings(&["report", "R"]),
-        volatile: &[],
-    };
+    let case = Case::new(
+        "regions",
+        root,
+        strings(&["regions", "R", "--warmup", "600000"]),
+        strings(&["report", "R"]),
+    );
     crash(&case, kills(), 0x5eed_0002);
 }
 
@@ -388,28 +360,27 @@ fn a_killed_trace_or_simulation_leaves_the_old_state_or_the_new() {
     let mut opts = RUN_OPTS.to_vec();
     opts.push("--validate");
     let guest = profiled(root, &opts);
-    let trace = Case {
-        name: "trace",
-        root: root.to_path_buf(),
-        args: with_guest(&["trace", "R", "--tail", "2000", "--short-warmups"], &guest),
-        dir: root.join("R"),
-        next: strings(&["report", "R"]),
-        volatile: &[],
-    };
+    let trace = Case::new(
+        "trace",
+        root,
+        with_guest(&["trace", "R", "--tail", "2000", "--short-warmups"], &guest),
+        strings(&["report", "R"]),
+    );
     crash(&trace, kills(), 0x5eed_0003);
     let champsim = bin.join("champsim").display().to_string();
     let simulate = Case {
-        name: "simulate",
-        root: root.to_path_buf(),
-        args: strings(&["simulate", "R", "--champsim", &champsim, "--jobs", "2"]),
-        dir: root.join("R"),
-        next: strings(&["report", "R"]),
         // The simulations' wall and CPU seconds.
         volatile: &[
             ("simulation.json", true),
             ("report.html", true),
             ("champsim.log", false),
         ],
+        ..Case::new(
+            "simulate",
+            root,
+            strings(&["simulate", "R", "--champsim", &champsim, "--jobs", "2"]),
+            strings(&["report", "R"]),
+        )
     };
     crash(&simulate, kills(), 0x5eed_0004);
 }
@@ -426,17 +397,18 @@ fn a_killed_checkpoint_leaves_the_old_state_or_the_new() {
     opts.extend(RUN_OPTS);
     let guest = profiled(root, &opts);
     let case = Case {
-        name: "checkpoint",
-        root: root.to_path_buf(),
-        args: with_guest(&["checkpoint", "--qemu", &q10, "R"], &guest),
-        dir: root.join("R"),
-        next: strings(&["report", "R"]),
         // Host addresses: where QEMU and the guest's stack were mapped.
         volatile: &[
             ("checkpoints.json", false),
             ("blocks.tsv", false),
             (".elf", false),
         ],
+        ..Case::new(
+            "checkpoint",
+            root,
+            with_guest(&["checkpoint", "--qemu", &q10, "R"], &guest),
+            strings(&["report", "R"]),
+        )
     };
     crash(&case, kills(), 0x5eed_0005);
 }
@@ -448,14 +420,7 @@ fn a_second_writer_is_refused_and_the_first_stopped_keeps_the_old_state() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path();
     profiled(root, RUN_OPTS);
-    let case = Case {
-        name: "lock",
-        root: root.to_path_buf(),
-        args: Vec::new(),
-        dir: root.join("R"),
-        next: Vec::new(),
-        volatile: &[],
-    };
+    let case = Case::new("lock", root, Vec::new(), Vec::new());
     let old = state(&case.dir, &[]);
     // A guest that runs until it is stopped.
     let looping = strings(&["run", "-o", "R", "--", "sh", "-c", "while :; do :; done"]);

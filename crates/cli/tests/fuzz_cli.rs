@@ -577,19 +577,8 @@ fn traced_dir(work: &Path) -> PathBuf {
         &input,
     );
     // As gzip_job runs the guest (the same environment), with the run directory as DIR.
-    let o = bbv()
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", "/tmp")
-        .env("LANG", "C")
-        .args(["trace", "--short-warmups", "--tail", "2000"])
-        .arg(&out)
-        .args(["--", "gzip", "-6", "-c"])
-        .arg(&input)
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    crate::common::assert_status(&o, 0);
+    let trace = ["trace", "--short-warmups", "--tail", "2000"].map(std::ffi::OsStr::new);
+    crate::common::gzip_bbv(&[&trace[..], &[out.as_os_str()]].concat(), &input);
     let trace: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("trace.json")).unwrap()).unwrap();
     let r = &trace["regions"][0];

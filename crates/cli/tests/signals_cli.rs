@@ -4,27 +4,13 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{bbv, files_in};
+use crate::common::{bbv, files_in, processes_with};
 
 /// A guest that loops until it gets SIGTERM, then says so and exits 7. `tag` appears in its
 /// command line, so that its QEMU can be found among the machine's processes.
 fn looping_guest(tag: &str) -> Vec<String> {
     let script = format!("trap 'echo got-term-{tag}; exit 7' TERM; while :; do :; done");
     vec!["sh".into(), "-c".into(), script]
-}
-
-/// Processes whose command line contains `tag` (a zombie's is empty).
-fn processes_with(tag: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(tag) {
-                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
-            }
-        }
-    }
-    found
 }
 
 /// Waits until `ready` holds (the guest runs), at most a minute.

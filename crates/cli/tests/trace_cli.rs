@@ -506,15 +506,19 @@ fn a_region_not_reached_writes_no_trace() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let before = contents(&run);
+    // `bbv trace` of the run, gzip compressing `bytes` of text.
+    let trace = |bytes: usize| {
+        bbv()
+            .arg("trace")
+            .arg(&run)
+            .arg("--")
+            .args(gzip_run(d, bytes))
+            .stdout(Stdio::null())
+            .output()
+            .unwrap()
+    };
     // A much smaller input: gzip ends before the later regions' markers.
-    let o = bbv()
-        .arg("trace")
-        .arg(&run)
-        .arg("--")
-        .args(gzip_run(d, 3_000))
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
+    let o = trace(3_000);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
@@ -540,14 +544,7 @@ fn a_region_not_reached_writes_no_trace() {
     let last = summary["points"].as_array().unwrap().len() - 1;
     summary["points"][last]["end"]["count"] = serde_json::json!(1u64 << 40);
     std::fs::write(&path, serde_json::to_string_pretty(&summary).unwrap()).unwrap();
-    let o = bbv()
-        .arg("trace")
-        .arg(&run)
-        .arg("--")
-        .args(gzip_run(d, 60_000))
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
+    let o = trace(60_000);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(

@@ -43,11 +43,7 @@ fn other_threads(dir: &Path, s: &Summary) -> Result<HashSet<u32>, PipelineError>
 /// `bbv regions DIR`: [`finish`] on the run directory's staged next state, swapped in whole
 /// when done (a failure or a kill leaves the folder as it was).
 pub fn update_regions(dir: &Path, warmup: Option<u64>) -> Result<Finished, PipelineError> {
-    // Refused as it is, before anything is staged: a folder that is no run.
-    rundir::read_summary(dir)?;
-    let mut f = bbv_files::folder::update(dir, |d| finish(d, warmup))?;
-    f.text = bbv_files::folder::plain(&f.text);
-    Ok(f)
+    rundir::update(dir, |d| finish(d, warmup))
 }
 
 /// From a run directory alone, places the markers of every point and writes the hand-off

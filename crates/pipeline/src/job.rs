@@ -151,9 +151,8 @@ pub fn run(
             other => other,
         }
     })();
-    let finished = finished.and_then(|mut f| {
+    let finished = finished.and_then(|f| {
         staged.commit()?;
-        f.text = bbv_files::folder::plain(&f.text);
         Ok(f)
     });
     Ok(RunOutcome {

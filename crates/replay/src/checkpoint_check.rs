@@ -122,7 +122,6 @@ fn bad(path: &Path, what: impl std::fmt::Display) -> ReplayError {
     ReplayError::Invalid(format!("{}: {what}", path.display()))
 }
 
-/// Reads `checkpoints.json` and checks every file it names is the one written.
 /// The run directory the checkpoints are of, by its identity: where it was when checkpointed,
 /// or the checkpoints' parent folder (`DIR/checkpoints` moved with its run); another run in
 /// either place is refused, naming both identities.
@@ -156,6 +155,7 @@ fn run_of(
     )))
 }
 
+/// Reads `checkpoints.json` and checks every file it names is the one written.
 fn load(dir: &Path) -> Result<CheckpointReport, ReplayError> {
     let path = dir.join(bbv_rundir::files::CHECKPOINTS_JSON);
     let text = bbv_files::input::read_text(&path, 64 << 20)?;

@@ -157,6 +157,9 @@ struct Plan {
     pcs: Vec<(String, u64, u64)>,
     /// (pc index, count, event).
     targets: Vec<(usize, u64, usize)>,
+    /// The profiled program's image name and the one its replayed copy maps under, where a
+    /// renamed copy (its build id checked) runs: the plugin finds images by name.
+    renamed: Option<(String, String)>,
 }
 
 /// Checks the run directory against the program and builds the plugin's marker list.
@@ -174,15 +177,15 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, ReplayError> {
         )));
     }
     let images = rundir::read_images(&dir.join(bbv_rundir::files::IMAGES))?;
-    // A copy of the program under another name (its build id checked above) maps under that
-    // name: the plugin finds the markers' images by name.
     let file_name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
-    let profiled = file_name(Path::new(&s.program.path));
-    let renamed = file_name(program).filter(|now| Some(now) != profiled.as_ref());
+    let renamed = file_name(Path::new(&s.program.path))
+        .zip(file_name(program))
+        .filter(|(was, now)| was != now);
     let mut index: HashMap<Key, usize> = HashMap::new();
     let mut p = Plan {
         pcs: Vec::new(),
         targets: Vec::new(),
+        renamed: renamed.clone(),
     };
     let n = s.points.len();
     let mut add = |m: &Marker, event: usize| -> Result<(), ReplayError> {
@@ -198,8 +201,15 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, ReplayError> {
                         dir.join(bbv_rundir::files::IMAGES).display()
                     ))
                 })?;
-                let main = Some(&m.image) == profiled.as_ref() && renamed.is_some();
-                let path = if main { program } else { image.path.as_path() };
+                let now = renamed
+                    .as_ref()
+                    .filter(|(was, _)| *was == m.image)
+                    .map(|r| &r.1);
+                let path = if now.is_some() {
+                    program
+                } else {
+                    image.path.as_path()
+                };
                 let facts = bbv_collect::ElfFacts::read(path).unwrap_or_default();
                 let id = facts.build_id.clone();
                 if id != image.build_id {
@@ -218,11 +228,7 @@ fn plan(dir: &Path, s: &Summary, program: &Path) -> Result<Plan, ReplayError> {
                         path.display()
                     ))
                 })?;
-                let name = match (main, &renamed) {
-                    (true, Some(now)) => now.clone(),
-                    _ => m.image.clone(),
-                };
-                p.pcs.push((name, off, file_off));
+                p.pcs.push((now.unwrap_or(&m.image).clone(), off, file_off));
                 index.insert(key, p.pcs.len() - 1);
                 p.pcs.len() - 1
             }
@@ -328,11 +334,9 @@ pub fn on_run(guest: &bbv_collect::Guest, s: &Summary) -> bbv_collect::Guest {
 
 /// Runs the replay. `Err` = bad input, found before anything ran.
 pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
-    // Refused as it is, before anything is staged: a folder that is no run.
-    rundir::read_summary(&req.dir)?;
     // Every folder written is staged and swapped in only if all of it was made: the run
     // directory (replay.json, trace.json) last, after the traces' or checkpoints' own folder.
-    let run = Staged::open(&req.dir)?;
+    let run = rundir::stage(&req.dir)?;
     let mut others = Vec::new();
     let mut stage = |dir: &Path| -> Result<PathBuf, ReplayError> {
         if let Some(inside) = run.within(dir) {
@@ -434,7 +438,7 @@ fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     let mut checkpoints = None;
     let report = outcome.collected.map_err(ReplayError::from).and_then(|c| {
         let events = c.events()?;
-        let report = replay_report(req, &s, &blocks, &profile, &c, &events)?;
+        let report = replay_report(req, &s, &blocks, &profile, &c, (&events, &plan))?;
         // Checkpoints only of a replay that reached every marker.
         if let Some(ck) = checkpointing.filter(|_| report.reached_all()) {
             let plan = crate::checkpoint::MarkerPlan {
@@ -493,7 +497,7 @@ fn replay_report(
     blocks: &[rundir::BlockRow],
     profile: &Profile,
     c: &bbv_collect::Collected,
-    events: &Events,
+    (events, plan): (&Events, &Plan),
 ) -> Result<ReplayReport, ReplayError> {
     let looppoint = s.regions_mode == rundir::Regions::Looppoint;
     if s.turn_quantum > 0 && c.threads.len() != s.threads.len() {
@@ -504,21 +508,13 @@ fn replay_report(
         )));
     }
     // A renamed copy of the program: its blocks are the profiled program's.
-    let name_of = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
-    let profiled = name_of(Path::new(&s.program.path));
-    let now = bbv_collect::resolve_program(&req.guest.program)
-        .ok()
-        .and_then(|p| name_of(&p));
     let key_of_replay: Vec<Option<Key>> = c
         .blocks
         .iter()
         .map(|b| {
-            b.image.map(|i| {
-                let name = c.images[i].name();
-                match (&profiled, &now) {
-                    (Some(p), Some(n)) if name == *n => (p.clone(), b.address),
-                    _ => (name, b.address),
-                }
+            b.image.map(|i| match (c.images[i].name(), &plan.renamed) {
+                (name, Some((was, now))) if name == *now => (was.clone(), b.address),
+                (name, _) => (name, b.address),
             })
         })
         .collect();

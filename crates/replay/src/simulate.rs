@@ -171,10 +171,8 @@ pub fn simulate_watched(
     req: &SimulateRequest,
     watcher: &dyn SimulateWatcher,
 ) -> Result<Simulation, ReplayError> {
-    // Refused as it is, before anything is staged: a folder that is no run.
-    rundir::read_summary(&req.dir)?;
     // simulation.json lands in the run directory's staged next state, swapped in whole.
-    bbv_files::folder::update(&req.dir, |d| {
+    rundir::update(&req.dir, |d| {
         let req = SimulateRequest {
             dir: d.to_path_buf(),
             ..req.clone()

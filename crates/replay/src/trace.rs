@@ -393,9 +393,10 @@ impl Tracing {
         events: Option<&Events>,
     ) -> Result<TraceReport, ReplayError> {
         let got = collect(std::mem::take(&mut self.windows), true);
+        // The folders as they are named once the command's stages are in place.
         let result = check(s, &self.spec, events, &got).map(|regions| TraceReport {
-            dir: self.spec.dir.clone(),
-            run: run.to_path_buf(),
+            dir: bbv_files::folder::plain_path(&self.spec.dir),
+            run: bbv_files::folder::plain_path(run),
             run_id: s.identity(),
             build_id: s.program.build_id.clone(),
             run_instructions: s.threads.first().map_or(0, |t| t.instructions),
@@ -408,13 +409,8 @@ impl Tracing {
                 let to = self.spec.dir.join(&report.regions[*r].trace);
                 std::fs::rename(partial, &to).map_err(|e| ReplayError::io(&to, e))?;
             }
-            write_tables(&report)?;
-            // The folders as they are named once the command's stages are in place.
-            Ok(TraceReport {
-                dir: bbv_files::folder::plain_path(&report.dir),
-                run: bbv_files::folder::plain_path(&report.run),
-                ..report
-            })
+            write_tables(&report, &self.spec.dir, run)?;
+            Ok(report)
         });
         if placed.is_err() {
             for (_, partial, _) in &got {
@@ -615,24 +611,19 @@ fn check(
 }
 
 /// `TRACEDIR/regions.json` and `.tsv`, and `DIR/trace.json` (the same, so that later commands
-/// find the traces).
-fn write_tables(report: &TraceReport) -> Result<(), ReplayError> {
+/// find the traces), written into `traces` and `run` (the folders' stages).
+fn write_tables(report: &TraceReport, traces: &Path, run: &Path) -> Result<(), ReplayError> {
     let mut files = AtomicFiles::default();
-    let shown = TraceReport {
-        dir: bbv_files::folder::plain_path(&report.dir),
-        run: bbv_files::folder::plain_path(&report.run),
-        ..report.clone()
-    };
     for path in [
-        report.dir.join(bbv_rundir::files::REGIONS_JSON),
-        report.run.join(bbv_rundir::files::TRACE),
+        traces.join(bbv_rundir::files::REGIONS_JSON),
+        run.join(bbv_rundir::files::TRACE),
     ] {
         files.write(&path, |w| {
-            serde_json::to_writer_pretty(&mut *w, &shown)?;
+            serde_json::to_writer_pretty(&mut *w, report)?;
             w.write_all(b"\n")
         })?;
     }
-    files.write(&report.dir.join("regions.tsv"), |w| {
+    files.write(&traces.join("regions.tsv"), |w| {
         writeln!(w, "id\tcluster\tweight\tmultiplier\twarmup_instructions\twarmup_records\tregion_instructions\ttail_instructions\ttrace\tchampsim_command")?;
         for r in &report.regions {
             writeln!(

@@ -184,9 +184,7 @@ pub fn run_report_page(dir: &Path, summary: &bbv_rundir::Summary) -> Result<Stri
 /// Rebuilds `DIR/report.html` from a run directory's files (`bbv report DIR`, and the last
 /// step of `bbv run` and `bbv regions`).
 pub fn write_run_report(dir: &Path) -> Result<PathBuf, ReportError> {
-    // Refused as it is, before anything is staged: a folder that is no run.
-    bbv_rundir::read_summary(dir)?;
-    let staged = bbv_files::folder::update(dir, |d| -> Result<PathBuf, ReportError> {
+    let staged = bbv_rundir::update(dir, |d| -> Result<PathBuf, ReportError> {
         let report = from_run_dir(d)?;
         let path = d.join(bbv_rundir::files::REPORT);
         write(&path, &report)?;

@@ -353,6 +353,23 @@ pub struct Point {
     pub stand_in_for: Option<u64>,
 }
 
+/// Stages a run directory's next state ([`bbv_files::folder::Staged`]) once it is known to be
+/// one: a folder that is no run is refused as it is, nothing staged beside it.
+pub fn stage(dir: &Path) -> Result<bbv_files::folder::Staged, RundirError> {
+    read_summary(dir)?;
+    Ok(bbv_files::folder::Staged::open(dir)?)
+}
+
+/// Runs `work` on a run directory's staged next state ([`stage`]) and swaps it in if `work`
+/// succeeds; otherwise the directory stays as it was.
+pub fn update<T, E: From<RundirError> + From<bbv_files::FilesError>>(
+    dir: &Path,
+    work: impl FnOnce(&Path) -> Result<T, E>,
+) -> Result<T, E> {
+    read_summary(dir)?;
+    bbv_files::folder::update(dir, work)
+}
+
 /// Reads `DIR/summary.json`, refusing directories of older bbv versions.
 pub fn read_summary(dir: &Path) -> Result<Summary, RundirError> {
     let path = dir.join(crate::files::SUMMARY);
