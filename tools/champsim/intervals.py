@@ -99,7 +99,7 @@ def per_run(d, summary, sim, b, cpi):
     for line in open(d / "simpoint.simpoints"):
         interval, cluster = map(int, line.split())
         reps[cluster] = interval
-    full = sim["full_cpi"]
+    full = sim.get("full_cpi")
     print(f"{d}: {len(cpi)} intervals of {summary['interval']}, warmup {summary.get('warmup')}, "
           f"k = {len(reps)}; whole run CPI {full:.4f}")
     print("cluster  weight  interval  in context  cluster mean (least-most)  alone  warmup error")

@@ -161,14 +161,15 @@ pub fn run_watched(
     };
     let mut child = cmd.spawn().map_err(start_error)?;
     let pid = child.id();
-    let (stdout, err, warmup_seconds, warmup_cpu) = read_output(&mut child, start, beat);
-    if stdout.len() as u64 >= MAX_OUTPUT {
+    let (out, warmup_seconds, warmup_cpu) = read_output(&mut child, start, beat);
+    let (stdout, err) = (out.stdout, out.stderr);
+    if out.overflowed {
         let _ = child.kill();
         let _ = child.wait();
         return Err(SimError::Failed {
             trace: trace.to_path_buf(),
             why: format!(
-                "{} printed more than {} MiB, not a ChampSim report ({})",
+                "{} printed more than {} MiB or a line over a megabyte, not a ChampSim report ({})",
                 bin.display(),
                 MAX_OUTPUT >> 20,
                 output_tail(&stdout)
@@ -213,44 +214,21 @@ fn read_output(
     child: &mut std::process::Child,
     start: Instant,
     beat: &(dyn Fn(u64) + Sync),
-) -> (String, String, f64, Option<f64>) {
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+) -> (bbv_files::child::Output, f64, Option<f64>) {
     let mut warmup_seconds = 0.0;
     let mut warmup_cpu = None;
     let pid = child.id();
-    let (stdout, err) = std::thread::scope(|scope| {
-        let err = scope.spawn(move || {
-            let mut text = Vec::new();
-            if let Some(e) = stderr {
-                use std::io::Read;
-                // Its first megabyte kept, the rest drained so that ChampSim never blocks.
-                let mut e = std::io::BufReader::new(e);
-                let _ = (&mut e).take(1 << 20).read_to_end(&mut text);
-                let _ = std::io::copy(&mut e, &mut std::io::sink());
-            }
-            String::from_utf8_lossy(&text).into_owned()
-        });
-        let mut text = String::new();
-        if let Some(out) = stdout {
-            let mut out = std::io::BufReader::new(std::io::Read::take(out, MAX_OUTPUT));
-            let mut line = Vec::new();
-            while matches!(std::io::BufRead::read_until(&mut out, b'\n', &mut line), Ok(n) if n > 0)
-            {
-                let l = String::from_utf8_lossy(&line);
-                if let Some((retired, _)) = crate::stats::heartbeat(&l) {
-                    beat(retired);
-                }
-                if warmup_seconds == 0.0 && l.starts_with("Warmup finished") {
-                    warmup_seconds = start.elapsed().as_secs_f64();
-                    warmup_cpu = cpu_seconds(pid);
-                }
-                text.push_str(&l);
-                line.clear();
-            }
+    let o = bbv_files::child::read_bounded(child, MAX_OUTPUT, 1 << 20, &mut |l| {
+        if let Some((retired, _)) = crate::stats::heartbeat(l) {
+            beat(retired);
         }
-        (text, err.join().unwrap_or_default())
+        if warmup_seconds == 0.0 && l.starts_with("Warmup finished") {
+            warmup_seconds = start.elapsed().as_secs_f64();
+            warmup_cpu = cpu_seconds(pid);
+        }
+        true
     });
-    (stdout, err, warmup_seconds, warmup_cpu)
+    (o, warmup_seconds, warmup_cpu)
 }
 
 /// How much ChampSim printed and its last line (shortened): what a user needs to see why its

@@ -50,8 +50,12 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<u8> {
             tolerance_pct: a.tolerance,
         };
         let report = bbv_replay::checkpoint_check::check(&req)?;
-        eprint!("{}", report.table());
-        return Ok(if report.passed() { 0 } else { 1 });
+        print!("{}", report.table());
+        let Some(why) = report.failure() else {
+            return Ok(0);
+        };
+        eprintln!("bbv: check failed: {why} (check.json has the figures)");
+        return Ok(1);
     }
     let dir = a
         .dir

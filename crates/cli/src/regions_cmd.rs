@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use bbv_pipeline::rundir::files;
 use bbv_replay::simulate::{simulate_watched, SimulateRequest};
 use bbv_replay::trace::TraceSpec;
@@ -213,12 +213,6 @@ pub struct Extra {
 
 /// Replays (tracing or checkpointing too), prints the table; the outcome and whether it passed.
 pub fn run_replay(a: ReplayArgs, extra: Extra) -> Result<(bbv_replay::ReplayOutcome, bool)> {
-    if !(a.tolerance.is_finite() && a.tolerance >= 0.0) {
-        bail!(
-            "--tolerance {}: expected a percentage of 0 or more",
-            a.tolerance
-        );
-    }
     let req = bbv_replay::ReplayRequest {
         dir: a.dir.clone(),
         guest: a.launch.guest(&a.command)?,

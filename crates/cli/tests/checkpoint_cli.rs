@@ -12,7 +12,7 @@ use crate::common::{assert_status, bbv, guest_env, json};
 use crate::qemu10_cli::qemu10;
 
 /// The guest, its input file and its stdin lines, built in `dir`.
-fn guest(dir: &Path) -> PathBuf {
+pub(crate) fn guest(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/ckpt.c");
     let exe = dir.join("ckpt");
     let out = Command::new("gcc")
@@ -46,7 +46,7 @@ fn guest(dir: &Path) -> PathBuf {
 }
 
 /// bbv with `args` in `dir`, the guest's stdin `lines.txt`, in a fixed environment.
-fn bbv_in(dir: &Path, args: &[&str]) -> Output {
+pub(crate) fn bbv_in(dir: &Path, args: &[&str]) -> Output {
     let mut c = bbv();
     guest_env(&mut c)
         .current_dir(dir)
@@ -56,7 +56,7 @@ fn bbv_in(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn q10() -> String {
+pub(crate) fn q10() -> String {
     qemu10().join("qemu-x86_64").display().to_string()
 }
 
@@ -80,13 +80,13 @@ fn run_args<'a>(q: &'a str, input: &'a str, rounds: &'a str) -> [&'a str; 13] {
 }
 
 /// `bbv run` of the guest under QEMU 10 into `dir/run`.
-fn profile(dir: &Path, rounds: &str) {
+pub(crate) fn profile(dir: &Path, rounds: &str) {
     let q = q10();
     assert_status(&bbv_in(dir, &run_args(&q, "input.bin", rounds)), 0);
 }
 
 /// `bbv checkpoint` of the run in `run` under `qemu`, the guest doing `rounds` rounds.
-fn checkpointing<'a>(qemu: &'a str, rounds: &'a str) -> [&'a str; 8] {
+pub(crate) fn checkpointing<'a>(qemu: &'a str, rounds: &'a str) -> [&'a str; 8] {
     [
         "checkpoint",
         "--qemu",
@@ -160,6 +160,10 @@ fn checkpoints_reach_their_ends_natively_and_under_qemu() {
     assert_status(&check, 0);
     // The checkpoints' own output goes to files beside the report, not into bbv's table.
     let table = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        table.contains("every checkpoint reached its end"),
+        "{table}"
+    );
     assert!(
         !table.contains("round ") && !table.contains("caught"),
         "{table}"
@@ -375,7 +379,8 @@ fn a_call_the_checkpoint_cannot_honour_is_reported() {
         "{}",
         stderr(&check)
     );
-    assert!(stderr(&check).contains("DIFFER"), "{}", stderr(&check));
+    let table = String::from_utf8_lossy(&check.stdout);
+    assert!(table.contains("DIFFER"), "{table}");
     let report = json(&dir.join("run/checkpoints/check.json"));
     // Each region whose capture holds the pipe reads it: a call that succeeded in the
     // profile fails there, the first difference the check names.

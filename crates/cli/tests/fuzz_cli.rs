@@ -6,6 +6,9 @@
 //! runs the real command, which must exit 0, 1 or 2, never panic or die by a signal, stay under
 //! 1 GiB and 30 s, keep its messages short, and on failure leave every output as it was.
 //!
+//! More groups, over other tools' outputs (a stand-in Accel-Sim's, nvdisasm's) and
+//! `checkpoints.json`, are in fuzz_tools_cli.rs.
+//!
 //! `BBV_FUZZ_CASES=N` runs N cases per group instead of the default; `BBV_FUZZ_SEED=S`
 //! another sequence (the default is fixed, so a failure reproduces).
 
@@ -152,13 +155,13 @@ fn mutate(path: &Path, rng: &mut Rng, kind: usize) -> String {
 }
 
 /// How a case ended.
-struct Ended {
-    code: Option<i32>,
-    signal: Option<i32>,
-    rss_kib: i64,
-    seconds: f64,
-    timed_out: bool,
-    stderr: String,
+pub(crate) struct Ended {
+    pub(crate) code: Option<i32>,
+    pub(crate) signal: Option<i32>,
+    pub(crate) rss_kib: i64,
+    pub(crate) seconds: f64,
+    pub(crate) timed_out: bool,
+    pub(crate) stderr: String,
 }
 
 /// The start of a long message, for an assertion's text.
@@ -226,22 +229,25 @@ fn run(args: &[OsString], cwd: &Path, limit_memory: bool) -> Ended {
 }
 
 /// A command over a folder of good inputs.
-struct Target {
-    name: &'static str,
+pub(crate) struct Target {
+    pub(crate) name: &'static str,
     /// The good folder, copied for each case.
-    pristine: PathBuf,
+    pub(crate) pristine: PathBuf,
     /// The files a case may break (relative to the folder).
-    inputs: Vec<&'static str>,
+    pub(crate) inputs: Vec<&'static str>,
     /// The arguments, `{D}` standing for the case's folder.
-    args: Vec<&'static str>,
+    pub(crate) args: Vec<&'static str>,
     /// Outputs a run with exit 1 may change (`bbv suite run`: a job failed).
-    one_is_not_failure: bool,
-    limit_memory: bool,
+    pub(crate) one_is_not_failure: bool,
+    pub(crate) limit_memory: bool,
+    /// Cases break the good folder itself, which is put back after each, instead of a copy
+    /// (checkpoints record where they lie: a copy is refused before its index is read).
+    pub(crate) in_place: bool,
 }
 
 impl Target {
     /// A command whose failures are exit 2 (or 1), run under the memory safety net.
-    fn new(
+    pub(crate) fn new(
         name: &'static str,
         pristine: &Path,
         inputs: &[&'static str],
@@ -254,6 +260,7 @@ impl Target {
             args: args.to_vec(),
             one_is_not_failure: false,
             limit_memory: true,
+            in_place: false,
         }
     }
 }
@@ -283,10 +290,17 @@ impl Tally {
 }
 
 fn one_case(t: &Target, case: usize, rng: &mut Rng, kind: usize, work: &Path, tally: &mut Tally) {
-    let dir = work.join(format!("{}-{case}", t.name));
-    copy_dir(&t.pristine, &dir);
+    let dir = match t.in_place {
+        true => t.pristine.clone(),
+        false => {
+            let dir = work.join(format!("{}-{case}", t.name.replace(' ', "-")));
+            copy_dir(&t.pristine, &dir);
+            dir
+        }
+    };
     let input = t.inputs[rng.below(t.inputs.len())];
     let path = dir.join(input);
+    let good = std::fs::read(&path).unwrap();
     let what = mutate(&path, rng, kind);
     let mut before = contents(&dir);
     before.remove(&path);
@@ -368,28 +382,53 @@ fn one_case(t: &Target, case: usize, rng: &mut Rng, kind: usize, work: &Path, ta
     *tally.by.entry((t.name.to_string(), end)).or_default() += 1;
     tally.max_rss_kib = tally.max_rss_kib.max(e.rss_kib);
     tally.max_seconds = tally.max_seconds.max(e.seconds);
-    let _ = std::fs::remove_dir_all(&dir);
+    match t.in_place {
+        true => {
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path).unwrap(),
+                _ => std::fs::remove_file(&path).unwrap(),
+            }
+            std::fs::write(&path, good).unwrap();
+        }
+        false => std::fs::remove_dir_all(&dir).unwrap(),
+    }
 }
 
-/// A `simulation.json` a command left holds numbers where figures belong: never `null`
-/// (which is what a NaN or an infinity would be written as).
+/// A `simulation.json` a command left (a CPU run's or a GPU sample's) holds numbers where
+/// figures belong: never `null` (which is what a NaN or an infinity would be written as).
 fn numbers_are_numbers(dir: &Path, case: &str) {
-    let path = dir.join("simulation.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return;
-    };
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{case}: simulation.json does not parse: {e}"));
-    assert!(v["estimate_cpi"].is_f64(), "{case}: {text}");
-    for r in v["regions"].as_array().into_iter().flatten() {
-        for k in ["ipc", "cycles", "instructions", "multiplier", "weight"] {
-            assert!(r[k].is_number(), "{case}: region {k}: {text}");
+    for path in [
+        dir.join("simulation.json"),
+        dir.join("sample/simulation.json"),
+    ] {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{case}: simulation.json does not parse: {e}"));
+        let (total, items, keys) = match v.get("launches") {
+            Some(_) => (
+                "estimate_cycles",
+                "launches",
+                &["cycles", "instructions", "weight"][..],
+            ),
+            None => (
+                "estimate_cpi",
+                "regions",
+                &["ipc", "cycles", "instructions", "multiplier", "weight"][..],
+            ),
+        };
+        assert!(v[total].is_f64(), "{case}: {text}");
+        for r in v[items].as_array().into_iter().flatten() {
+            for k in keys {
+                assert!(r[k].is_number(), "{case}: {items} {k}: {text}");
+            }
         }
     }
 }
 
 /// Runs `per_target` cases on each target, round robin, and prints the tally.
-fn fuzz(group: &str, targets: &[Target], per_target: usize, work: &Path) {
+pub(crate) fn fuzz(group: &str, targets: &[Target], per_target: usize, work: &Path) {
     let per_target = match cases() {
         0 => per_target,
         n => n,
@@ -412,6 +451,7 @@ fn run_dir(work: &Path) -> PathBuf {
     text_input(&input, 200_000);
     let out = work.join("run");
     gzip_job(&["run", "--validate", "--interval", "300000"], &out, &input);
+    crate::readback::every_file_reads_back(&out);
     out
 }
 
@@ -472,11 +512,12 @@ fn simpoint_dir(work: &Path) -> PathBuf {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    crate::readback::every_file_reads_back(&dir);
     dir
 }
 
 /// A copy of an Accel-Sim trace with the outputs of good runs in place.
-fn gpu_dir(work: &Path) -> PathBuf {
+pub(crate) fn gpu_dir(work: &Path) -> PathBuf {
     let dir = work.join("gpu");
     copy_dir(
         &data_dir().join("accelsim/vectoradd-100-32-trace-12f5cb88"),
@@ -502,6 +543,7 @@ fn gpu_dir(work: &Path) -> PathBuf {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    crate::readback::every_file_reads_back(&dir);
     dir
 }
 
@@ -613,6 +655,7 @@ fn traced_dir(work: &Path) -> PathBuf {
         work,
     );
     assert_eq!(e.code, Some(0), "{}", e.stderr);
+    crate::readback::every_file_reads_back(&out);
     out
 }
 
@@ -679,6 +722,7 @@ fn broken_manifests_are_refused_before_anything_runs() {
         one_is_not_failure: true,
         // QEMU reserves a large address space for its guest.
         limit_memory: false,
+        in_place: false,
     }];
     fuzz("manifests", &targets, 60, work.path());
 }
@@ -714,7 +758,7 @@ fn links_to_dev_zero_are_refused_by_every_reader() {
     }
 }
 
-fn run_once(args: &[&str], cwd: &Path) -> Ended {
+pub(crate) fn run_once(args: &[&str], cwd: &Path) -> Ended {
     let args: Vec<OsString> = args.iter().map(OsString::from).collect();
     let e = run(&args, cwd, true);
     assert!(!e.timed_out && e.signal.is_none(), "{args:?}: {}", e.stderr);

@@ -296,6 +296,22 @@ fn flock(f: &File, dir: &Path) -> Result<(), FilesError> {
     )))
 }
 
+/// A folder held by this process for writing without staging (a suite's folder, whose jobs'
+/// folders are staged by their own commands): another writer is refused as by
+/// [`Staged::open`] while this lives.
+#[derive(Debug)]
+pub struct Locked {
+    _lock: File,
+}
+
+impl Locked {
+    /// Locks `dir` (which must exist).
+    pub fn acquire(dir: &Path) -> Result<Locked, FilesError> {
+        let (f, _) = lock(dir)?;
+        Ok(Locked { _lock: f })
+    }
+}
+
 /// Opens and locks `dir`, made sure to be the folder still named so (another writer may have
 /// swapped it meanwhile); returns it and its canonical path.
 fn lock(dir: &Path) -> Result<(File, PathBuf), FilesError> {

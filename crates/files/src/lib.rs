@@ -13,6 +13,7 @@
 //! * [`input`]: the other direction, reading within bounds: regular files and pipes only,
 //!   whole files up to a size limit, lines up to a length limit, names that stay in their
 //!   folder.
+//! * [`child`]: another tool's output read within bounds, as it runs.
 //! * [`fnv1a`]: the 64-bit digest bbvkit names contents by (a suite job's inputs, a run's
 //!   identity).
 //!
@@ -20,6 +21,7 @@
 //! would replace the device itself ([`is_special_file`]).
 
 mod atomic;
+pub mod child;
 pub mod folder;
 pub mod input;
 pub mod interrupt;

@@ -130,6 +130,21 @@ pub fn parse(text: &str, what: &Path) -> Result<Vec<Function>, CfgError> {
             };
             let insn =
                 instruction(line).ok_or_else(|| err(format!("not an instruction: {line}")))?;
+            // nvdisasm prints every instruction of a section in address order: a gap, a repeat
+            // or a step back is a listing cut or garbled on its way (its CFG would be wrong).
+            let want = match (f.instructions.last(), fixed_width(f.arch.as_deref())) {
+                (None, true) => Some(0),
+                (Some(last), true) => Some(last.offset + INSTRUCTION_BYTES),
+                _ => None,
+            };
+            let stepped = f.instructions.last().is_none_or(|l| insn.offset > l.offset);
+            if want.is_some_and(|w| w != insn.offset) || !stepped {
+                return Err(err(format!(
+                    "instruction at {:#x} where {} was due: not nvdisasm's listing of this section, or a garbled one",
+                    insn.offset,
+                    want.map_or("a later offset".to_string(), |w| format!("{w:#x}"))
+                )));
+            }
             for l in pending_labels.drain(..) {
                 f.labels.insert(l, insn.offset);
             }
@@ -143,6 +158,18 @@ pub fn parse(text: &str, what: &Path) -> Result<Vec<Function>, CfgError> {
         }
     }
     Ok(functions)
+}
+
+/// Whether `arch` (`sm_80`) encodes every instruction in [`INSTRUCTION_BYTES`] with no control
+/// words between them (Volta, sm_70, and later).
+fn fixed_width(arch: Option<&str>) -> bool {
+    arch.and_then(|a| a.strip_prefix("sm_"))
+        .and_then(|n| {
+            n.trim_end_matches(|c: char| c.is_ascii_alphabetic())
+                .parse::<u32>()
+                .ok()
+        })
+        .is_some_and(|n| n >= 70)
 }
 
 /// One instruction line: `/*0070*/  @P0 EXIT ;` (braces of dual-issue pairs dropped).
@@ -263,20 +290,9 @@ pub fn disassemble_functions(
         let list: Vec<String> = indices.iter().map(u32::to_string).collect();
         cmd.arg("-fun").arg(list.join(","));
     }
-    let out = cmd
-        .arg(cubin)
-        .output()
-        .map_err(|e| CfgError::Tool(format!("cannot run {}: {e}", nvdisasm.display())))?;
-    if !out.status.success() {
-        let msg = String::from_utf8_lossy(&out.stderr);
-        return Err(CfgError::Tool(format!(
-            "{} cannot disassemble {}: {}",
-            nvdisasm.display(),
-            cubin.display(),
-            msg.trim()
-        )));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    cmd.arg(cubin);
+    let out = crate::tools::output(cmd, cubin)?;
+    let text = String::from_utf8_lossy(&out);
     parse(&text, cubin)
 }
 
@@ -337,5 +353,36 @@ $_Z1kPi$_Z1fi:
         assert!(e.to_string().starts_with("x:2: not an instruction"), "{e}");
         let e = parse("/*0000*/ MOV R1, R2 ;", Path::new("x")).unwrap_err();
         assert!(e.to_string().contains("outside any .text section"), "{e}");
+    }
+
+    /// A listing cut, repeated or reordered on its way is refused at the line where it shows;
+    /// before Volta (control words between instructions) only the order is checked.
+    #[test]
+    fn listings_with_gaps_or_repeats_are_refused() {
+        let lines: Vec<&str> = SAMPLE.lines().collect();
+        let at = |n: usize| {
+            lines
+                .iter()
+                .position(|l| l.contains(&format!("/*00{n}0*/")))
+                .unwrap()
+        };
+        let mut gap = lines.clone();
+        gap.remove(at(3));
+        let mut repeat = lines.clone();
+        repeat.insert(at(3), lines[at(3)]);
+        let mut swap = lines.clone();
+        swap.swap(at(5), at(6));
+        for (text, line, due) in [(gap, 10, "0x30"), (repeat, 10, "0x40"), (swap, 13, "0x50")] {
+            let listing = format!(".target sm_80\n{}", text.join("\n"));
+            let e = parse(&listing, Path::new("x")).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("x:{line}: instruction at ")), "{e}");
+            assert!(e.contains(&format!("where {due} was due")), "{e}");
+        }
+        assert!(parse(&format!(".target sm_80\n{SAMPLE}"), Path::new("x")).is_ok());
+        let pascal = SAMPLE.replace("/*0010*/", "/*0018*/");
+        assert!(parse(&format!(".target sm_61\n{pascal}"), Path::new("x")).is_ok());
+        let back = SAMPLE.replace("/*0020*/", "/*0008*/");
+        let e = parse(&format!(".target sm_61\n{back}"), Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("a later offset"), "{e}");
     }
 }

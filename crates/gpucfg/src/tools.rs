@@ -2,7 +2,7 @@
 //! `scripts/gpu-tools` installs NVIDIA's wheels (and Debian's versioned LLVM names for AMD).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use crate::CfgError;
 
@@ -86,17 +86,23 @@ const LLVM_OBJDUMPS: [&str; 6] = [
 
 /// The first line of `tool --version` that names a version.
 fn version(tool: &Path) -> String {
-    Command::new(tool)
+    let child = Command::new(tool)
         .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .map(str::trim)
-                .find(|l| l.contains("version") || l.starts_with("Cuda compilation tools"))
-                .map(str::to_string)
-        })
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else {
+        return "version unknown".into();
+    };
+    let out = bbv_files::child::read_bounded(&mut child, 1 << 16, 0, &mut |_| true);
+    let _ = child.kill();
+    let _ = child.wait();
+    out.stdout
+        .lines()
+        .map(str::trim)
+        .find(|l| l.contains("version") || l.starts_with("Cuda compilation tools"))
+        .map(|l| bbv_files::input::quote(l.as_bytes()))
         .unwrap_or_else(|| "version unknown".into())
 }
 
@@ -162,24 +168,57 @@ impl Tools {
     }
 }
 
-/// Runs `cmd`, returning stdout, or a tool error with its stderr.
+/// The most a disassembler may print: a library's listing runs to hundreds of megabytes.
+const MAX_OUTPUT: u64 = 4 << 30;
+
+/// Runs `cmd`, returning stdout, or a tool error with the first lines of its stderr.
 pub(crate) fn output(mut cmd: Command, what: &Path) -> Result<Vec<u8>, CfgError> {
     let tool = PathBuf::from(cmd.get_program());
-    let out = cmd
-        .output()
+    let name = tool.file_name().unwrap_or_default().to_string_lossy();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| CfgError::Tool(format!("cannot run {}: {e}", tool.display())))?;
-    if !out.status.success() {
-        let msg = String::from_utf8_lossy(&out.stderr);
-        let msg = msg.trim();
-        return Err(CfgError::Input {
-            path: what.to_path_buf(),
-            message: format!(
-                "{} refused it ({}): {}",
-                tool.file_name().unwrap_or_default().to_string_lossy(),
-                out.status,
-                if msg.is_empty() { "no message" } else { msg }
-            ),
-        });
+    let out = bbv_files::child::read_bounded(&mut child, MAX_OUTPUT, 1 << 16, &mut |_| true);
+    if out.overflowed {
+        let _ = child.kill();
     }
-    Ok(out.stdout)
+    let status = child
+        .wait()
+        .map_err(|e| CfgError::Tool(format!("cannot run {}: {e}", tool.display())))?;
+    let refused = |message: String| CfgError::Input {
+        path: what.to_path_buf(),
+        message,
+    };
+    if out.overflowed {
+        return Err(refused(format!(
+            "{name} printed more than {} GiB or a line over a megabyte: not a disassembly",
+            MAX_OUTPUT >> 30
+        )));
+    }
+    if !status.success() {
+        // A broken input can make a disassembler print an error per instruction: the first
+        // few say why.
+        let lines: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        let mut msg: Vec<String> = lines
+            .iter()
+            .take(3)
+            .map(|l| bbv_files::input::quote(l.trim().as_bytes()))
+            .collect();
+        if lines.len() > 3 {
+            msg.push(format!("and {} more lines", lines.len() - 3));
+        }
+        let msg = match msg.is_empty() {
+            true => "no message".to_string(),
+            false => msg.join(" | "),
+        };
+        return Err(refused(format!("{name} refused it ({status}): {msg}")));
+    }
+    Ok(out.stdout.into_bytes())
 }

@@ -40,7 +40,11 @@ pub fn write(out: &mut impl Write, files: &[FileCfg], format: Format) -> io::Res
 }
 
 fn edge_json(e: &Edge) -> Value {
-    let mut v = json!({"block": e.block, "kind": e.kind.name()});
+    // A successor outside any block (indirect, a call out of the file) has no "block".
+    let mut v = json!({"kind": e.kind.name()});
+    if let Some(b) = e.block {
+        v["block"] = json!(b);
+    }
     if let Some(c) = &e.callee {
         v["callee"] = json!(c);
     }

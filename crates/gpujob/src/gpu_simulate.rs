@@ -74,8 +74,16 @@ fn picks(dir: &Path) -> Result<Vec<Pick>, GpuJobError> {
         }
         let launch: usize = f[0].parse().map_err(|_| bad())?;
         let weight: f64 = f[2].parse().map_err(|_| bad())?;
-        if !weight.is_finite() || weight < 0.0 {
-            return Err(bad());
+        // A pick stands for a positive share of the run: a zero, negative or endless weight
+        // would make the estimate silently wrong, and one past 10^15 launches' worth infinite
+        // (written as `null`).
+        if !weight.is_finite() || weight <= 0.0 || weight > 1e15 {
+            return Err(invalid(format!(
+                "{}:{}: weight {} of launch {launch}: a pick's weight must be a positive number up to 10^15",
+                wpath.display(),
+                i + 1,
+                bbv_files::input::quote(f[2].as_bytes())
+            )));
         }
         rows.push((launch, f[1].to_string(), weight));
     }
@@ -265,9 +273,13 @@ fn simulate_staged(job: &GpuSimulate) -> Result<GpuSimulation, GpuJobError> {
             )))
         }
     };
-    // The launches before a pick warm it: a pick past the trace's end is not of this trace.
-    if let Some(t) = &trace {
-        let n = t.kernels().count();
+    // A pick past the sampled list's end, or (the launches before a pick warm it) past the
+    // trace's, is not of that list.
+    let launches = match &trace {
+        Some(t) => Some(t.kernels().count()),
+        None => summary["intervals"].as_u64().map(|n| n as usize),
+    };
+    if let Some(n) = launches {
         if let Some(p) = picks.iter().find(|p| p.launch >= n) {
             return Err(invalid(format!(
                 "{}: launch {} is past the end of {} ({n} launches): not a sample of that trace",

@@ -81,6 +81,10 @@ impl Simulator {
                 .or_else(|| env("HOME").map(|h| h.join(".cache/bbvkit/accelsim")))
                 .ok_or_else(|| GpuSimError::Missing("no HOME to look in".into()))?,
         };
+        // Accel-Sim runs in a folder of its own: a relative name would not find it there.
+        let root = std::path::absolute(&root).unwrap_or(root);
+        let explicit = explicit.map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+        let explicit = explicit.as_deref();
         let s = Simulator {
             exe: match explicit {
                 Some(p) if p.is_file() => p.to_path_buf(),
@@ -140,11 +144,13 @@ impl Simulator {
     /// by name that does.
     pub fn config(&self, sm: u32, name: Option<&str>) -> Result<Config, GpuSimError> {
         let all = self.configs()?;
-        let list = || {
-            all.iter()
+        let list = || match all.is_empty() {
+            true => format!("none in {}", self.configs.display()),
+            false => all
+                .iter()
                 .map(|c| format!("{} (sm_{})", c.name, c.sm))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
         };
         match name {
             Some(n) => {
@@ -196,6 +202,28 @@ pub struct Simulated {
     pub seconds: f64,
 }
 
+/// The most Accel-Sim's output may hold: gpgpu-sim prints some 20 KB of statistics per launch,
+/// so this is a million launches and more; past it, the program is not Accel-Sim.
+const MAX_OUTPUT: u64 = 16 << 30;
+
+/// The keys [`parse`] reads.
+const KEYS: [&str; 6] = [
+    "kernel_name",
+    "kernel_launch_uid",
+    "gpu_sim_cycle",
+    "gpu_sim_insn",
+    "gpu_tot_sim_cycle",
+    "gpu_tot_sim_insn",
+];
+
+/// Whether [`parse`] needs `line` of Accel-Sim's output.
+fn read_line(line: &str) -> bool {
+    match line.split_once(" = ") {
+        Some((key, _)) => KEYS.contains(&key.trim()),
+        None => line.starts_with("GPGPU-Sim: *** exit detected ***"),
+    }
+}
+
 /// Reads Accel-Sim's standard output (`list` names it in errors).
 pub fn parse(text: &str, list: &Path) -> Result<Simulated, GpuSimError> {
     let fail = |why: String| GpuSimError::Failed {
@@ -208,7 +236,7 @@ pub fn parse(text: &str, list: &Path) -> Result<Simulated, GpuSimError> {
     let mut cycles: Option<u64> = None;
     let (mut total_cycles, mut total_instructions) = (0, 0);
     let mut ended = false;
-    for (i, line) in text.lines().enumerate() {
+    for line in text.lines() {
         let Some((key, value)) = line.split_once(" = ") else {
             ended |= line.starts_with("GPGPU-Sim: *** exit detected ***");
             continue;
@@ -217,8 +245,10 @@ pub fn parse(text: &str, list: &Path) -> Result<Simulated, GpuSimError> {
         let number = || {
             value.parse::<u64>().map_err(|_| {
                 fail(format!(
-                    "line {}: {key} = '{value}' is not a whole number",
-                    i + 1
+                    "{} = '{}' is not a whole number (after {} launches)",
+                    key.trim(),
+                    bbv_files::input::quote(value.as_bytes()),
+                    launches.len()
                 ))
             })
         };
@@ -229,8 +259,8 @@ pub fn parse(text: &str, list: &Path) -> Result<Simulated, GpuSimError> {
             "gpu_sim_insn" => {
                 let (Some(k), Some(u), Some(c)) = (kernel.take(), uid.take(), cycles.take()) else {
                     return Err(fail(format!(
-                        "line {}: gpu_sim_insn without the kernel_name, kernel_launch_uid and gpu_sim_cycle lines before it",
-                        i + 1
+                        "gpu_sim_insn without the kernel_name, kernel_launch_uid and gpu_sim_cycle lines before it (after {} launches)",
+                        launches.len()
                     )));
                 };
                 launches.push(Launch {
@@ -307,24 +337,58 @@ impl Simulator {
             .stdin(Stdio::null());
         bbv_files::interrupt::dies_with_bbv(&mut cmd);
         let start = Instant::now();
-        let out = cmd
-            .output()
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .map_err(io(format!("cannot start {}", self.exe.display())))?;
+        // gpgpu-sim prints pages of statistics per launch: only the lines parse reads are kept,
+        // and the last few for a message.
+        let mut last: std::collections::VecDeque<String> = Default::default();
+        let out = bbv_files::child::read_bounded(&mut child, MAX_OUTPUT, 1 << 20, &mut |l| {
+            if !l.trim().is_empty() {
+                if last.len() == 3 {
+                    last.pop_front();
+                }
+                last.push_back(bbv_files::input::quote(l.trim_end().as_bytes()));
+            }
+            read_line(l)
+        });
+        if out.overflowed {
+            let _ = child.kill();
+        }
+        let status = child
+            .wait()
+            .map_err(io(format!("cannot wait for {}", self.exe.display())))?;
         let seconds = start.elapsed().as_secs_f64();
-        let stdout = String::from_utf8_lossy(&out.stdout);
         let tail = || {
-            let err = String::from_utf8_lossy(&out.stderr);
-            let mut lines: Vec<&str> = stdout.lines().chain(err.lines()).collect();
-            lines.retain(|l| !l.trim().is_empty());
+            let mut lines: Vec<String> = last.iter().cloned().collect();
+            lines.extend(
+                out.stderr
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(|l| bbv_files::input::quote(l.as_bytes())),
+            );
             lines[lines.len().saturating_sub(3)..].join(" | ")
         };
-        if !out.status.success() {
+        if out.overflowed {
             return Err(GpuSimError::Failed {
                 list: list.to_path_buf(),
-                why: format!("{}: {}", out.status, tail()),
+                why: format!(
+                    "{} printed more than {} GiB or a line over a megabyte, not an Accel-Sim run ({})",
+                    self.exe.display(),
+                    MAX_OUTPUT >> 30,
+                    tail()
+                ),
             });
         }
-        let mut s = parse(&stdout, list).map_err(|e| match e {
+        if !status.success() {
+            return Err(GpuSimError::Failed {
+                list: list.to_path_buf(),
+                why: format!("{status}: {}", tail()),
+            });
+        }
+        let mut s = parse(&out.stdout, list).map_err(|e| match e {
             GpuSimError::Failed { list, why } => GpuSimError::Failed {
                 list,
                 why: format!("{why} ({})", tail()),

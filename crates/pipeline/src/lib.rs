@@ -33,7 +33,9 @@ pub use bbv_rundir::{chosen, validate};
 pub use cluster::{cluster_file, cluster_validated, KRange, Validate};
 pub use finish::{finish, update_regions, Finished};
 pub use job::{run, RegionsMode, RunOutcome, RunRequest};
-pub use options::{default_max_k, CollectOptions, GuestOptions, RunOptions, Schedule};
+pub use options::{
+    default_max_k, CollectOptions, GuestOptions, RunOptions, Schedule, MAX_INSTRUCTIONS,
+};
 
 /// Writes `metrics.csv` (see `bbv_profile::MetricsWriter`).
 pub fn write_metrics(

@@ -116,6 +116,7 @@ pub struct CallsCheck {
     /// The same in the checkpoint's run.
     pub checkpoint: u64,
     /// The first that differs, said in words; none when every call compared is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_difference: Option<String>,
     /// Of the calls compared, the mmap and mremap that returned another address than in the
     /// profile (QEMU places a mapping by the host's randomized layout): code whose work

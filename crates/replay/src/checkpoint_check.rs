@@ -41,15 +41,19 @@ pub struct CheckedRegion {
     /// included).
     pub profile_length: u64,
     /// The same in the checkpoint's run (the restorer's own instructions left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_length: Option<u64>,
     /// 100 x (checkpoint - profile) / profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deviation_pct: Option<f64>,
     /// L1 distance (0..2) between the region's vector in the checkpoint's run and the profiled
     /// interval's, blocks matched by (image, offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bbv_l1: Option<f64>,
     /// The checkpoint's exit status under QEMU.
     pub exit_status: i32,
     /// Its system calls against the replay's, call by call (none when not compared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syscalls: Option<CallsCheck>,
     /// What the checkpoint could not restore as it was (from checkpoints.json), and the first
     /// system call that differs.
@@ -68,10 +72,27 @@ pub struct CheckReport {
 impl CheckReport {
     /// Every end reached within the tolerance.
     pub fn passed(&self) -> bool {
-        self.regions.iter().all(|r| {
-            r.reached_end
-                && r.deviation_pct
-                    .is_some_and(|d| d.abs() <= self.tolerance_pct)
+        self.failure().is_none()
+    }
+
+    /// Why the check failed (None when it passed): the regions that missed their end or
+    /// ran too long or short.
+    pub fn failure(&self) -> Option<String> {
+        let off: Vec<String> = (self.regions.iter())
+            .filter(|r| {
+                !r.reached_end
+                    || !r
+                        .deviation_pct
+                        .is_some_and(|d| d.abs() <= self.tolerance_pct)
+            })
+            .map(|r| r.id.to_string())
+            .collect();
+        (!off.is_empty()).then(|| {
+            format!(
+                "the checkpoints of region {} missed their end or ran more than {}% off the profile's length",
+                off.join(", "),
+                self.tolerance_pct
+            )
         })
     }
 
@@ -172,6 +193,31 @@ fn load(dir: &Path) -> Result<CheckpointReport, ReplayError> {
                 format!("region {}: {:?} is not a file of this folder", r.id, r.file),
             ));
         }
+        // What the check hands QEMU's plugin and compares against: an address that is no
+        // hexadecimal number or a count of 0 would be the plugin's complaint, not this file's.
+        for (what, m) in [
+            ("start", &r.start),
+            ("region_start", &r.region_start),
+            ("end", &r.end),
+        ] {
+            let addresses = [&m.offset, &m.address, &m.file_offset];
+            if let Some(a) = addresses.iter().find(|a| !is_hex(a)) {
+                return Err(bad(
+                    &path,
+                    format!(
+                        "region {}: {what} address {} is not a hexadecimal number",
+                        r.id,
+                        bbv_files::input::quote(a.as_bytes())
+                    ),
+                ));
+            }
+            if m.count == 0 || m.count > bbv_pipeline::MAX_INSTRUCTIONS {
+                return Err(bad(
+                    &path,
+                    format!("region {}: {what} count {} is out of range", r.id, m.count),
+                ));
+            }
+        }
         let elf = dir.join(&r.file);
         let f = std::fs::File::open(&elf).map_err(|e| ReplayError::io(&elf, e))?;
         let len = f.metadata().map_err(|e| ReplayError::io(&elf, e))?.len();
@@ -189,6 +235,12 @@ fn load(dir: &Path) -> Result<CheckpointReport, ReplayError> {
         }
     }
     Ok(report)
+}
+
+/// `0x` and 1 to 16 hexadecimal digits, as bbv checkpoint writes addresses.
+fn is_hex(s: &str) -> bool {
+    let digits = s.strip_prefix("0x").unwrap_or("");
+    (1..=16).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn hex(s: &str) -> Option<u64> {
@@ -228,6 +280,7 @@ fn key_at(pass: &[(u64, u64, String, u64)], a: u64) -> Option<Key> {
 
 /// Runs `--check`; `Err` = bad input, found before anything ran.
 pub fn check(req: &CheckRequest) -> Result<CheckReport, ReplayError> {
+    crate::replay::check_tolerance(req.tolerance_pct)?;
     let mut report = load(&req.dir)?;
     // A checkpoint writes its outputs where it was made (the path is in it): checked from
     // another folder, it would write there, or fail.

@@ -332,8 +332,19 @@ pub fn on_run(guest: &bbv_collect::Guest, s: &Summary) -> bbv_collect::Guest {
     }
 }
 
+/// A tolerance is a percentage of 0 or more (a NaN would pass every deviation).
+pub(crate) fn check_tolerance(pct: f64) -> Result<(), ReplayError> {
+    match pct.is_finite() && pct >= 0.0 {
+        true => Ok(()),
+        false => Err(ReplayError::Invalid(format!(
+            "--tolerance {pct}: expected a percentage of 0 or more"
+        ))),
+    }
+}
+
 /// Runs the replay. `Err` = bad input, found before anything ran.
 pub fn replay(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
+    check_tolerance(req.tolerance_pct)?;
     // Every folder written is staged and swapped in only if all of it was made: the run
     // directory (replay.json, trace.json) last, after the traces' or checkpoints' own folder.
     let run = rundir::stage(&req.dir)?;

@@ -29,10 +29,10 @@ pub struct RegionSim {
     pub warmup_seconds: f64,
     /// Its CPU seconds in all and warming (None where the system did not say): what the
     /// simulation costs, however many processes shared the cores.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_seconds: Option<f64>,
     /// Its CPU seconds warming.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_cpu_seconds: Option<f64>,
 }
 
@@ -42,29 +42,34 @@ pub struct Simulation {
     /// Always `champsim`.
     pub simulator: String,
     /// The ChampSim build (scripts/champsim's source id), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     /// Per region.
     pub regions: Vec<RegionSim>,
     /// The whole program's CPI estimated from the regions.
     pub estimate_cpi: f64,
     /// The whole run's CPI, with `--full`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_cpi: Option<f64>,
     /// 100 x (estimate - full) / full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_pct: Option<f64>,
     /// Instructions simulated in full over those simulated for the regions (warmups included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup_instructions: Option<f64>,
     /// ChampSim's wall time in full over the regions' together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup_wall: Option<f64>,
     /// ChampSim's CPU time in full over the regions' together.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup_cpu: Option<f64>,
     /// The share of the regions' ChampSim time spent warming (CPU time where every region
     /// has it, else wall time).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_share: Option<f64>,
     /// Half-width of the estimate's 95% interval, percent of the estimate (None: the run has
     /// no per-interval metrics, or its regions are LoopPoint slices).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub band_pct: Option<f64>,
     /// The band and its derivation; or why there is none (`no_band`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

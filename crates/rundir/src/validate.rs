@@ -43,6 +43,7 @@ pub struct MetricError {
     /// The points' weighted estimate.
     pub estimate: f64,
     /// |estimate - full| / full (None when full is 0 and the estimate is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rel_error: Option<f64>,
     /// |estimate - full|.
     pub abs_error: f64,
@@ -86,6 +87,7 @@ pub struct KRow {
     /// Its place between the lowest and the highest BIC tried.
     pub bic_fraction: f64,
     /// The largest relative error over the metrics (by the floor rule; None if undefined).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worst_rel_error: Option<f64>,
     /// BBV distance of the intervals to their points.
     pub bbv_error: f64,
@@ -152,6 +154,7 @@ pub struct Validation {
     /// The chosen k.
     pub k: usize,
     /// `--target-error` as a fraction, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_error: Option<f64>,
     /// Every k tried, ascending.
     pub by_k: Vec<KRow>,

@@ -28,6 +28,8 @@ pub fn run_local(
     on_event: &(dyn Fn(Event) + Sync),
 ) -> Result<Vec<JobRecord>, SuiteError> {
     std::fs::create_dir_all(out).map_err(|e| SuiteError::io(out, e))?;
+    // One suite run per folder: two would run the same jobs into the same folders.
+    let _held = bbv_files::folder::Locked::acquire(out)?;
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<JobRecord, SuiteError>>>> =
         Mutex::new((0..manifest.jobs.len()).map(|_| None).collect());

@@ -98,6 +98,12 @@ fn one_writer_at_a_time() {
     );
     drop(s);
     Staged::open(&d).unwrap().commit().unwrap();
+    // A folder held without staging keeps writers out likewise, and lets them in after.
+    let held = Locked::acquire(&d).unwrap();
+    assert!(matches!(Staged::open(&d), Err(FilesError::Busy(_))));
+    assert!(matches!(Locked::acquire(&d), Err(FilesError::Busy(_))));
+    drop(held);
+    Locked::acquire(&d).unwrap();
 }
 
 /// What killed writers left goes: their stages beside the folder, their temporaries in it;
