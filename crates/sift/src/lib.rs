@@ -1,0 +1,97 @@
+//! Sniper's instruction trace format, SIFT ("Sniper Instruction Trace File"), as Sniper 8.1's
+//! trace reader takes it: little-endian, a 16-byte header, then records.
+//!
+//! * [`Writer`]: instructions streamed to any [`std::io::Write`] (a file, or the FIFO Sniper's
+//!   live frontend protocol reads), each with its bytes sent once per address (the
+//!   variable-size instruction-cache records, so that the writer needs only the bytes of the
+//!   instructions it sees, which is what QEMU's plugin API gives), its data addresses and, for
+//!   a branch, whether it was taken; [`Writer::end`] closes the stream.
+//! * [`Reader`]: the same records read back, for checking a trace and in tests.
+//!
+//! Record layout (the bitfields as GCC packs them, least significant bit first):
+//! * simple instruction, for one that follows the previous instruction in memory: one byte,
+//!   bits 0-3 its size (1-15), 4-5 its data addresses (0-3), 6 is-branch, 7 taken; then the
+//!   addresses, 8 bytes each;
+//! * extended instruction: byte 0 bits 0-3 zero, 4-7 the size; byte 1 bits 0-1 the addresses,
+//!   2 is-branch, 3 taken, 4 is-predicated, 5 executed; the instruction's address (8 bytes);
+//!   then the data addresses;
+//! * other: a zero byte, a type byte, a 4-byte payload size, the payload.
+
+mod read;
+mod write;
+
+pub use read::{Reader, Record};
+pub use write::Writer;
+
+/// "SIFT", little-endian.
+pub const MAGIC: u32 = 0x5446_4953;
+
+/// Header option: instruction bytes come in variable-size records, per instruction address.
+pub const OPTION_ICACHE_VARIABLE: u64 = 4;
+
+/// The most data addresses one instruction record holds.
+pub const MAX_ADDRESSES: usize = 3;
+
+/// The longest instruction the format holds (x86's limit, in 4 bits).
+pub const MAX_SIZE: usize = 15;
+
+/// Types of "other" records (Sniper's `RecOtherType`): the ones bbv writes or reads.
+pub mod other {
+    /// A whole 4 KiB page of code.
+    pub const ICACHE: u8 = 0;
+    /// Bytes at an address (with [`crate::OPTION_ICACHE_VARIABLE`]).
+    pub const ICACHE_VARIABLE: u8 = 11;
+    /// A magic instruction (Sniper's simulator commands: region of interest start, end).
+    pub const MAGIC: u8 = 15;
+    /// Sniper's answer to [`MAGIC`].
+    pub const MAGIC_RESPONSE: u8 = 16;
+    /// The end of the stream.
+    pub const END: u8 = 0xff;
+}
+
+/// Sniper's simulator commands, the first argument of a magic instruction (its `sim_api.h`).
+pub mod command {
+    /// Start of the region of interest: Sniper's detailed simulation begins.
+    pub const ROI_START: u64 = 1;
+    /// End of the region of interest.
+    pub const ROI_END: u64 = 2;
+}
+
+/// One executed instruction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Instruction {
+    /// Its address.
+    pub address: u64,
+    /// Its encoding (1 to [`MAX_SIZE`] bytes).
+    pub bytes: Vec<u8>,
+    /// The data addresses it read or wrote (at most [`MAX_ADDRESSES`]).
+    pub memory: Vec<u64>,
+    /// A control transfer (Sniper decodes which kind from the bytes).
+    pub branch: bool,
+    /// A branch that was taken.
+    pub taken: bool,
+}
+
+/// What can go wrong writing or reading SIFT.
+#[derive(Debug, thiserror::Error)]
+pub enum SiftError {
+    /// The stream could not be written or read.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// An instruction the format cannot hold.
+    #[error("instruction at {address:#x}: {why}")]
+    Unrepresentable {
+        /// Its address.
+        address: u64,
+        /// Why.
+        why: String,
+    },
+    /// Bytes that are no SIFT trace.
+    #[error("byte {offset}: {why}")]
+    Malformed {
+        /// Where in the stream.
+        offset: u64,
+        /// What is wrong.
+        why: String,
+    },
+}

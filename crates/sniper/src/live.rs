@@ -1,0 +1,256 @@
+//! One live simulation: Sniper started on FIFOs that bbv writes and reads.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{BufWriter, Read};
+use std::os::fd::FromRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bbv_sift::Writer;
+
+use crate::{SimOut, Sniper, SniperError};
+
+/// How long Sniper may take to start reading its first stream.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A simulation in progress.
+pub struct Live {
+    child: Option<Child>,
+    dir: PathBuf,
+    prefix: PathBuf,
+    log: PathBuf,
+}
+
+/// Sniper's replies to one thread's stream; reading waits for them as long as Sniper runs.
+pub struct Replies {
+    file: File,
+    pid: i32,
+    log: PathBuf,
+}
+
+fn mkfifo(path: &Path) -> Result<(), SniperError> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| SniperError::Missing(format!("{}: a NUL in the name", path.display())))?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+        return Err(SniperError::io(format!(
+            "cannot make the FIFO {}",
+            path.display()
+        ))(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Opens `path` with `flags`, then clears O_NONBLOCK (kept only for the open).
+fn open_fd(path: &Path, flags: i32) -> std::io::Result<File> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: a valid C string; the descriptor is owned by the File made from it.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is ours and open.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+        Ok(File::from_raw_fd(fd))
+    }
+}
+
+/// Whether process `pid` still runs (not ended, not a zombie waiting to be reaped).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+impl Sniper {
+    /// Starts Sniper with `cores` cores on one application whose thread 0 bbv will stream, in
+    /// `work` (an empty folder: the FIFOs, Sniper's output folder `out` and its log
+    /// `sniper.log` go there).
+    pub fn start(&self, work: &Path, cores: usize) -> Result<Live, SniperError> {
+        let dir = std::path::absolute(work).map_err(SniperError::io("cannot name the folder"))?;
+        let prefix = dir.join("t");
+        let mut live = Live {
+            child: None,
+            log: dir.join("sniper.log"),
+            prefix,
+            dir,
+        };
+        mkfifo(&live.fifo(0, false))?;
+        mkfifo(&live.fifo(0, true))?;
+        let log = File::create(&live.log).map_err(SniperError::io(format!(
+            "cannot write {}",
+            live.log.display()
+        )))?;
+        let err = log
+            .try_clone()
+            .map_err(SniperError::io("cannot share the log"))?;
+        let mut cmd = Command::new(self.root.join("run-sniper"));
+        cmd.arg("-n")
+            .arg(cores.to_string())
+            .arg("-d")
+            .arg(live.dir.join("out"))
+            // Detailed simulation between the stream's region-of-interest magic instructions;
+            // before them caches and predictors are warmed, after them Sniper runs ahead.
+            .arg("--roi")
+            .arg("--trace-manual")
+            .args(["-g", "traceinput/enabled=true"])
+            .args(["-g", "traceinput/emulate_syscalls=false"])
+            .args(["-g", "traceinput/num_apps=1"])
+            .arg("-g")
+            .arg(format!("traceinput/trace_prefix={}", live.prefix.display()))
+            .current_dir(&live.dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            // Its own process group: run-sniper starts the backend as a child of its own,
+            // and both go when the simulation is dropped unfinished.
+            .process_group(0);
+        bbv_files::interrupt::dies_with_bbv(&mut cmd);
+        let child = cmd.spawn().map_err(SniperError::io(format!(
+            "cannot start {}",
+            self.root.join("run-sniper").display()
+        )))?;
+        live.child = Some(child);
+        Ok(live)
+    }
+}
+
+impl Live {
+    /// Sniper's FIFO for thread `thread` of application 0 (its replies when `response`).
+    fn fifo(&self, thread: u64, response: bool) -> PathBuf {
+        let mut name = self.prefix.as_os_str().to_owned();
+        name.push(format!(
+            "{}.app0.th{thread}.sift",
+            if response { "_response" } else { "" }
+        ));
+        PathBuf::from(name)
+    }
+
+    /// run-sniper's process id (0 once it ended).
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    fn failed(&self, why: String) -> SniperError {
+        SniperError::Failed {
+            why,
+            log: self.log.clone(),
+        }
+    }
+
+    /// Thread 0's stream (once Sniper opened it) and Sniper's replies to it.
+    pub fn thread0(&mut self) -> Result<(Writer<BufWriter<File>>, Replies), SniperError> {
+        let path = self.fifo(0, false);
+        let start = Instant::now();
+        // Opening a FIFO to write waits for its reader: without blocking, so that a Sniper that
+        // died on start-up is seen instead of waited for.
+        let file = loop {
+            match open_fd(&path, libc::O_WRONLY | libc::O_NONBLOCK) {
+                Ok(f) => break f,
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
+                Err(e) => {
+                    return Err(SniperError::io(format!("cannot open {}", path.display()))(
+                        e,
+                    ))
+                }
+            }
+            if !running(self.pid()) {
+                return Err(self.failed("it ended before it read the stream".into()));
+            }
+            if start.elapsed() > START_TIMEOUT {
+                return Err(self.failed(format!(
+                    "it did not open its stream within {} s",
+                    START_TIMEOUT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Read and write: the open never waits, and reads wait for replies instead of seeing
+        // an end before Sniper opened its side ([`Replies`] checks Sniper still runs).
+        let reply_path = self.fifo(0, true);
+        let replies = open_fd(&reply_path, libc::O_RDWR).map_err(SniperError::io(format!(
+            "cannot open {}",
+            reply_path.display()
+        )))?;
+        let writer = Writer::new(BufWriter::with_capacity(1 << 16, file))?;
+        Ok((
+            writer,
+            Replies {
+                file: replies,
+                pid: self.pid(),
+                log: self.log.clone(),
+            },
+        ))
+    }
+
+    /// Waits for Sniper to end (the stream must have been ended and dropped) and reads its
+    /// report.
+    pub fn finish(mut self) -> Result<SimOut, SniperError> {
+        let Some(mut child) = self.child.take() else {
+            return Err(self.failed("not started".into()));
+        };
+        let status = child
+            .wait()
+            .map_err(SniperError::io("cannot wait for Sniper"))?;
+        if !status.success() {
+            return Err(self.failed(format!("{status}: {}", self.log_tail())));
+        }
+        SimOut::read(&self.dir.join("out/sim.out"), &self.log)
+    }
+
+    /// The last lines of Sniper's log, for a message.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read(&self.log).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text[text.len().saturating_sub(4096)..]).into_owned();
+        let lines: Vec<String> = (text.lines().rev())
+            .filter(|l| !l.trim().is_empty())
+            .take(3)
+            .map(|l| bbv_files::input::quote(l.trim().as_bytes()))
+            .collect();
+        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: the group Sniper was started in (its id is the child's).
+            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Read for Replies {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        loop {
+            let mut p = libc::pollfd {
+                fd: self.file.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, 200) };
+            if n > 0 {
+                return self.file.read(buf);
+            }
+            if !running(self.pid) {
+                return Err(std::io::Error::other(format!(
+                    "Sniper ended without replying (its log: {})",
+                    self.log.display()
+                )));
+            }
+        }
+    }
+}

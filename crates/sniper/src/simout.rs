@@ -1,0 +1,88 @@
+//! Sniper's end-of-run report, `sim.out`: a table of `name | core 0 | core 1 ...` rows.
+
+use std::path::Path;
+
+use crate::SniperError;
+
+/// Sniper's figures per simulated core, inside the region of interest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimOut {
+    /// Instructions each core retired.
+    pub instructions: Vec<u64>,
+    /// Each core's cycles.
+    pub cycles: Vec<u64>,
+}
+
+impl SimOut {
+    /// Reads `sim.out` (`log` is named in errors).
+    pub fn read(path: &Path, log: &Path) -> Result<SimOut, SniperError> {
+        let fail = |why: String| SniperError::Failed {
+            why,
+            log: log.to_path_buf(),
+        };
+        let text = bbv_files::input::read_text(path, 16 << 20)
+            .map_err(|e| fail(format!("no report: {e}")))?;
+        SimOut::parse(&text).map_err(|why| fail(format!("{}: {why}", path.display())))
+    }
+
+    /// Parses `sim.out`'s text.
+    pub fn parse(text: &str) -> Result<SimOut, String> {
+        let row = |name: &str| -> Result<Vec<u64>, String> {
+            let line = text
+                .lines()
+                .find(|l| l.split('|').next().map(str::trim) == Some(name))
+                .ok_or_else(|| format!("no '{name}' row"))?;
+            line.split('|')
+                .skip(1)
+                .map(|v| {
+                    v.trim().parse::<u64>().map_err(|_| {
+                        format!(
+                            "'{name}' row: '{}' is not a whole number",
+                            bbv_files::input::quote(v.trim().as_bytes())
+                        )
+                    })
+                })
+                .collect()
+        };
+        let instructions = row("Instructions")?;
+        let cycles = row("Cycles")?;
+        if instructions.is_empty() || instructions.len() != cycles.len() {
+            return Err(format!(
+                "{} cores' instructions but {} cores' cycles",
+                instructions.len(),
+                cycles.len()
+            ));
+        }
+        Ok(SimOut {
+            instructions,
+            cycles,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO: &str = "                                     | Core 0     | Core 1    \n  \
+        Instructions                       |     199870 |      1200\n  \
+        Cycles                             |    1536028 |   1536028\n  \
+        IPC                                |       0.13 |      0.00\n";
+
+    #[test]
+    fn cores_are_read_by_row() {
+        let s = SimOut::parse(TWO).unwrap();
+        assert_eq!(s.instructions, [199870, 1200]);
+        assert_eq!(s.cycles, [1536028, 1536028]);
+    }
+
+    #[test]
+    fn broken_reports_say_what_is_wrong() {
+        let e = SimOut::parse(&TWO.replace("Cycles", "Cykles")).unwrap_err();
+        assert!(e.contains("no 'Cycles' row"), "{e}");
+        let e = SimOut::parse(&TWO.replace("199870", "-5")).unwrap_err();
+        assert!(e.contains("'-5' is not a whole number"), "{e}");
+        let e = SimOut::parse(&TWO.replace("|   1536028", "")).unwrap_err();
+        assert!(e.contains("2 cores' instructions but 1"), "{e}");
+    }
+}
