@@ -79,15 +79,7 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<u8> {
         ..Default::default()
     };
     let (outcome, passed) = crate::regions_cmd::run_replay(replay, extra)?;
-    match outcome.checkpoints {
-        Some(Ok(c)) => {
-            eprint!("{}", c.text());
-            Ok(if passed { 0 } else { 1 })
-        }
-        Some(Err(e)) => Err(e.into()),
-        None => {
-            eprintln!("bbv: no checkpoints written: a marker was missed");
-            Ok(1)
-        }
-    }
+    let (text, code) = outcome.verdict(passed)?;
+    eprint!("{text}");
+    Ok(code)
 }

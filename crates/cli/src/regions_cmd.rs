@@ -108,7 +108,15 @@ pub struct SimulateArgs {
     /// and report the estimate's error.
     #[arg(long, requires = "command")]
     pub full: bool,
-    /// With --full: the program and its arguments (the one profiled).
+    /// The simulator: champsim (on the traces `bbv trace` wrote) or sniper (live: the program,
+    /// given after --, is replayed under QEMU and each region streamed to a Sniper of its
+    /// own; docs/sniper.md).
+    #[arg(long, default_value = "champsim", value_parser = ["champsim", "sniper"])]
+    pub simulator: String,
+    /// Sniper's folder (default: where scripts/sniper builds it).
+    #[arg(long, value_name = "PATH")]
+    pub sniper: Option<PathBuf>,
+    /// With --full or --simulator sniper: the program and its arguments (the one profiled).
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
@@ -120,6 +128,9 @@ pub struct SimulateArgs {
 /// `bbv simulate`: prints the estimate with its band, the regions' IPC (and the error with
 /// --full); 1 when the band is wider than --max-band.
 pub fn simulate(a: SimulateArgs) -> Result<u8> {
+    if a.simulator == "sniper" {
+        return simulate_sniper(a);
+    }
     let l = a.launch;
     let full = (a.full).then(|| l.guest(&a.command)).transpose()?;
     let req = SimulateRequest {
@@ -135,13 +146,9 @@ pub fn simulate(a: SimulateArgs) -> Result<u8> {
     let s = s?;
     eprint!("{}", s.text());
     eprintln!("{}", a.dir.join(files::SIMULATION).display());
-    let band = s.band_pct.unwrap_or(0.0);
-    let over = a.max_band.filter(|&m| band > 100.0 * m);
-    if let Some(m) = over {
-        eprintln!(
-            "bbv: the 95% band ±{band:.2}% is wider than --max-band {}%",
-            100.0 * m
-        );
+    let over = s.band_over(a.max_band);
+    if let Some(why) = &over {
+        eprintln!("bbv: {why}");
     }
     Ok(u8::from(over.is_some()))
 }
@@ -166,34 +173,42 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
     let detail = (!a.full_warmup).then_some(a.warmup_detail);
     let preset = (!a.raw).then_some(a.xz_preset);
     let spec = TraceSpec::new(out, a.tail, preset, detail, a.short_warmups)?;
-    // Said before the replay, which can take hours: the simulation will need --full or
-    // --no-band. A directory that is no run is left to the replay to refuse.
-    let dir = &a.replay.dir;
-    if let Ok(s) = bbv_pipeline::rundir::read_summary(dir) {
-        if let Some(why) = bbv_replay::simulate::why_unbanded(dir, &s) {
-            eprintln!(
-                "bbv: warning: {}: `bbv simulate` can give its estimate no error band: {why}",
-                dir.display()
-            );
-        }
+    if let Some(w) = bbv_replay::simulate::unbanded_warning(&a.replay.dir) {
+        eprintln!("bbv: warning: {w}");
     }
     let extra = Extra {
         trace: Some(spec),
         ..Default::default()
     };
     let (outcome, passed) = run_replay(a.replay, extra)?;
-    match outcome.traces {
-        Some(Ok(t)) => {
-            eprint!("{}", t.text());
-            Ok(if passed { 0 } else { 1 })
-        }
-        Some(Err(e @ bbv_replay::ReplayError::NotTraced(_))) => {
-            eprintln!("bbv: {e}");
-            Ok(1)
-        }
-        Some(Err(e)) => Err(e.into()),
-        None => Ok(if passed { 0 } else { 1 }),
-    }
+    let (text, code) = outcome.verdict(passed)?;
+    eprint!("{text}");
+    Ok(code)
+}
+
+/// `bbv simulate --simulator sniper`: the replay's table, then the estimate; 1 when a marker
+/// was missed.
+fn simulate_sniper(a: SimulateArgs) -> Result<u8> {
+    let spec =
+        bbv_replay::sniper::SniperSpec::new(a.sniper.as_deref(), a.full, a.max_band.is_some())?;
+    let (dir, command, launch) = (a.dir.clone(), a.command, a.launch);
+    let replay = ReplayArgs {
+        dir,
+        json: false,
+        tolerance: 1.0,
+        launch,
+        command,
+    };
+    let (outcome, passed) = run_replay(
+        replay,
+        Extra {
+            sniper: Some(spec),
+            ..Default::default()
+        },
+    )?;
+    let s = bbv_replay::sniper::write_simulation(&a.dir, outcome.sniper.unwrap_or_default())?;
+    eprint!("{}", s.text());
+    Ok(u8::from(!passed))
 }
 
 /// `bbv replay`: exit 0 when every marker is reached within the tolerance, 1 otherwise.
@@ -209,6 +224,8 @@ pub struct Extra {
     pub trace: Option<TraceSpec>,
     /// Checkpoints (`bbv checkpoint`).
     pub checkpoint: Option<bbv_replay::checkpoint::CheckpointSpec>,
+    /// Sniper on the regions, live (`bbv simulate --simulator sniper`).
+    pub sniper: Option<bbv_replay::sniper::SniperSpec>,
 }
 
 /// Replays (tracing or checkpointing too), prints the table; the outcome and whether it passed.
@@ -219,6 +236,7 @@ pub fn run_replay(a: ReplayArgs, extra: Extra) -> Result<(bbv_replay::ReplayOutc
         tolerance_pct: a.tolerance,
         trace: extra.trace,
         checkpoint: extra.checkpoint,
+        sniper: extra.sniper,
     };
     let mut outcome = bbv_replay::replay(&req)?;
     let report = std::mem::replace(
@@ -226,11 +244,7 @@ pub fn run_replay(a: ReplayArgs, extra: Extra) -> Result<(bbv_replay::ReplayOutc
         Err(bbv_replay::ReplayError::Invalid(String::new())),
     )?;
     if a.json {
-        let doc = serde_json::json!({
-            "tolerance_pct": report.tolerance_pct,
-            "regions": report.regions,
-        });
-        println!("{}", serde_json::to_string(&doc)?);
+        println!("{}", serde_json::to_string(&report.to_json())?);
     } else {
         eprint!("{}", report.table());
     }

@@ -24,6 +24,7 @@ mod report_cli;
 mod schedule_cli;
 mod signals_cli;
 mod simpoint_cli;
+mod sniper_cli;
 mod suite_cli;
 mod trace_cli;
 mod trace_isa_cli;

@@ -7,6 +7,10 @@ use std::path::Path;
 
 use crate::ContractError;
 
+/// A trace window's start event that means the whole run (from the first instruction to the
+/// last): `trace=FILE`'s windows number events from 0, never this high.
+pub const WHOLE_RUN: u32 = u32::MAX - 1;
+
 /// Each event's first occurrence: its position and its `(block id, count)` pairs.
 pub type Events = HashMap<usize, (u64, Vec<(u32, u64)>)>;
 

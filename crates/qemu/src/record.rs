@@ -21,8 +21,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use bbv_champsim::{Decoder, Isa, Operands};
+use bbv_champsim::{BranchKind, Decoder, Isa, Operands};
 use bbv_champsim::{Record, RECORD_BYTES};
+
+use bbv_plugin_contract::events::WHOLE_RUN;
+
+use bbv_sift::Stream as SiftSink;
 
 /// One translated instruction (leaked: QEMU keeps calling with it as long as the code lives):
 /// its record as far as translation knows it, so that a run only copies it and fills in the
@@ -37,6 +41,10 @@ pub struct RecInsn {
     loads: u8,
     stores: u8,
     rep: bool,
+    /// Its bytes (SIFT streams carry them for Sniper to decode).
+    code: [u8; bbv_sift::MAX_SIZE],
+    code_len: u8,
+    branch: bool,
 }
 
 impl RecInsn {
@@ -52,6 +60,23 @@ struct Pending {
     insn: &'static RecInsn,
     n_loads: u8,
     n_stores: u8,
+    /// Its operands' addresses in the order it first touched them (SIFT's, at most 3).
+    addresses: [u64; bbv_sift::MAX_ADDRESSES],
+    n_addresses: u8,
+}
+
+impl Pending {
+    /// The instruction as a SIFT record.
+    fn sift(&self, taken: bool) -> bbv_sift::Instruction {
+        let i = self.insn;
+        bbv_sift::Instruction::from_accesses(
+            i.ip,
+            &i.code[..usize::from(i.code_len)],
+            &self.addresses[..usize::from(self.n_addresses)],
+            usize::from(i.loads + i.stores),
+            (i.branch, taken),
+        )
+    }
 }
 
 /// Where a window is.
@@ -79,6 +104,8 @@ struct Output {
     /// recording to the program's end.
     left: u64,
     state: State,
+    /// A SIFT stream for Sniper instead of ChampSim records.
+    sift: Option<SiftSink>,
 }
 
 struct Recorder {
@@ -193,35 +220,67 @@ pub fn init(path: &Path, isa: Isa) -> Result<(), String> {
             tail: 0,
             left: u64::MAX,
             state: State::Recording,
+            sift: None,
         }],
         isa,
     )
 }
 
-/// Reads the windows of `trace=FILE` (each opens its path when it starts).
+/// Reads the windows of `trace=FILE` (each opens its path when it starts): `window ID START
+/// ALT END TAIL LIMIT PATH` for ChampSim records, `sift ID START ALT END ROI LIMIT REPLIES
+/// PATH` for a SIFT stream into Sniper's FIFO PATH, its replies from REPLIES, the region of
+/// interest from event ROI to END. A START of [`WHOLE_RUN`] streams the whole run, its region
+/// of interest from the first instruction to the last.
 pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut outputs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let bad = || format!("{}:{}: malformed window line", file.display(), i + 1);
-        let mut f = line.splitn(8, ' ');
-        if f.next() != Some("window") {
-            return Err(bad());
-        }
+        let mut f = line.splitn(9, ' ');
+        let sift = match f.next() {
+            Some("window") => false,
+            Some("sift") => true,
+            _ => return Err(bad()),
+        };
         let mut num = || f.next().and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
-        let (_id, start, alt, end, tail) = (num()?, num()?, num()?, num()?, num()?);
+        let (_id, start, alt, end) = (num()?, num()?, num()?, num()?);
+        let event = |n: u64| u32::try_from(n).map_err(|_| bad());
+        let (tail, roi) = match sift {
+            true => (0, Some(event(num()?)?)),
+            false => (num()?, None),
+        };
         let left = num()?;
+        let replies = match sift {
+            true => Some(f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?),
+            false => None,
+        };
         let path = f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
+        let whole = start == u64::from(WHOLE_RUN);
         outputs.push(Output {
             path: PathBuf::from(path),
             out: None,
-            start: u32::try_from(start).map_err(|_| bad())?,
-            alt: u32::try_from(alt).map_err(|_| bad())?,
-            end: u32::try_from(end).map_err(|_| bad())?,
+            start: event(start)?,
+            alt: event(alt)?,
+            end: event(end)?,
             tail,
             left,
             state: State::Waiting,
+            sift: roi.zip(replies).map(|(roi, replies)| {
+                SiftSink::new(PathBuf::from(path), PathBuf::from(replies), roi)
+            }),
         });
+        if whole {
+            let o = outputs.last_mut().ok_or_else(bad)?;
+            if let Some(s) = o.sift.as_mut() {
+                // Sniper runs before QEMU starts: its FIFO opens now.
+                s.open()?;
+                s.start_roi();
+            } else if let Ok(f) = File::create(&o.path) {
+                o.out = Some(BufWriter::with_capacity(1 << 20, f));
+            }
+            o.state = State::Recording;
+            INSTRUMENT.store(true, Ordering::Relaxed);
+        }
     }
     install(outputs, isa)
 }
@@ -251,17 +310,31 @@ pub fn event(event: u32) {
     for i in 0..r.outputs.len() {
         let o = &mut r.outputs[i];
         if o.state == State::Waiting && (o.start == event || o.alt == event) {
-            match File::create(&o.path) {
-                Ok(f) => {
-                    o.out = Some(BufWriter::with_capacity(1 << 20, f));
+            let opened = match o.sift.as_mut() {
+                Some(s) => s.open(),
+                None => File::create(&o.path)
+                    .map(|f| o.out = Some(BufWriter::with_capacity(1 << 20, f)))
+                    .map_err(|e| format!("opening {}: {e}", o.path.display())),
+            };
+            match opened {
+                Ok(()) => {
                     o.state = State::Recording;
                     r.open.push(i);
                     r.armed.retain(|&j| j != i);
                 }
                 Err(e) => {
-                    crate::report_error(&format!("opening {}: {e}", o.path.display()));
+                    crate::report_error(&e);
                     o.state = State::Done;
                 }
+            }
+        }
+        let o = &mut r.outputs[i];
+        let roi = o.sift.as_ref().is_some_and(|s| s.roi == event);
+        if o.state == State::Recording && roi {
+            // The region's first instruction is the one pending: the region of interest
+            // starts before it is written.
+            if !o.sift.as_mut().is_some_and(SiftSink::start_roi) {
+                r.close(i);
             }
         } else if o.state == State::Recording && o.end == event {
             o.state = State::Tail(o.tail);
@@ -281,7 +354,14 @@ pub fn translate(bytes: &[u8], ip: u64) -> &'static RecInsn {
                 .with_borrow_mut(|d| d.get_or_insert_with(|| Decoder::new(isa)).decode(bytes, ip))
         })
         .unwrap_or(Operands::opaque(bytes.len() as u8));
+    let mut code = [0u8; bbv_sift::MAX_SIZE];
+    let code_len = bytes.len().min(code.len());
+    code[..code_len].copy_from_slice(&bytes[..code_len]);
     Box::leak(Box::new(RecInsn {
+        code,
+        code_len: code_len as u8,
+        // Sniper's notion (bbv_sift::Instruction::branch): conditional branches only.
+        branch: ops.kind == BranchKind::Conditional,
         ip,
         template: ops.record(ip, false, &[], &[]).to_bytes(),
         fallthrough: ip.wrapping_add(u64::from(ops.len)),
@@ -307,12 +387,17 @@ impl Recorder {
         let taken = p.insn.always_taken || next.is_some_and(|n| n != p.insn.fallthrough);
         p.bytes[Record::TAKEN_OFFSET] = u8::from(taken);
         let bytes = p.bytes;
+        let any_sift = self.open.iter().any(|&i| self.outputs[i].sift.is_some());
+        let sift = any_sift.then(|| p.sift(taken));
         self.pending = None;
         let mut k = 0;
         while k < self.open.len() {
             let i = self.open[k];
             let o = &mut self.outputs[i];
-            let ok = o.out.as_mut().is_some_and(|w| w.write_all(&bytes).is_ok());
+            let ok = match (o.sift.as_mut(), sift.as_ref()) {
+                (Some(s), Some(insn)) => s.instruction(insn),
+                _ => o.out.as_mut().is_some_and(|w| w.write_all(&bytes).is_ok()),
+            };
             o.left = o.left.saturating_sub(1);
             let finished = o.left == 0
                 || match o.state {
@@ -335,6 +420,9 @@ impl Recorder {
         let o = &mut self.outputs[i];
         if let Some(mut w) = o.out.take() {
             let _ = w.flush();
+        }
+        if let Some(s) = o.sift.as_mut() {
+            s.close();
         }
         let window = o.start != u32::MAX;
         o.state = State::Done;
@@ -372,6 +460,8 @@ pub fn exec(insn: &'static RecInsn) {
         insn,
         n_loads: 0,
         n_stores: 0,
+        addresses: [0; bbv_sift::MAX_ADDRESSES],
+        n_addresses: 0,
     });
 }
 
@@ -387,6 +477,15 @@ pub fn access(vaddr: u64, store: bool) {
     } else {
         (&mut p.n_loads, p.insn.loads, Record::load_offset)
     };
+    // A new operand (or any access of an instruction the decoder knows no operands of):
+    // SIFT's addresses, an operand read and written (one address) once.
+    if *n < operands || operands == 0 {
+        let seen = &p.addresses[..usize::from(p.n_addresses)];
+        if !seen.contains(&vaddr) && usize::from(p.n_addresses) < p.addresses.len() {
+            p.addresses[usize::from(p.n_addresses)] = vaddr;
+            p.n_addresses += 1;
+        }
+    }
     if *n < operands {
         let o = offset(usize::from(*n));
         p.bytes[o..o + 8].copy_from_slice(&vaddr.to_le_bytes());

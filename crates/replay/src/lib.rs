@@ -26,7 +26,9 @@ pub mod checkpoint_check;
 mod replay;
 pub mod simulate;
 pub mod simulate_progress;
+pub mod sniper;
 pub mod trace;
+mod verdict;
 
 pub use replay::{on_run, replay, RegionCheck, ReplayOutcome, ReplayReport, ReplayRequest};
 

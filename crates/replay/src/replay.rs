@@ -32,6 +32,8 @@ pub struct ReplayRequest {
     pub trace: Option<crate::trace::TraceSpec>,
     /// Also write executable checkpoints of the regions (`bbv checkpoint`).
     pub checkpoint: Option<crate::checkpoint::CheckpointSpec>,
+    /// Also simulate the regions with Sniper, live (`bbv simulate --simulator sniper`).
+    pub sniper: Option<crate::sniper::SniperSpec>,
 }
 
 /// One region's check.
@@ -78,6 +80,14 @@ pub struct ReplayReport {
 }
 
 impl ReplayReport {
+    /// What `bbv replay --json` prints: the tolerance and the regions' checks.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "tolerance_pct": self.tolerance_pct,
+            "regions": self.regions,
+        })
+    }
+
     /// Every marker reached.
     pub fn reached_all(&self) -> bool {
         (self.regions.iter()).all(|r| r.start_found && r.end_found && r.warmup_found != Some(false))
@@ -147,6 +157,10 @@ pub struct ReplayOutcome {
     pub traces: Option<Result<crate::trace::TraceReport, ReplayError>>,
     /// The checkpoints, when asked for.
     pub checkpoints: Option<Result<crate::checkpoint::CheckpointReport, ReplayError>>,
+    /// Checkpoints were asked for (none are made of a replay that missed a marker).
+    pub checkpoints_asked: bool,
+    /// Each region's Sniper figures (in the summary's point order), when asked for.
+    pub sniper: Option<Vec<Result<bbv_sniper::SimOut, ReplayError>>>,
 }
 
 /// (image file name, link-time offset): how blocks and markers are matched across runs.
@@ -409,6 +423,15 @@ fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         Some(spec) => Some(crate::trace::Tracing::start(spec, &s, work.path())?),
         None => None,
     };
+    let simulating = match (&req.sniper, &tracing) {
+        (Some(spec), None) => Some(crate::sniper::Simulating::start(spec, &s, work.path())?),
+        (Some(_), Some(_)) => {
+            return Err(ReplayError::Invalid(
+                "one replay either traces for ChampSim or streams to Sniper".into(),
+            ))
+        }
+        _ => None,
+    };
     let checkpointing = match &req.checkpoint {
         Some(spec) => Some(crate::checkpoint::Checkpointing::start(
             spec,
@@ -432,7 +455,8 @@ fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
             flow: if looppoint { s.flow_quantum } else { 0 },
             turns: s.turn_quantum,
             markers: Some(markers),
-            trace: tracing.as_ref().map(|t| t.file.clone()),
+            trace: (tracing.as_ref().map(|t| t.file.clone()))
+                .or_else(|| simulating.as_ref().map(|x| x.file.clone())),
             checkpoint: checkpointing.as_ref().map(|c| c.file.clone()),
             // Each region's calls, for `--check` to compare a checkpoint's with.
             syscalls: checkpointing.is_some(),
@@ -467,6 +491,8 @@ fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         report,
         traces,
         checkpoints,
+        checkpoints_asked: req.checkpoint.is_some(),
+        sniper: simulating.map(crate::sniper::Simulating::finish),
     })
 }
 

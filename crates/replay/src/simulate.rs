@@ -305,6 +305,18 @@ fn banded(
     }
 }
 
+/// The warning `bbv trace` gives before its replay (which can take hours) when `bbv simulate`
+/// will need --full or --no-band; None for a run that can be banded, or no run at all (left
+/// to the replay to refuse).
+pub fn unbanded_warning(dir: &Path) -> Option<String> {
+    let s = rundir::read_summary(dir).ok()?;
+    let why = why_unbanded(dir, &s)?;
+    Some(format!(
+        "{}: `bbv simulate` can give its estimate no error band: {why}",
+        dir.display()
+    ))
+}
+
 /// Why the run's estimate cannot have a band, from what the run directory holds (None: it can),
 /// so that `bbv trace` can say so before its replay and `bbv simulate` before ChampSim runs.
 pub fn why_unbanded(dir: &Path, s: &rundir::Summary) -> Option<String> {

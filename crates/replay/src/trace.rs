@@ -526,7 +526,7 @@ pub(crate) fn release(fifo: &Path) {
 /// million more. A replayed region is within the tolerance of its profiled length, so only a
 /// window whose end marker is missed reaches this, and stops there instead of recording to the
 /// program's end.
-fn record_limit(p: &bbv_rundir::Point, tail: u64) -> u64 {
+pub(crate) fn record_limit(p: &bbv_rundir::Point, tail: u64) -> u64 {
     (p.warmup_length.saturating_add(p.length))
         .saturating_mul(2)
         .saturating_add(tail)

@@ -10,7 +10,14 @@ use crate::Report;
 const BAR: f64 = 220.0;
 
 pub(crate) fn section(p: &mut String, r: &Report) {
-    p.push_str("<section id=\"simulation\"><h2>Simulated with ChampSim</h2>\n");
+    let name = match r.simulation.as_ref().map(|s| s.simulator.as_str()) {
+        Some("sniper") => "Sniper",
+        _ => "ChampSim",
+    };
+    let _ = writeln!(
+        p,
+        "<section id=\"simulation\"><h2>Simulated with {name}</h2>"
+    );
     let Some(s) = &r.simulation else {
         let default = "Not simulated: `bbv trace DIR -- PROG ARGS` writes ChampSim traces of the regions and `bbv simulate DIR [--full -- PROG ARGS]` runs ChampSim on them (docs/champsim.md).";
         match r.simulation_note.is_empty() {

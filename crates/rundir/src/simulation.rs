@@ -96,6 +96,17 @@ pub fn warmup_share(regions: &[RegionSim]) -> Option<f64> {
 }
 
 impl Simulation {
+    /// Why `--max-band PCT` (`max`, a fraction) fails: the band is wider (None when it is not,
+    /// or no maximum was given).
+    pub fn band_over(&self, max: Option<f64>) -> Option<String> {
+        let band = self.band_pct.unwrap_or(0.0);
+        let m = max.filter(|&m| band > 100.0 * m)?;
+        Some(format!(
+            "the 95% band ±{band:.2}% is wider than --max-band {}%",
+            100.0 * m
+        ))
+    }
+
     /// The table `bbv simulate` prints: each region's IPC, the estimate and, with a full run,
     /// its error and speedups.
     pub fn text(&self) -> String {
@@ -128,13 +139,14 @@ impl Simulation {
             );
         }
         if let (Some(full), Some(err)) = (self.full_cpi, self.error_pct) {
+            let x = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}x"));
             let _ = writeln!(
                 t,
-                "full run CPI {full:.4}: error {err:+.2}%; speedup {:.1}x in instructions, {:.1}x in \
-                 time ({:.1}x in CPU time)",
-                self.speedup_instructions.unwrap_or(f64::NAN),
-                self.speedup_wall.unwrap_or(f64::NAN),
-                self.speedup_cpu.unwrap_or(f64::NAN)
+                "full run CPI {full:.4}: error {err:+.2}%; speedup {} in instructions, {} in \
+                 time ({} in CPU time)",
+                x(self.speedup_instructions),
+                x(self.speedup_wall),
+                x(self.speedup_cpu)
             );
         }
         t

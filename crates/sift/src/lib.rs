@@ -7,6 +7,7 @@
 //!   instructions it sees, which is what QEMU's plugin API gives), its data addresses and, for
 //!   a branch, whether it was taken; [`Writer::end`] closes the stream.
 //! * [`Reader`]: the same records read back, for checking a trace and in tests.
+//! * [`Stream`]: a writer on Sniper's FIFOs, with the region of interest marked in it.
 //!
 //! Record layout (the bitfields as GCC packs them, least significant bit first):
 //! * simple instruction, for one that follows the previous instruction in memory: one byte,
@@ -18,9 +19,11 @@
 //! * other: a zero byte, a type byte, a 4-byte payload size, the payload.
 
 mod read;
+mod stream;
 mod write;
 
 pub use read::{Reader, Record};
+pub use stream::Stream;
 pub use write::Writer;
 
 /// "SIFT", little-endian.
@@ -66,10 +69,39 @@ pub struct Instruction {
     pub bytes: Vec<u8>,
     /// The data addresses it read or wrote (at most [`MAX_ADDRESSES`]).
     pub memory: Vec<u64>,
-    /// A control transfer (Sniper decodes which kind from the bytes).
+    /// A conditional branch (one with a fall-through), as Sniper's own recorder flags them:
+    /// Sniper's timing model gives only those a branch micro-op, and stops at a flagged
+    /// instruction whose micro-ops have none (a `jmp`, `call` or `ret`).
     pub branch: bool,
     /// A branch that was taken.
     pub taken: bool,
+}
+
+impl Instruction {
+    /// An instruction from what a frontend saw of it: the distinct addresses it accessed in
+    /// order (`seen`) and the memory operands its decoder counts (`operands`). Sniper reads one
+    /// address per memory operand of its own decoding: the record holds the larger of the two
+    /// counts (at most [`MAX_ADDRESSES`]), an operand that made no access (a prefetch) given
+    /// the last address seen, or 0.
+    pub fn from_accesses(
+        address: u64,
+        bytes: &[u8],
+        seen: &[u64],
+        operands: usize,
+        (branch, taken): (bool, bool),
+    ) -> Instruction {
+        let n = seen.len().max(operands).min(MAX_ADDRESSES);
+        let last = seen.last().copied().unwrap_or(0);
+        Instruction {
+            address,
+            bytes: bytes.to_vec(),
+            memory: (0..n)
+                .map(|k| seen.get(k).copied().unwrap_or(last))
+                .collect(),
+            branch,
+            taken: branch && taken,
+        }
+    }
 }
 
 /// What can go wrong writing or reading SIFT.

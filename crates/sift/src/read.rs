@@ -204,6 +204,18 @@ mod tests {
         assert_eq!(r.next_record().unwrap(), None);
     }
 
+    /// One address per operand Sniper decodes: the accesses seen, padded for operands that
+    /// made none, at most three; a branch flag only where it was one, taken only then.
+    #[test]
+    fn addresses_follow_the_operands() {
+        let i = Instruction::from_accesses(7, &[0x90], &[0x10, 0x20], 3, (false, true));
+        assert_eq!((i.memory, i.taken), (vec![0x10, 0x20, 0x20], false));
+        let i = Instruction::from_accesses(7, &[0x90], &[0x10; 0], 1, (true, true));
+        assert_eq!((i.memory, i.taken), (vec![0], true));
+        let i = Instruction::from_accesses(7, &[0x90], &[1, 2, 3, 4], 2, (false, false));
+        assert_eq!(i.memory, [1, 2, 3]);
+    }
+
     #[test]
     fn what_the_format_cannot_hold_is_refused() {
         let mut w = Writer::new(Vec::new()).unwrap();

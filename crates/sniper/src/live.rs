@@ -126,8 +126,9 @@ impl Sniper {
 }
 
 impl Live {
-    /// Sniper's FIFO for thread `thread` of application 0 (its replies when `response`).
-    fn fifo(&self, thread: u64, response: bool) -> PathBuf {
+    /// Sniper's FIFO for thread `thread` of application 0 (its replies when `response`): what
+    /// another process (QEMU's plugin) writes and reads when it streams that thread.
+    pub fn fifo(&self, thread: u64, response: bool) -> PathBuf {
         let mut name = self.prefix.as_os_str().to_owned();
         name.push(format!(
             "{}.app0.th{thread}.sift",
@@ -193,6 +194,15 @@ impl Live {
         ))
     }
 
+    /// Lets a Sniper still waiting for thread 0's stream (its writer never came) see it end at
+    /// once, so that [`finish`](Self::finish) does not wait forever; nothing happens to one
+    /// that read its stream.
+    pub fn release(&self) {
+        if let Ok(f) = open_fd(&self.fifo(0, false), libc::O_WRONLY | libc::O_NONBLOCK) {
+            drop(f);
+        }
+    }
+
     /// Waits for Sniper to end (the stream must have been ended and dropped) and reads its
     /// report.
     pub fn finish(mut self) -> Result<SimOut, SniperError> {
@@ -205,7 +215,13 @@ impl Live {
         if !status.success() {
             return Err(self.failed(format!("{status}: {}", self.log_tail())));
         }
-        SimOut::read(&self.dir.join("out/sim.out"), &self.log)
+        SimOut::read(&self.dir.join("out/sim.out"), &self.log).map_err(|e| match e {
+            SniperError::Failed { why, log } => SniperError::Failed {
+                why: format!("{why}; {}", self.log_tail()),
+                log,
+            },
+            e => e,
+        })
     }
 
     /// The last lines of Sniper's log, for a message.

@@ -1,0 +1,151 @@
+//! `bbv simulate --simulator sniper` with the real Sniper (scripts/sniper): a gzip run's
+//! regions streamed live from QEMU's replay into a Sniper each, `simulation.json` checked
+//! against the run (every region simulated to its end, the estimate recomputed from the
+//! regions' figures), the same cycles twice, and what bad input gets.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use crate::common::{bbv, built_by, gzip_bbv, gzip_job, json, text_input};
+
+/// A profiled gzip run of a text of `bytes` (3 regions at most, half-million-instruction
+/// intervals).
+fn profiled(work: &Path, bytes: usize) -> (std::path::PathBuf, std::path::PathBuf) {
+    let input = work.join("input.txt");
+    text_input(&input, bytes);
+    let run = work.join("run");
+    gzip_job(
+        &[
+            "run",
+            "--interval",
+            "500000",
+            "--warmup",
+            "500000",
+            "--max-k",
+            "3",
+        ],
+        &run,
+        &input,
+    );
+    (run, input)
+}
+
+/// `bbv simulate RUN --simulator sniper [EXTRA]`; simulation.json.
+fn simulate(run: &Path, input: &Path, sniper: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        OsStr::new("simulate"),
+        run.as_os_str(),
+        OsStr::new("--simulator"),
+        OsStr::new("sniper"),
+        OsStr::new("--sniper"),
+        sniper.as_os_str(),
+    ];
+    args.extend(extra.iter().map(OsStr::new));
+    gzip_bbv(&args, input);
+    json(&run.join("simulation.json"))
+}
+
+#[test]
+fn regions_are_simulated_live_and_the_estimate_recomputed() {
+    let sniper = built_by("sniper");
+    let work = tempfile::tempdir().unwrap();
+    let (run, input) = profiled(work.path(), 300_000);
+    let v = simulate(&run, &input, &sniper, &[]);
+    assert_eq!(v["simulator"], "sniper");
+    let points = json(&run.join("summary.json"))["points"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let regions = v["regions"].as_array().unwrap();
+    assert_eq!(regions.len(), points.len());
+    assert!(points.len() >= 2, "{points:?}");
+    let (mut cycles, mut insts) = (0.0, 0.0);
+    for (r, p) in regions.iter().zip(&points) {
+        let n = r["instructions"].as_u64().unwrap();
+        let c = r["cycles"].as_u64().unwrap();
+        let length = p["length"].as_u64().unwrap();
+        // The region's instructions, less those still in the 128-entry reorder buffer at its
+        // end marker (and QEMU's count of a rep instruction against Sniper's).
+        assert!(
+            n as f64 >= 0.99 * length as f64 && n <= length + 1000,
+            "{n} of {length}: {r}"
+        );
+        let ipc = r["ipc"].as_f64().unwrap();
+        assert!((ipc - n as f64 / c as f64).abs() < 1e-9, "{r}");
+        assert!(ipc > 0.05 && ipc < 8.0, "{r}");
+        let m = r["multiplier"].as_f64().unwrap();
+        assert_eq!(m, p["multiplier"].as_f64().unwrap());
+        cycles += m * c as f64;
+        insts += m * n as f64;
+    }
+    let estimate = v["estimate_cpi"].as_f64().unwrap();
+    assert!((estimate - cycles / insts).abs() < 1e-9 * estimate, "{v}");
+    // Sniper is deterministic here: the same stream gives the same cycles.
+    let again = simulate(&run, &input, &sniper, &[]);
+    let cycles_of = |v: &serde_json::Value| -> Vec<u64> {
+        (v["regions"].as_array().unwrap().iter())
+            .map(|r| r["cycles"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(cycles_of(&again), cycles_of(&v));
+    crate::readback::every_file_reads_back(&run);
+    let page = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(page.contains("Simulated with Sniper"), "{page}");
+}
+
+/// With --full the whole run goes through a Sniper of its own in the same replay: its CPI
+/// and the estimate's error are written (a small run: Sniper simulates some 200 thousand
+/// instructions a second here).
+#[test]
+fn the_whole_run_gives_the_estimate_its_error() {
+    let sniper = built_by("sniper");
+    let work = tempfile::tempdir().unwrap();
+    let (run, input) = profiled(work.path(), 30_000);
+    let v = simulate(&run, &input, &sniper, &["--full"]);
+    let (estimate, full) = (
+        v["estimate_cpi"].as_f64().unwrap(),
+        v["full_cpi"].as_f64().unwrap(),
+    );
+    let error = v["error_pct"].as_f64().unwrap();
+    assert!(
+        (error - 100.0 * (estimate - full) / full).abs() < 1e-9,
+        "{v}"
+    );
+    // A sanity bound, not a target: three regions of half a million instructions each.
+    assert!(error.abs() < 15.0, "{v}");
+    assert!(v["speedup_instructions"].as_f64().unwrap() > 1.0, "{v}");
+}
+
+#[test]
+fn bad_input_is_refused_and_nothing_is_written() {
+    let work = tempfile::tempdir().unwrap();
+    let (run, input) = profiled(work.path(), 300_000);
+    let sniper = built_by("sniper");
+    let r = run.to_str().unwrap();
+    let s = sniper.to_str().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--simulator", "sniper", "--sniper", "/nonexistent/sniper"],
+            "scripts/sniper",
+        ),
+        (
+            &["--simulator", "sniper", "--sniper", s, "--max-band", "5"],
+            "--simulator sniper takes no --max-band",
+        ),
+        (&["--simulator", "gem5"], "invalid value 'gem5'"),
+    ];
+    for (extra, says) in cases {
+        let o = bbv()
+            .args(["simulate", r])
+            .args(extra)
+            .arg("--")
+            .args(["gzip", "-6", "-c"])
+            .arg(&input)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(!run.join("simulation.json").exists(), "{extra:?}");
+    }
+}

@@ -1,0 +1,222 @@
+//! Sniper on the regions, live: one Sniper per region, started before the replay, each
+//! waiting on its FIFO; the plugin streams a region's instructions (SIFT) into its FIFO from the
+//! region's warmup marker, marks the region of interest at the region's start and end markers,
+//! and ends the stream there. Sniper warms its caches and predictors on the warmup and
+//! simulates the region in detail; its figures are the region's.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use bbv_pipeline::regions::region_id;
+use bbv_plugin_contract::events::WHOLE_RUN;
+use bbv_rundir::{self as rundir, Summary};
+use bbv_sniper::{Live, SimOut, Sniper};
+
+use crate::ReplayError;
+use bbv_rundir::simulation::{RegionSim, Simulation};
+
+/// Simulate the regions with Sniper during the replay.
+#[derive(Clone, Debug)]
+pub struct SniperSpec {
+    /// The build.
+    pub sniper: Sniper,
+    /// Also simulate the whole run (in detail, from its first instruction to its last), for
+    /// the estimate's error.
+    pub full: bool,
+}
+
+impl SniperSpec {
+    /// The build in `explicit`, else where scripts/sniper puts it; `full`: the whole run too;
+    /// `unbuilt`: options asked for that Sniper's simulation does not have yet (`--max-band`).
+    pub fn new(
+        explicit: Option<&Path>,
+        full: bool,
+        unbuilt: bool,
+    ) -> Result<SniperSpec, ReplayError> {
+        if unbuilt {
+            return Err(ReplayError::Invalid(
+                "--simulator sniper takes no --max-band yet (docs/sniper.md)".into(),
+            ));
+        }
+        let sniper = Sniper::find(explicit).map_err(sniper_error)?;
+        Ok(SniperSpec { sniper, full })
+    }
+}
+
+/// The Sniper instances of a replay under way, and the plugin's windows file.
+pub(crate) struct Simulating {
+    lives: Vec<Live>,
+    /// The plugin's `trace=FILE`.
+    pub file: PathBuf,
+}
+
+impl Simulating {
+    /// Starts a Sniper per region in `work` and writes the windows' file.
+    pub fn start(spec: &SniperSpec, s: &Summary, work: &Path) -> Result<Simulating, ReplayError> {
+        // The plugin streams thread 1; Sniper's thread events are not answered yet.
+        if s.threads.len() > 1 {
+            return Err(ReplayError::Invalid(format!(
+                "the run has {} threads: Sniper simulates single-threaded runs' regions so far (docs/sniper.md)",
+                s.threads.len()
+            )));
+        }
+        let mut text = String::new();
+        let mut lives = Vec::new();
+        let n = s.points.len();
+        for (r, p) in s.points.iter().enumerate() {
+            let dir = work.join(format!("sniper-{r}"));
+            std::fs::create_dir(&dir).map_err(|e| ReplayError::io(&dir, e))?;
+            let live = spec.sniper.start(&dir, 1).map_err(sniper_error)?;
+            // Events as the replay numbers them: start 2r, end 2r + 1, warmup 2n + r.
+            let start = if p.warmup.is_some() { 2 * n + r } else { 2 * r };
+            let _ = writeln!(
+                text,
+                "sift {r} {start} {} {} {} {} {} {}",
+                2 * r,
+                2 * r + 1,
+                2 * r,
+                crate::trace::record_limit(p, 0),
+                live.fifo(0, true).display(),
+                live.fifo(0, false).display()
+            );
+            lives.push(live);
+        }
+        if spec.full {
+            let dir = work.join("sniper-full");
+            std::fs::create_dir(&dir).map_err(|e| ReplayError::io(&dir, e))?;
+            let live = spec.sniper.start(&dir, 1).map_err(sniper_error)?;
+            let (whole, never) = (WHOLE_RUN, u32::MAX);
+            let _ = writeln!(
+                text,
+                "sift {n} {whole} {whole} {never} {never} {} {} {}",
+                u64::MAX,
+                live.fifo(0, true).display(),
+                live.fifo(0, false).display()
+            );
+            lives.push(live);
+        }
+        let file = work.join("sniper-windows");
+        std::fs::write(&file, text).map_err(|e| ReplayError::io(&file, e))?;
+        Ok(Simulating { lives, file })
+    }
+
+    /// Each region's figures (then the whole run's, when asked for), once the replay ended.
+    pub fn finish(self) -> Vec<Result<SimOut, ReplayError>> {
+        self.lives
+            .into_iter()
+            .map(|l| {
+                l.release();
+                l.finish().map_err(sniper_error)
+            })
+            .collect()
+    }
+}
+
+fn sniper_error(e: bbv_sniper::SniperError) -> ReplayError {
+    ReplayError::Invalid(e.to_string())
+}
+
+/// The estimate from the regions' Sniper figures (`results`, in the summary's point order),
+/// written to `dir/simulation.json` with `"simulator": "sniper"`: the whole run's CPI as
+/// Σ multiplier × cycles / Σ multiplier × instructions, each region's cycles and
+/// instructions Sniper's inside its region of interest.
+pub fn write_simulation(
+    dir: &Path,
+    results: Vec<Result<SimOut, ReplayError>>,
+) -> Result<Simulation, ReplayError> {
+    let s = rundir::read_summary(dir)?;
+    let mut results = results;
+    let full = match results.len() == s.points.len() + 1 {
+        true => results.pop(),
+        false => None,
+    };
+    if results.len() != s.points.len() {
+        return Err(ReplayError::Invalid(format!(
+            "{} regions simulated of {}",
+            results.len(),
+            s.points.len()
+        )));
+    }
+    // Every region's failure is said, not only the first's.
+    let failed: Vec<String> = (s.points.iter().zip(&results))
+        .filter_map(|(p, r)| Some(format!("region {}: {}", region_id(p), r.as_ref().err()?)))
+        .collect();
+    if !failed.is_empty() {
+        return Err(ReplayError::Invalid(failed.join("\n")));
+    }
+    let mut regions = Vec::new();
+    for (p, got) in s.points.iter().zip(results) {
+        let out = got?;
+        let (instructions, cycles) = (out.instructions[0], out.busy_cycles(0));
+        // Sniper reports what retired inside the region of interest: a region that reached it
+        // retires about its length (less what was still in flight when it ended).
+        if instructions == 0 || cycles == 0 || (instructions as f64) < 0.99 * p.length as f64 {
+            return Err(ReplayError::Invalid(format!(
+                "Sniper simulated {instructions} instructions in {cycles} cycles for region {} \
+                 of {} instructions: its stream did not reach the region's end",
+                region_id(p),
+                p.length
+            )));
+        }
+        regions.push(RegionSim {
+            id: region_id(p),
+            weight: p.weight,
+            multiplier: p.multiplier,
+            instructions,
+            cycles,
+            ipc: instructions as f64 / cycles as f64,
+            seconds: 0.0,
+            warmup_seconds: 0.0,
+            cpu_seconds: None,
+            warmup_cpu_seconds: None,
+        });
+    }
+    let (cycles, instructions) = regions.iter().fold((0.0, 0.0), |(c, n), r| {
+        (
+            c + r.multiplier * r.cycles as f64,
+            n + r.multiplier * r.instructions as f64,
+        )
+    });
+    let estimate_cpi = cycles / instructions.max(1.0);
+    let full = full
+        .transpose()
+        .map_err(|e| ReplayError::Invalid(format!("the whole run (--full): {e}")))?;
+    let full_cpi = full
+        .as_ref()
+        .map(|f| f.busy_cycles(0) as f64 / f.instructions[0].max(1) as f64);
+    let sampled: u64 = s.points.iter().map(|p| p.warmup_length + p.length).sum();
+    let sim = Simulation {
+        simulator: "sniper".into(),
+        commit: None,
+        regions,
+        estimate_cpi,
+        full_cpi,
+        error_pct: full_cpi.map(|f| 100.0 * (estimate_cpi - f) / f),
+        speedup_instructions: full
+            .as_ref()
+            .map(|f| f.instructions[0] as f64 / sampled.max(1) as f64),
+        speedup_wall: None,
+        speedup_cpu: None,
+        warmup_share: None,
+        band_pct: None,
+        band: None,
+        no_band: Some("the band is computed for ChampSim's figures only, so far".into()),
+    };
+    // The report's #simulation section shows the new figures: both files change together.
+    rundir::update(dir, |d| {
+        let report = bbv_report::from_summary_with(d, &s, Some(sim.clone()))?;
+        let page = bbv_report::html(&report);
+        let mut files = bbv_files::AtomicFiles::default();
+        files.write(&d.join(bbv_rundir::files::SIMULATION), |w| {
+            serde_json::to_writer_pretty(&mut *w, &sim)?;
+            w.write_all(b"\n")
+        })?;
+        files.write(&d.join(bbv_rundir::files::REPORT), |w| {
+            w.write_all(page.as_bytes())
+        })?;
+        files.commit()?;
+        Ok::<_, ReplayError>(())
+    })?;
+    Ok(sim)
+}
