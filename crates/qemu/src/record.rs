@@ -26,7 +26,7 @@ use bbv_champsim::{Record, RECORD_BYTES};
 
 use bbv_plugin_contract::events::WHOLE_RUN;
 
-use bbv_sift::Stream as SiftSink;
+use bbv_sift::Stream;
 
 /// One translated instruction (leaked: QEMU keeps calling with it as long as the code lives):
 /// its record as far as translation knows it, so that a run only copies it and fills in the
@@ -105,7 +105,7 @@ struct Output {
     left: u64,
     state: State,
     /// A SIFT stream for Sniper instead of ChampSim records.
-    sift: Option<SiftSink>,
+    sift: Option<Stream>,
 }
 
 struct Recorder {
@@ -266,7 +266,7 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
             left,
             state: State::Waiting,
             sift: roi.zip(replies).map(|(roi, replies)| {
-                SiftSink::new(PathBuf::from(path), PathBuf::from(replies), roi)
+                Stream::new(PathBuf::from(path), PathBuf::from(replies), roi)
             }),
         });
         if whole {
@@ -333,7 +333,7 @@ pub fn event(event: u32) {
         if o.state == State::Recording && roi {
             // The region's first instruction is the one pending: the region of interest
             // starts before it is written.
-            if !o.sift.as_mut().is_some_and(SiftSink::start_roi) {
+            if !o.sift.as_mut().is_some_and(Stream::start_roi) {
                 r.close(i);
             }
         } else if o.state == State::Recording && o.end == event {

@@ -202,13 +202,7 @@ fn simulate_staged(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let jobs = if req.jobs == 0 { cores } else { req.jobs };
     let (regions, outputs) = simulate_regions(&bin, &t, jobs, watcher)?;
-    let (cycles, instructions) = regions.iter().fold((0.0, 0.0), |(c, n), r| {
-        (
-            c + r.multiplier * r.cycles as f64,
-            n + r.multiplier * r.instructions as f64,
-        )
-    });
-    let estimate_cpi = cycles / instructions.max(1.0);
+    let estimate_cpi = bbv_rundir::simulation::estimate_cpi(&regions);
     let full = match &req.full {
         Some(f) => Some(simulate_full(&bin, &req.dir, &s, f, watcher)?),
         None => None,

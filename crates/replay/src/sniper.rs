@@ -172,13 +172,7 @@ pub fn write_simulation(
             warmup_cpu_seconds: None,
         });
     }
-    let (cycles, instructions) = regions.iter().fold((0.0, 0.0), |(c, n), r| {
-        (
-            c + r.multiplier * r.cycles as f64,
-            n + r.multiplier * r.instructions as f64,
-        )
-    });
-    let estimate_cpi = cycles / instructions.max(1.0);
+    let estimate_cpi = bbv_rundir::simulation::estimate_cpi(&regions);
     let full = full
         .transpose()
         .map_err(|e| ReplayError::Invalid(format!("the whole run (--full): {e}")))?;

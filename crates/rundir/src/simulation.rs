@@ -153,6 +153,18 @@ impl Simulation {
     }
 }
 
+/// The whole run's CPI estimated from its regions: Σ multiplier × cycles / Σ multiplier ×
+/// instructions (each region standing for its cluster's instructions).
+pub fn estimate_cpi(regions: &[RegionSim]) -> f64 {
+    let (cycles, instructions) = regions.iter().fold((0.0, 0.0), |(c, n), r| {
+        (
+            c + r.multiplier * r.cycles as f64,
+            n + r.multiplier * r.instructions as f64,
+        )
+    });
+    cycles / f64::max(instructions, 1.0)
+}
+
 /// Reads `dir/simulation.json`, if the run has one.
 pub fn read(dir: &Path) -> Result<Option<Simulation>, RundirError> {
     crate::read_optional_json(dir, crate::files::SIMULATION, "bbv simulate")
