@@ -502,20 +502,11 @@ fn watch(pid: u32, dir: &Path, w: &dyn Watcher) -> std::io::Result<()> {
     }
 }
 
-/// The last lines of a captured output (at most 3 lines of its last 2 KiB), for a message.
+/// The last lines of a captured output (at most 3), for a message.
 fn last_lines(path: &Path) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut tail = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let len = f.metadata().map_or(0, |m| m.len());
-        let _ = f.seek(SeekFrom::Start(len.saturating_sub(2048)));
-        let _ = f.take(2048).read_to_end(&mut tail);
-    }
-    let text = String::from_utf8_lossy(&tail);
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    match lines.len() {
-        0 => "nothing".into(),
-        n => lines[n.saturating_sub(3)..].join(" | "),
+    match bbv_files::input::last_lines(path, 3) {
+        l if l.is_empty() => "nothing".into(),
+        l => l.join(" | "),
     }
 }
 

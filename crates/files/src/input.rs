@@ -178,6 +178,25 @@ pub fn is_file_name(name: &str) -> bool {
     )
 }
 
+/// The last `n` non-blank lines (trimmed) of the file at `path`, from its last 4 KiB only (a
+/// tool's log can be large): what a message quotes of another tool's output. None readable:
+/// empty.
+pub fn last_lines(path: &Path, n: usize) -> Vec<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut tail = Vec::new();
+    if let Ok(mut f) = File::open(path) {
+        let len = f.metadata().map_or(0, |m| m.len());
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(4096)));
+        let _ = f.take(4096).read_to_end(&mut tail);
+    }
+    let text = String::from_utf8_lossy(&tail);
+    let lines: Vec<String> = (text.lines().map(str::trim))
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
+}
+
 /// `bytes` for a message: at most [`QUOTE_BYTES`] of them, escaped, and how many more there
 /// were.
 pub fn quote(bytes: &[u8]) -> String {

@@ -26,6 +26,7 @@ pub mod checkpoint_check;
 mod replay;
 pub mod simulate;
 pub mod simulate_progress;
+mod simulation_files;
 pub mod sniper;
 pub mod trace;
 mod verdict;

@@ -226,7 +226,7 @@ fn simulate_staged(
         regions,
         estimate_cpi,
         full_cpi,
-        error_pct: full_cpi.map(|f| 100.0 * (estimate_cpi - f) / f),
+        error_pct: bbv_rundir::simulation::error_pct(estimate_cpi, full_cpi),
         speedup_instructions: full
             .as_ref()
             .map(|f| f.figures.instructions as f64 / sampled_instructions.max(1) as f64),
@@ -239,17 +239,8 @@ fn simulate_staged(
         band,
         no_band,
     };
-    // The report's #simulation section shows the new figures: both files change together.
-    let report = bbv_report::from_summary_with(&req.dir, &s, Some(sim.clone()))?;
-    let page = bbv_report::html(&report);
     let mut files = AtomicFiles::default();
-    files.write(&req.dir.join(bbv_rundir::files::SIMULATION), |w| {
-        serde_json::to_writer_pretty(&mut *w, &sim)?;
-        w.write_all(b"\n")
-    })?;
-    files.write(&req.dir.join(bbv_rundir::files::REPORT), |w| {
-        w.write_all(page.as_bytes())
-    })?;
+    crate::simulation_files::write(&mut files, &req.dir, &s, &sim)?;
     files.write(&req.dir.join(bbv_rundir::files::CHAMPSIM_LOG), |w| {
         for (r, out) in t.regions.iter().zip(&outputs) {
             writeln!(

@@ -5,7 +5,6 @@
 //! simulates the region in detail; its figures are the region's.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use bbv_pipeline::regions::region_id;
@@ -186,7 +185,7 @@ pub fn write_simulation(
         regions,
         estimate_cpi,
         full_cpi,
-        error_pct: full_cpi.map(|f| 100.0 * (estimate_cpi - f) / f),
+        error_pct: bbv_rundir::simulation::error_pct(estimate_cpi, full_cpi),
         speedup_instructions: full
             .as_ref()
             .map(|f| f.instructions[0] as f64 / sampled.max(1) as f64),
@@ -197,18 +196,9 @@ pub fn write_simulation(
         band: None,
         no_band: Some("the band is computed for ChampSim's figures only, so far".into()),
     };
-    // The report's #simulation section shows the new figures: both files change together.
     rundir::update(dir, |d| {
-        let report = bbv_report::from_summary_with(d, &s, Some(sim.clone()))?;
-        let page = bbv_report::html(&report);
         let mut files = bbv_files::AtomicFiles::default();
-        files.write(&d.join(bbv_rundir::files::SIMULATION), |w| {
-            serde_json::to_writer_pretty(&mut *w, &sim)?;
-            w.write_all(b"\n")
-        })?;
-        files.write(&d.join(bbv_rundir::files::REPORT), |w| {
-            w.write_all(page.as_bytes())
-        })?;
+        crate::simulation_files::write(&mut files, d, &s, &sim)?;
         files.commit()?;
         Ok::<_, ReplayError>(())
     })?;

@@ -165,6 +165,11 @@ pub fn estimate_cpi(regions: &[RegionSim]) -> f64 {
     cycles / f64::max(instructions, 1.0)
 }
 
+/// The estimate's error against the whole run, in percent (None without a whole run).
+pub fn error_pct(estimate_cpi: f64, full_cpi: Option<f64>) -> Option<f64> {
+    full_cpi.map(|f| 100.0 * (estimate_cpi - f) / f)
+}
+
 /// Reads `dir/simulation.json`, if the run has one.
 pub fn read(dir: &Path) -> Result<Option<Simulation>, RundirError> {
     crate::read_optional_json(dir, crate::files::SIMULATION, "bbv simulate")

@@ -226,14 +226,10 @@ impl Live {
 
     /// The last lines of Sniper's log, for a message.
     fn log_tail(&self) -> String {
-        let text = std::fs::read(&self.log).unwrap_or_default();
-        let text = String::from_utf8_lossy(&text[text.len().saturating_sub(4096)..]).into_owned();
-        let lines: Vec<String> = (text.lines().rev())
-            .filter(|l| !l.trim().is_empty())
-            .take(3)
-            .map(|l| bbv_files::input::quote(l.trim().as_bytes()))
-            .collect();
-        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        (bbv_files::input::last_lines(&self.log, 3).iter())
+            .map(|l| bbv_files::input::quote(l.as_bytes()))
+            .collect::<Vec<_>>()
+            .join(" | ")
     }
 }
 
