@@ -208,6 +208,11 @@ pub enum BenchCommand {
         /// tools/champsim/intervals.py reads (with BBV_BENCH_KEEP=1 to keep the runs).
         #[arg(long, value_name = "PATH")]
         champsim: Option<PathBuf>,
+        /// Also simulate the same regions, and the whole run, on Sniper driven live from the
+        /// replay (`bbv simulate --simulator sniper --full`; scripts/sniper's build): Sniper's
+        /// estimate and error beside ChampSim's.
+        #[arg(long)]
+        sniper: bool,
         /// Where to write the runs (a temporary folder is made and removed there).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
@@ -388,6 +393,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             scale,
             only,
             champsim,
+            sniper,
             dir,
         } => simulate::run(
             simulate::Choice {
@@ -398,6 +404,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 every_k,
                 pick,
                 champsim,
+                sniper,
             },
             scale,
             &only,

@@ -26,6 +26,8 @@ pub struct Choice {
     pub pick: String,
     /// `bbv simulate --champsim`.
     pub champsim: Option<std::path::PathBuf>,
+    /// The same regions on Sniper too (`bbv simulate --simulator sniper --full`).
+    pub sniper: bool,
 }
 
 impl Choice {
@@ -65,7 +67,11 @@ pub fn run(choice: Choice, scale: f64, only: &[String], dir: &Path) -> Result<()
             choice.args().join(" ")
         );
         println!("program | instructions | k (points) | CPI estimate | 95% band | CPI full | error | our model's 95% band: L2 misses, mispredicts | speedup (instructions, time) | ChampSim speed");
+        if choice.sniper {
+            println!("  and Sniper on the same regions: CPI estimate | CPI full | error | speedup (instructions, Sniper CPU time) | replay and Sniper wall time");
+        }
         let mut errors = Vec::new();
+        let mut sniper_errors = Vec::new();
         let mut skipped = Vec::new();
         for (i, key) in study::KEYS.iter().enumerate() {
             let named = only.iter().any(|o| o == key);
@@ -84,8 +90,16 @@ pub fn run(choice: Choice, scale: f64, only: &[String], dir: &Path) -> Result<()
             if p.large {
                 c.interval = LARGE_INTERVAL;
             }
-            let e = chain(&p.workload, i, &c, root).with_context(|| p.workload.name)?;
+            let (e, s) = chain(&p.workload, i, &c, root).with_context(|| p.workload.name)?;
             errors.push(e.abs());
+            sniper_errors.extend(s.map(f64::abs));
+        }
+        if choice.sniper {
+            println!(
+                "Sniper: mean |error| {:.2}% over {} programs (bar: each within 3%)",
+                sniper_errors.iter().sum::<f64>() / sniper_errors.len().max(1) as f64,
+                sniper_errors.len()
+            );
         }
         println!(
             "mean |error| {:.2}% over {} programs (bar: each within 3%){}",
@@ -104,8 +118,9 @@ pub fn run(choice: Choice, scale: f64, only: &[String], dir: &Path) -> Result<()
 /// Intervals of the study's programs of a billion instructions and more.
 pub const LARGE_INTERVAL: u64 = 10_000_000;
 
-/// One workload through the chain; prints its row and returns its error in percent.
-fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<f64> {
+/// One workload through the chain; prints its row (and Sniper's) and returns its error in
+/// percent (and Sniper's).
+fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<(f64, Option<f64>)> {
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let dir = root.join(format!("run-{i}"));
     let d = dir.to_string_lossy().into_owned();
@@ -119,16 +134,35 @@ fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<f64> {
     let mut run = vec!["run".to_string(), "-o".into(), d.clone()];
     run.extend(choice.args());
     step(run)?;
+    // Sniper first, on a copy of the run (its simulation.json is its own), so that both
+    // simulators get exactly the same regions.
+    let sniper = if choice.sniper {
+        let copy = root.join(format!("run-{i}-sniper"));
+        copy_dir(&dir, &copy)?;
+        let c = copy.to_string_lossy().into_owned();
+        let secs = step(vec![
+            "simulate".into(),
+            c,
+            "--simulator".into(),
+            "sniper".into(),
+            "--full".into(),
+        ])?;
+        Some((copy, secs))
+    } else {
+        None
+    };
     step(vec!["trace".into(), d.clone()])?;
     let mut simulate = vec!["simulate".into(), d.clone(), "--full".into()];
     if let Some(c) = &choice.champsim {
         simulate.extend(["--champsim".into(), c.to_string_lossy().into_owned()]);
     }
     let sim_seconds = step(simulate)?;
-    let read = |name: &str| -> Result<serde_json::Value> {
-        let text = std::fs::read_to_string(dir.join(name))?;
+    let read_in = |dir: &Path, name: &str| -> Result<serde_json::Value> {
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
         Ok(serde_json::from_str(&text)?)
     };
+    let read = |name: &str| read_in(&dir, name);
     let sim = read(bbv_rundir::files::SIMULATION)?;
     let summary = read(bbv_rundir::files::SUMMARY)?;
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
@@ -164,5 +198,38 @@ fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<f64> {
         f(&sim["speedup_wall"]),
         instructions as f64 / sim_seconds / 1000.0,
     );
-    Ok(error)
+    let sniper_error = match sniper {
+        Some((copy, secs)) => {
+            let s = read_in(&copy, bbv_rundir::files::SIMULATION)?;
+            let e = f(&s["error_pct"]);
+            println!(
+                "  Sniper | {:.4} | {:.4} | {:+.2}% | {:.1}x, {:.1}x | {:.0} s",
+                f(&s["estimate_cpi"]),
+                f(&s["full_cpi"]),
+                e,
+                f(&s["speedup_instructions"]),
+                f(&s["speedup_cpu"]),
+                secs
+            );
+            Some(e)
+        }
+        None => None,
+    };
+    Ok((error, sniper_error))
+}
+
+/// Copies a run folder (files and sub-folders) to `to`, which must not exist.
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir(to).with_context(|| format!("cannot create {}", to.display()))?;
+    for entry in std::fs::read_dir(from).with_context(|| from.display().to_string())? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)
+                .with_context(|| format!("cannot copy {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
 }

@@ -189,8 +189,9 @@ pub fn trace(a: TraceArgs) -> Result<u8> {
 /// `bbv simulate --simulator sniper`: the replay's table, then the estimate; 1 when a marker
 /// was missed.
 fn simulate_sniper(a: SimulateArgs) -> Result<u8> {
+    let (max_band, champsim) = (a.max_band.is_some(), a.champsim.as_deref());
     let spec =
-        bbv_replay::sniper::SniperSpec::new(a.sniper.as_deref(), a.full, a.max_band.is_some())?;
+        bbv_replay::sniper::SniperSpec::new(a.sniper.as_deref(), a.full, max_band, champsim)?;
     let (dir, command, launch) = (a.dir.clone(), a.command, a.launch);
     let replay = ReplayArgs {
         dir,
@@ -206,9 +207,10 @@ fn simulate_sniper(a: SimulateArgs) -> Result<u8> {
             ..Default::default()
         },
     )?;
-    let s = bbv_replay::sniper::write_simulation(&a.dir, outcome.sniper.unwrap_or_default())?;
-    eprint!("{}", s.text());
-    Ok(u8::from(!passed))
+    let got = outcome.sniper.unwrap_or_default();
+    let (text, code) = bbv_replay::sniper::conclude(&a.dir, got, passed)?;
+    eprint!("{text}");
+    Ok(code)
 }
 
 /// `bbv replay`: exit 0 when every marker is reached within the tolerance, 1 otherwise.

@@ -114,6 +114,12 @@ fn the_whole_run_gives_the_estimate_its_error() {
     // A sanity bound, not a target: three regions of half a million instructions each.
     assert!(error.abs() < 15.0, "{v}");
     assert!(v["speedup_instructions"].as_f64().unwrap() > 1.0, "{v}");
+    // What each Sniper cost in CPU time (they run side by side in one replay).
+    let cpu: f64 = (v["regions"].as_array().unwrap().iter())
+        .map(|r| r["cpu_seconds"].as_f64().unwrap())
+        .sum();
+    assert!(cpu > 0.0, "{v}");
+    assert!(v["speedup_cpu"].as_f64().unwrap() > 0.0, "{v}");
 }
 
 #[test]
@@ -123,7 +129,7 @@ fn bad_input_is_refused_and_nothing_is_written() {
     let sniper = built_by("sniper");
     let r = run.to_str().unwrap();
     let s = sniper.to_str().unwrap();
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (
             &["--simulator", "sniper", "--sniper", "/nonexistent/sniper"],
             "scripts/sniper",
@@ -133,6 +139,17 @@ fn bad_input_is_refused_and_nothing_is_written() {
             "--simulator sniper takes no --max-band",
         ),
         (&["--simulator", "gem5"], "invalid value 'gem5'"),
+        (
+            &[
+                "--simulator",
+                "sniper",
+                "--sniper",
+                s,
+                "--champsim",
+                "/bin/true",
+            ],
+            "which --simulator sniper does not run",
+        ),
     ];
     for (extra, says) in cases {
         let o = bbv()
@@ -148,4 +165,37 @@ fn bad_input_is_refused_and_nothing_is_written() {
         assert!(err.contains(says), "{extra:?}: {err}");
         assert!(!run.join("simulation.json").exists(), "{extra:?}");
     }
+}
+
+/// A replay that misses the run's markers (another input) simulates nothing: exit 1 with the
+/// replay's table, nothing written, no Sniper left.
+#[test]
+fn a_missed_marker_exits_1_and_writes_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let (run, _) = profiled(work.path(), 300_000);
+    let sniper = built_by("sniper");
+    let other = work.path().join("other.txt");
+    std::fs::write(&other, "a short other text\n".repeat(50)).unwrap();
+    let o = bbv()
+        .arg("simulate")
+        .arg(&run)
+        .args(["--simulator", "sniper", "--sniper"])
+        .arg(&sniper)
+        .args(["--", "gzip", "-6", "-c"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("a marker was missed"), "{err}");
+    assert!(!run.join("simulation.json").exists());
+    let stray = std::process::Command::new("pgrep")
+        .args(["-f", &run.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        stray.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&stray.stdout)
+    );
 }

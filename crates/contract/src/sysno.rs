@@ -104,6 +104,22 @@ pub mod generic {
     pub const CLONE: i64 = 220;
 }
 
+/// `futex` operations (the second argument; the same on every Linux architecture).
+pub mod futex {
+    /// Sleep while the word holds the value given.
+    pub const WAIT: u64 = 0;
+    /// Wake up to N sleepers.
+    pub const WAKE: u64 = 1;
+    /// [`WAIT`] with a mask of wakes it answers to.
+    pub const WAIT_BITSET: u64 = 9;
+    /// [`WAKE`] of the sleepers whose mask meets this one's.
+    pub const WAKE_BITSET: u64 = 10;
+    /// Added to an operation: the futex is private to the process.
+    pub const PRIVATE: u64 = 128;
+    /// Added to an operation: timeouts on the realtime clock.
+    pub const CLOCK_REALTIME: u64 = 256;
+}
+
 /// Every x86-64 call bbv names or treats apart, by number.
 pub const X86_64: &[Syscall] = &[
     fd_first(0, "read"),

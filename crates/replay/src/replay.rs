@@ -159,8 +159,8 @@ pub struct ReplayOutcome {
     pub checkpoints: Option<Result<crate::checkpoint::CheckpointReport, ReplayError>>,
     /// Checkpoints were asked for (none are made of a replay that missed a marker).
     pub checkpoints_asked: bool,
-    /// Each region's Sniper figures (in the summary's point order), when asked for.
-    pub sniper: Option<Vec<Result<bbv_sniper::SimOut, ReplayError>>>,
+    /// Sniper's figures, when asked for.
+    pub sniper: Option<crate::sniper::SniperResults>,
 }
 
 /// (image file name, link-time offset): how blocks and markers are matched across runs.

@@ -26,26 +26,45 @@ pub struct SniperSpec {
 }
 
 impl SniperSpec {
-    /// The build in `explicit`, else where scripts/sniper puts it; `full`: the whole run too;
-    /// `unbuilt`: options asked for that Sniper's simulation does not have yet (`--max-band`).
+    /// The build in `explicit`, else where scripts/sniper puts it; `full`: the whole run too.
+    /// `max_band` (no band for Sniper's figures yet) and `champsim` (ChampSim's build) are
+    /// options of ChampSim's simulation, refused here rather than ignored.
     pub fn new(
         explicit: Option<&Path>,
         full: bool,
-        unbuilt: bool,
+        max_band: bool,
+        champsim: Option<&Path>,
     ) -> Result<SniperSpec, ReplayError> {
-        if unbuilt {
+        if max_band {
             return Err(ReplayError::Invalid(
                 "--simulator sniper takes no --max-band yet (docs/sniper.md)".into(),
             ));
+        }
+        if let Some(c) = champsim {
+            return Err(ReplayError::Invalid(format!(
+                "--champsim {} names ChampSim's build, which --simulator sniper does not run (Sniper's is --sniper)",
+                c.display()
+            )));
         }
         let sniper = Sniper::find(explicit).map_err(sniper_error)?;
         Ok(SniperSpec { sniper, full })
     }
 }
 
+/// Sniper's figures once the replay ended: each region's, in the summary's point order, and
+/// the whole run's when asked for.
+#[derive(Default)]
+pub struct SniperResults {
+    /// Per region.
+    pub regions: Vec<Result<SimOut, ReplayError>>,
+    /// The whole run (`--full`).
+    pub full: Option<Result<SimOut, ReplayError>>,
+}
+
 /// The Sniper instances of a replay under way, and the plugin's windows file.
 pub(crate) struct Simulating {
     lives: Vec<Live>,
+    full: Option<Live>,
     /// The plugin's `trace=FILE`.
     pub file: PathBuf,
 }
@@ -62,6 +81,7 @@ impl Simulating {
         }
         let mut text = String::new();
         let mut lives = Vec::new();
+        let mut full = None;
         let n = s.points.len();
         for (r, p) in s.points.iter().enumerate() {
             let dir = work.join(format!("sniper-{r}"));
@@ -93,22 +113,23 @@ impl Simulating {
                 live.fifo(0, true).display(),
                 live.fifo(0, false).display()
             );
-            lives.push(live);
+            full = Some(live);
         }
         let file = work.join("sniper-windows");
         std::fs::write(&file, text).map_err(|e| ReplayError::io(&file, e))?;
-        Ok(Simulating { lives, file })
+        Ok(Simulating { lives, full, file })
     }
 
-    /// Each region's figures (then the whole run's, when asked for), once the replay ended.
-    pub fn finish(self) -> Vec<Result<SimOut, ReplayError>> {
-        self.lives
-            .into_iter()
-            .map(|l| {
-                l.release();
-                l.finish().map_err(sniper_error)
-            })
-            .collect()
+    /// Each region's figures and the whole run's, once the replay ended.
+    pub fn finish(self) -> SniperResults {
+        let end = |l: Live| {
+            l.release();
+            l.finish().map_err(sniper_error)
+        };
+        SniperResults {
+            regions: self.lives.into_iter().map(end).collect(),
+            full: self.full.map(end),
+        }
     }
 }
 
@@ -116,20 +137,26 @@ fn sniper_error(e: bbv_sniper::SniperError) -> ReplayError {
     ReplayError::Invalid(e.to_string())
 }
 
-/// The estimate from the regions' Sniper figures (`results`, in the summary's point order),
-/// written to `dir/simulation.json` with `"simulator": "sniper"`: the whole run's CPI as
-/// Σ multiplier × cycles / Σ multiplier × instructions, each region's cycles and
-/// instructions Sniper's inside its region of interest.
-pub fn write_simulation(
-    dir: &Path,
-    results: Vec<Result<SimOut, ReplayError>>,
-) -> Result<Simulation, ReplayError> {
+/// What `bbv simulate --simulator sniper` says after the replay's table, and its exit status:
+/// the estimate (written as [`write_simulation`] does) and 0, or, when the replay missed a
+/// marker (`passed` false), nothing written and 1: Sniper's figures are then not the regions'.
+pub fn conclude(dir: &Path, got: SniperResults, passed: bool) -> Result<(String, u8), ReplayError> {
+    if !passed {
+        let why = "bbv: nothing simulated written: a marker was missed (the table above)\n";
+        return Ok((why.into(), 1));
+    }
+    Ok((write_simulation(dir, got)?.text(), 0))
+}
+
+/// The estimate from the regions' Sniper figures, written to `dir/simulation.json` with
+/// `"simulator": "sniper"`: the whole run's CPI as Σ multiplier × cycles / Σ multiplier ×
+/// instructions, each region's cycles and instructions Sniper's inside its region of interest.
+pub fn write_simulation(dir: &Path, got: SniperResults) -> Result<Simulation, ReplayError> {
     let s = rundir::read_summary(dir)?;
-    let mut results = results;
-    let full = match results.len() == s.points.len() + 1 {
-        true => results.pop(),
-        false => None,
-    };
+    let SniperResults {
+        regions: results,
+        full,
+    } = got;
     if results.len() != s.points.len() {
         return Err(ReplayError::Invalid(format!(
             "{} regions simulated of {}",
@@ -165,9 +192,11 @@ pub fn write_simulation(
             instructions,
             cycles,
             ipc: instructions as f64 / cycles as f64,
+            // The regions' Snipers run side by side during one replay: their CPU time, not
+            // wall time, is what each costs.
             seconds: 0.0,
             warmup_seconds: 0.0,
-            cpu_seconds: None,
+            cpu_seconds: out.cpu_seconds,
             warmup_cpu_seconds: None,
         });
     }
@@ -179,6 +208,10 @@ pub fn write_simulation(
         .as_ref()
         .map(|f| f.busy_cycles(0) as f64 / f.instructions[0].max(1) as f64);
     let sampled: u64 = s.points.iter().map(|p| p.warmup_length + p.length).sum();
+    let speedup_cpu = full.as_ref().and_then(|f| {
+        let spent: Option<f64> = regions.iter().map(|r| r.cpu_seconds).sum();
+        Some(f.cpu_seconds? / spent?.max(1e-9))
+    });
     let sim = Simulation {
         simulator: "sniper".into(),
         commit: None,
@@ -190,7 +223,7 @@ pub fn write_simulation(
             .as_ref()
             .map(|f| f.instructions[0] as f64 / sampled.max(1) as f64),
         speedup_wall: None,
-        speedup_cpu: None,
+        speedup_cpu,
         warmup_share: None,
         band_pct: None,
         band: None,

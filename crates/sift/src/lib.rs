@@ -19,10 +19,14 @@
 //! * other: a zero byte, a type byte, a 4-byte payload size, the payload.
 
 mod read;
+pub mod relay;
+mod reply;
+mod spool;
 mod stream;
 mod write;
 
 pub use read::{Reader, Record};
+pub use reply::{read_reply, write_memory_response, Reply};
 pub use stream::Stream;
 pub use write::Writer;
 
@@ -42,6 +46,22 @@ pub const MAX_SIZE: usize = 15;
 pub mod other {
     /// A whole 4 KiB page of code.
     pub const ICACHE: u8 = 0;
+    /// A system call for Sniper to model: its number (2 bytes) and six arguments.
+    pub const SYSCALL: u8 = 2;
+    /// Sniper's answer to [`SYSCALL`]: the call's return value.
+    pub const SYSCALL_RESPONSE: u8 = 3;
+    /// The thread creates a thread (no payload).
+    pub const NEW_THREAD: u8 = 4;
+    /// Sniper's answer to [`NEW_THREAD`]: the new thread's id (its FIFOs' number).
+    pub const NEW_THREAD_RESPONSE: u8 = 5;
+    /// Sniper asks for guest memory (on the reply channel): address, size, lock, operation.
+    pub const MEMORY_REQUEST: u8 = 6;
+    /// The frontend's answer to [`MEMORY_REQUEST`] (on the stream): address, operation, data.
+    pub const MEMORY_RESPONSE: u8 = 7;
+    /// Sniper's answer to a synchronisation or instruction-count record: its mode.
+    pub const SYNC_RESPONSE: u8 = 13;
+    /// Sniper tells the frontend to stop.
+    pub const SHUTDOWN: u8 = 26;
     /// Bytes at an address (with [`crate::OPTION_ICACHE_VARIABLE`]).
     pub const ICACHE_VARIABLE: u8 = 11;
     /// A magic instruction (Sniper's simulator commands: region of interest start, end).

@@ -41,17 +41,39 @@ impl<W: Write> Writer<W> {
     }
 
     fn other(&mut self, kind: u8, payload: &[&[u8]]) -> Result<(), SiftError> {
-        let size: usize = payload.iter().map(|p| p.len()).sum();
-        let size = u32::try_from(size).map_err(|_| SiftError::Unrepresentable {
-            address: 0,
-            why: format!("a record of {size} bytes"),
-        })?;
-        self.out.write_all(&[0, kind])?;
-        self.out.write_all(&size.to_le_bytes())?;
-        for p in payload {
-            self.out.write_all(p)?;
+        crate::reply::write_other(&mut self.out, kind, payload)
+    }
+
+    /// The output, to add what the writer does not make (the records a live relay queues).
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
+    /// Writes a magic instruction record (`a` one of [`crate::command`]); Sniper answers it on
+    /// the thread's reply channel ([`crate::Reply::Magic`]).
+    pub fn magic_record(&mut self, [a, b, c]: [u64; 3]) -> Result<(), SiftError> {
+        self.other(
+            other::MAGIC,
+            &[&a.to_le_bytes(), &b.to_le_bytes(), &c.to_le_bytes()],
+        )
+    }
+
+    /// Writes a thread-creation record; Sniper answers with the new thread's id
+    /// ([`crate::Reply::NewThread`]) and makes its FIFOs.
+    pub fn new_thread_record(&mut self) -> Result<(), SiftError> {
+        self.other(other::NEW_THREAD, &[])
+    }
+
+    /// Writes a system-call record for Sniper's syscall model (`nr` in x86-64's numbering,
+    /// which Sniper's model uses whatever the guest); Sniper may ask for guest memory
+    /// ([`crate::Reply::Memory`]) before it answers with the return value
+    /// ([`crate::Reply::Syscall`]).
+    pub fn syscall_record(&mut self, nr: u16, args: [u64; 6]) -> Result<(), SiftError> {
+        let mut a = [0u8; 48];
+        for (k, v) in args.iter().enumerate() {
+            a[8 * k..8 * k + 8].copy_from_slice(&v.to_le_bytes());
         }
-        Ok(())
+        self.other(other::SYSCALL, &[&nr.to_le_bytes(), &a])
     }
 
     /// Writes one executed instruction.
@@ -98,31 +120,16 @@ impl<W: Write> Writer<W> {
 
     /// Sends a magic instruction (`a` one of [`crate::command`]) and waits for Sniper's answer
     /// on `responses` (its response stream for this thread), which it returns.
-    pub fn magic(
-        &mut self,
-        responses: &mut impl Read,
-        [a, b, c]: [u64; 3],
-    ) -> Result<u64, SiftError> {
-        self.other(
-            other::MAGIC,
-            &[&a.to_le_bytes(), &b.to_le_bytes(), &c.to_le_bytes()],
-        )?;
+    pub fn magic(&mut self, responses: &mut impl Read, args: [u64; 3]) -> Result<u64, SiftError> {
+        self.magic_record(args)?;
         self.out.flush()?;
-        let mut head = [0u8; 6];
-        responses.read_exact(&mut head)?;
-        let size = u32::from_le_bytes([head[2], head[3], head[4], head[5]]);
-        if head[0] != 0 || head[1] != other::MAGIC_RESPONSE || size != 8 {
-            return Err(SiftError::Malformed {
+        match crate::read_reply(responses)? {
+            crate::Reply::Magic(v) => Ok(v),
+            other => Err(SiftError::Malformed {
                 offset: 0,
-                why: format!(
-                    "Sniper answered a magic instruction with a record of type {} and {size} bytes",
-                    head[1]
-                ),
-            });
+                why: format!("Sniper answered a magic instruction with {other:?}"),
+            }),
         }
-        let mut value = [0u8; 8];
-        responses.read_exact(&mut value)?;
-        Ok(u64::from_le_bytes(value))
     }
 
     /// Flushes and returns the output without an end record (the caller goes on with it).

@@ -137,6 +137,17 @@ impl Live {
         PathBuf::from(name)
     }
 
+    /// The FIFOs' common prefix (`traceinput/trace_prefix`): what a multi-threaded frontend
+    /// ([`bbv_sift::relay::Session`]) names every thread's FIFOs from.
+    pub fn prefix(&self) -> &Path {
+        &self.prefix
+    }
+
+    /// The folder Sniper works in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// run-sniper's process id (0 once it ended).
     pub fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
@@ -194,34 +205,46 @@ impl Live {
         ))
     }
 
-    /// Lets a Sniper still waiting for thread 0's stream (its writer never came) see it end at
-    /// once, so that [`finish`](Self::finish) does not wait forever; nothing happens to one
-    /// that read its stream.
+    /// Lets a Sniper still waiting for thread 0's stream (its writer never came) see it end,
+    /// so that [`finish`](Self::finish) does not wait forever; nothing happens to one that
+    /// read its stream. A Sniper slow to start has not opened its side yet: this waits for it
+    /// to (or to end).
     pub fn release(&self) {
-        if let Ok(f) = open_fd(&self.fifo(0, false), libc::O_WRONLY | libc::O_NONBLOCK) {
-            drop(f);
+        let start = Instant::now();
+        loop {
+            match open_fd(&self.fifo(0, false), libc::O_WRONLY | libc::O_NONBLOCK) {
+                Ok(f) => return drop(f),
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
+                Err(_) => return,
+            }
+            if !running(self.pid()) || start.elapsed() > START_TIMEOUT {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
     /// Waits for Sniper to end (the stream must have been ended and dropped) and reads its
-    /// report.
+    /// report, with the CPU time its processes used.
     pub fn finish(mut self) -> Result<SimOut, SniperError> {
-        let Some(mut child) = self.child.take() else {
+        let Some(child) = self.child.take() else {
             return Err(self.failed("not started".into()));
         };
-        let status = child
-            .wait()
-            .map_err(SniperError::io("cannot wait for Sniper"))?;
+        let (status, cpu) =
+            wait_with_cpu(child).map_err(SniperError::io("cannot wait for Sniper"))?;
         if !status.success() {
             return Err(self.failed(format!("{status}: {}", self.log_tail())));
         }
-        SimOut::read(&self.dir.join("out/sim.out"), &self.log).map_err(|e| match e {
-            SniperError::Failed { why, log } => SniperError::Failed {
-                why: format!("{why}; {}", self.log_tail()),
-                log,
-            },
-            e => e,
-        })
+        let mut out =
+            SimOut::read(&self.dir.join("out/sim.out"), &self.log).map_err(|e| match e {
+                SniperError::Failed { why, log } => SniperError::Failed {
+                    why: format!("{why}; {}", self.log_tail()),
+                    log,
+                },
+                e => e,
+            })?;
+        out.cpu_seconds = Some(cpu);
+        Ok(out)
     }
 
     /// The last lines of Sniper's log, for a message.
@@ -265,4 +288,30 @@ impl Read for Replies {
             }
         }
     }
+}
+
+/// Waits for `child` (run-sniper); its exit status and the CPU seconds it and the processes
+/// it waited for (the backend) used.
+fn wait_with_cpu(child: Child) -> std::io::Result<(std::process::ExitStatus, f64)> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage for wait4 to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: our own child, waited for once (std's Child is not waited after this).
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok((
+        std::process::ExitStatus::from_raw(status),
+        secs(ru.ru_utime) + secs(ru.ru_stime),
+    ))
 }

@@ -13,6 +13,9 @@ pub struct SimOut {
     pub cycles: Vec<u64>,
     /// Each core's idle nanoseconds, over its time's (`Idle time (ns)`, `Time (ns)`).
     pub idle: Vec<(f64, f64)>,
+    /// The CPU seconds Sniper used (its processes', warming included), when its end was
+    /// waited for ([`crate::Live::finish`]).
+    pub cpu_seconds: Option<f64>,
 }
 
 impl SimOut {
@@ -89,6 +92,7 @@ impl SimOut {
             instructions,
             cycles,
             idle,
+            cpu_seconds: None,
         })
     }
 }

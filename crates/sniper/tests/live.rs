@@ -3,46 +3,14 @@
 //! marked by magic instructions; what Sniper reports is checked against what was streamed,
 //! twice for determinism, and a broken stream and a missing build get clear errors.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use bbv_sift::{command, Instruction};
+use bbv_sift::command;
 use bbv_sniper::{Sniper, SniperError};
 
-fn sniper() -> Sniper {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/sniper");
-    let out = Command::new(&script).output().expect("scripts/sniper");
-    assert!(
-        out.status.success(),
-        "scripts/sniper: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    Sniper::find(Some(&root)).unwrap()
-}
-
-/// The loop's `k`th iteration; `last` ends it (its branch not taken).
-fn iteration(k: u64, last: bool) -> [Instruction; 4] {
-    let i = |address: u64, bytes: &[u8], memory: Vec<u64>, branch: bool, taken: bool| Instruction {
-        address,
-        bytes: bytes.to_vec(),
-        memory,
-        branch,
-        taken,
-    };
-    [
-        i(0x401000, &[0x48, 0x83, 0xc0, 0x01], vec![], false, false),
-        i(
-            0x401004,
-            &[0x48, 0x8b, 0x1e],
-            vec![0x7000_0000 + (k % 8192) * 64],
-            false,
-            false,
-        ),
-        i(0x401007, &[0x48, 0xff, 0xc9], vec![], false, false),
-        i(0x40100a, &[0x75, 0xf4], vec![], true, !last),
-    ]
-}
+mod common;
+use common::{iteration, sniper};
 
 /// Streams `warm` iterations, the region of interest's `roi`, then `tail`; Sniper's
 /// (instructions, cycles) of the region.
@@ -58,7 +26,7 @@ fn simulate(s: &Sniper, warm: u64, roi: u64, tail: u64) -> (u64, u64) {
         if k == warm + roi {
             w.magic(&mut replies, [command::ROI_END, 0, 0]).unwrap();
         }
-        for i in iteration(k, k + 1 == n) {
+        for i in iteration(0, k, k + 1 == n) {
             w.instruction(&i).unwrap();
         }
     }
@@ -91,7 +59,7 @@ fn a_broken_stream_and_a_missing_build_are_named() {
     let work = tempfile::tempdir().unwrap();
     let mut live = s.start(work.path(), 1).unwrap();
     let (mut w, _replies) = live.thread0().unwrap();
-    for i in iteration(0, false) {
+    for i in iteration(0, 0, false) {
         w.instruction(&i).unwrap();
     }
     // A record of a type Sniper does not know, and the stream ends there.

@@ -106,12 +106,12 @@ impl Calls {
 static CALLS: OnceLock<Calls> = OnceLock::new();
 
 const CLONE_VM: u64 = 0x100;
-const FUTEX_WAIT: u64 = 0;
-const FUTEX_WAKE: u64 = 1;
-const FUTEX_WAIT_BITSET: u64 = 9;
-const FUTEX_WAKE_BITSET: u64 = 10;
-/// FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME.
-const FUTEX_FLAGS: u64 = 128 | 256;
+use bbv_plugin_contract::sysno::futex::{
+    WAIT as FUTEX_WAIT, WAIT_BITSET as FUTEX_WAIT_BITSET, WAKE as FUTEX_WAKE,
+    WAKE_BITSET as FUTEX_WAKE_BITSET,
+};
+const FUTEX_FLAGS: u64 =
+    bbv_plugin_contract::sysno::futex::PRIVATE | bbv_plugin_contract::sysno::futex::CLOCK_REALTIME;
 
 mod board;
 mod futex;

@@ -1,0 +1,477 @@
+//! Every guest thread streamed live into one Sniper, the threads synchronising in Sniper as
+//! they did in the guest.
+//!
+//! The guest runs natively under QEMU (with bbv's deterministic turns) and never waits for
+//! Sniper: each thread's records go to a queue ([`crate::spool`]) and a relay thread of its own
+//! writes them to the thread's FIFO at Sniper's pace, answering Sniper's requests. Sniper
+//! learns of a new thread from its parent's stream (its reply is the id that names the
+//! child's FIFOs) and of synchronisation from `futex` records that its syscall model
+//! emulates: a wait blocks the simulated thread until a wake of another simulated thread.
+//!
+//! **Why Sniper's futex model sees what the guest did.** The guest's calls ran natively, so
+//! the frontend knows how each ended: a wait that did not sleep, or one woken by a given wake
+//! (bbv's turns name the wake). Sniper reads the futex word through the waiting thread's
+//! frontend while it holds its thread lock; the relay answers with the value the wait expects
+//! (so Sniper blocks the thread) only while the wake that woke it in the guest has not yet
+//! been handled by Sniper, and with another value (so the wait returns at once, as a wait
+//! whose wake came first in simulated time) once it has. A wake is marked handled when Sniper
+//! asks for its word, also under that lock, so the two cannot cross. A wake is sent with the
+//! number of threads it woke in the guest; a wait that did not sleep in the guest does not
+//! block in Sniper either. Sniper thus times each wait from the simulated moment of its wake,
+//! and no simulated thread waits for a wake that Sniper already handled.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bbv_plugin_contract::sysno::{futex, x86_64};
+
+use crate::spool::{Item, Queue, Spool};
+use crate::{command, read_reply, write_memory_response, Instruction, Reply, SiftError, Writer};
+
+/// A record whose reply the relay waits for (and acts on).
+pub(crate) enum Control {
+    Magic,
+    NewThread(Arc<Binding>),
+    /// A futex wake with its id, or a wait with the value it expects and the id of the wake
+    /// that ended it in the guest (None: it did not sleep, or no wake of the guest ended it).
+    Wake(u64),
+    Wait {
+        val: u32,
+        partner: Option<u64>,
+    },
+    ExitGroup,
+}
+
+/// A stream's Sniper thread id, once its parent's relay learns it.
+pub(crate) struct Binding {
+    id: Mutex<Option<u64>>,
+    set: Condvar,
+}
+
+impl Binding {
+    fn new(id: Option<u64>) -> Arc<Binding> {
+        Arc::new(Binding {
+            id: Mutex::new(id),
+            set: Condvar::new(),
+        })
+    }
+
+    fn set(&self, id: u64) {
+        *self.id.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
+        self.set.notify_all();
+    }
+
+    fn wait(&self, shared: &Shared) -> Result<u64, String> {
+        let mut g = self.id.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(id) = *g {
+                return Ok(id);
+            }
+            shared.check()?;
+            g = self
+                .set
+                .wait_timeout(g, Duration::from_millis(200))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// What the relays of one Sniper share.
+struct Shared {
+    prefix: PathBuf,
+    spill_dir: PathBuf,
+    pid: Option<i32>,
+    /// Give up (the caller aborts).
+    stop: AtomicBool,
+    /// Sniper ended the application (a thread's `exit_group`): the other threads' streams are
+    /// no longer read, which is not an error.
+    ended: AtomicBool,
+    /// Wakes Sniper has handled.
+    wakes: Mutex<HashSet<u64>>,
+    streams: AtomicU64,
+}
+
+impl Shared {
+    /// Err when the relays must stop waiting: asked to, or Sniper is gone.
+    fn check(&self) -> Result<(), String> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err("stopped".into());
+        }
+        if let Some(pid) = self.pid {
+            if !running(pid) {
+                return Err(format!("Sniper (process {pid}) ended"));
+            }
+        }
+        Ok(())
+    }
+
+    fn fifo(&self, thread: u64, response: bool) -> PathBuf {
+        let mut name = self.prefix.as_os_str().to_owned();
+        name.push(format!(
+            "{}.app0.th{thread}.sift",
+            if response { "_response" } else { "" }
+        ));
+        PathBuf::from(name)
+    }
+}
+
+/// Whether process `pid` still runs (not ended, not a zombie).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// The streams of one live Sniper simulation (one application).
+pub struct Session {
+    shared: Arc<Shared>,
+    relays: Vec<JoinHandle<Result<(), String>>>,
+}
+
+/// One guest thread's stream.
+pub struct ThreadStream {
+    writer: Writer<Spool<Control>>,
+}
+
+impl Session {
+    /// Streams for the Sniper whose FIFOs are named from `prefix` (`PREFIX.app0.thN.sift` and
+    /// `PREFIX_response.app0.thN.sift`, as `traceinput/trace_prefix` names them), spilling
+    /// queued records to files in `spill_dir`; `pid`, Sniper's process, is watched while
+    /// waiting for it.
+    pub fn new(prefix: PathBuf, spill_dir: PathBuf, pid: Option<i32>) -> Session {
+        Session {
+            shared: Arc::new(Shared {
+                prefix,
+                spill_dir,
+                pid,
+                stop: AtomicBool::new(false),
+                ended: AtomicBool::new(false),
+                wakes: Mutex::new(HashSet::new()),
+                streams: AtomicU64::new(0),
+            }),
+            relays: Vec::new(),
+        }
+    }
+
+    /// The first thread's stream (Sniper's thread 0).
+    pub fn thread0(&mut self) -> Result<ThreadStream, SiftError> {
+        self.stream(Binding::new(Some(0)))
+    }
+
+    fn stream(&mut self, binding: Arc<Binding>) -> Result<ThreadStream, SiftError> {
+        let n = self.shared.streams.fetch_add(1, Ordering::Relaxed);
+        let queue = Queue::new(self.shared.spill_dir.join(format!("spill.{n}")));
+        let shared = self.shared.clone();
+        let q = queue.clone();
+        let relay = std::thread::Builder::new()
+            .name(format!("bbv-sift-relay-{n}"))
+            .spawn(move || relay(&shared, &q, &binding))?;
+        self.relays.push(relay);
+        Ok(ThreadStream {
+            writer: Writer::new(Spool::new(queue))?,
+        })
+    }
+
+    /// Waits for every relay to deliver its stream (each must have been ended); the first
+    /// error, if any.
+    pub fn finish(self) -> Result<(), String> {
+        let mut first = None;
+        for r in self.relays {
+            let e = match r.join() {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e,
+                Err(_) => "a relay panicked".into(),
+            };
+            first.get_or_insert(e);
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Makes every relay give up its waiting (Sniper failed, or the replay did).
+    pub fn abort(&self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl ThreadStream {
+    /// Writes one executed instruction.
+    pub fn instruction(&mut self, i: &Instruction) -> Result<(), SiftError> {
+        self.writer.instruction(i)
+    }
+
+    fn control(&mut self, c: Control) -> Result<(), SiftError> {
+        let spool = self.writer.get_mut();
+        spool.flush()?;
+        spool.queue.push_control(c);
+        Ok(())
+    }
+
+    /// A magic instruction (one of [`crate::command`]), at the instruction about to run.
+    pub fn magic(&mut self, cmd: u64) -> Result<(), SiftError> {
+        self.writer.magic_record([cmd, 0, 0])?;
+        self.control(Control::Magic)
+    }
+
+    /// The region of interest starts.
+    pub fn start_roi(&mut self) -> Result<(), SiftError> {
+        self.magic(command::ROI_START)
+    }
+
+    /// The region of interest ends.
+    pub fn end_roi(&mut self) -> Result<(), SiftError> {
+        self.magic(command::ROI_END)
+    }
+
+    /// The thread creates a thread: its stream, which Sniper reads once it handled this.
+    pub fn new_thread(&mut self, session: &mut Session) -> Result<ThreadStream, SiftError> {
+        let binding = Binding::new(None);
+        self.writer.new_thread_record()?;
+        self.control(Control::NewThread(binding.clone()))?;
+        session.stream(binding)
+    }
+
+    /// A `FUTEX_WAKE` on `uaddr` that woke `woken` threads in the guest; `id` names it to the
+    /// waits it ended.
+    pub fn futex_wake(&mut self, uaddr: u64, woken: u32, id: u64) -> Result<(), SiftError> {
+        let args = [uaddr, futex::WAKE | futex::PRIVATE, woken.into(), 0, 0, 0];
+        self.writer.syscall_record(x86_64::FUTEX as u16, args)?;
+        self.control(Control::Wake(id))
+    }
+
+    /// A `FUTEX_WAIT` on `uaddr` expecting `val`, ended in the guest by wake `partner` (None:
+    /// it did not sleep, or ended without a wake).
+    pub fn futex_wait(
+        &mut self,
+        uaddr: u64,
+        val: u32,
+        partner: Option<u64>,
+    ) -> Result<(), SiftError> {
+        let args = [uaddr, futex::WAIT | futex::PRIVATE, val.into(), 0, 0, 0];
+        self.writer.syscall_record(x86_64::FUTEX as u16, args)?;
+        self.control(Control::Wait { val, partner })
+    }
+
+    /// The program ends (Sniper stops every thread of it).
+    pub fn exit_group(&mut self, code: i32) -> Result<(), SiftError> {
+        let args = [code as u64, 0, 0, 0, 0, 0];
+        self.writer
+            .syscall_record(x86_64::EXIT_GROUP as u16, args)?;
+        self.control(Control::ExitGroup)
+    }
+
+    /// Ends the stream (its relay delivers what is queued, then the end record).
+    pub fn end(self) -> Result<(), SiftError> {
+        let spool = self.writer.end()?;
+        spool.queue.close();
+        Ok(())
+    }
+}
+
+/// A FIFO end that never waits for a Sniper that is gone or a relay asked to stop.
+struct Fifo<'a> {
+    file: File,
+    shared: &'a Shared,
+}
+
+impl Fifo<'_> {
+    fn poll(&self, events: i16) -> io::Result<()> {
+        loop {
+            let mut p = libc::pollfd {
+                fd: self.file.as_raw_fd(),
+                events,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, 200) };
+            if n > 0 {
+                return Ok(());
+            }
+            self.shared.check().map_err(io::Error::other)?;
+        }
+    }
+}
+
+impl Write for Fifo<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        loop {
+            match self.file.write(b) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.poll(libc::POLLOUT)?,
+                r => return r,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Read for Fifo<'_> {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.file.read(b) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.poll(libc::POLLIN)?,
+                r => return r,
+            }
+        }
+    }
+}
+
+/// Opens `path` non-blocking (a FIFO to write: once its reader is there).
+fn open(path: &Path, flags: i32, shared: &Shared) -> Result<File, String> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    loop {
+        // SAFETY: a valid C string; the descriptor is owned by the File made from it.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        if fd >= 0 {
+            // SAFETY: ours and open.
+            return Ok(unsafe { File::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENXIO) {
+            return Err(format!("{}: {e}", path.display()));
+        }
+        shared.check()?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn relay(shared: &Shared, queue: &Queue<Control>, binding: &Binding) -> Result<(), String> {
+    // A write to a FIFO whose reader is gone fails with EPIPE here instead of raising SIGPIPE,
+    // which QEMU would take for the guest's.
+    // SAFETY: a signal set made and used locally, for this thread only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    let id = binding.wait(shared)?;
+    let path = shared.fifo(id, false);
+    let out = open(&path, libc::O_WRONLY, shared)?;
+    let replies = open(&shared.fifo(id, true), libc::O_RDWR, shared)?;
+    let mut r = Relay {
+        out: io::BufWriter::with_capacity(1 << 16, Fifo { file: out, shared }),
+        replies: Fifo {
+            file: replies,
+            shared,
+        },
+        shared,
+    };
+    let result = r.run(queue);
+    match result {
+        // Sniper stops reading the other threads once one ends the program.
+        Err(_) if shared.ended.load(Ordering::Relaxed) => Ok(()),
+        r => r.map_err(|e| format!("thread {id} ({}): {e}", path.display())),
+    }
+}
+
+struct Relay<'a> {
+    out: io::BufWriter<Fifo<'a>>,
+    replies: Fifo<'a>,
+    shared: &'a Shared,
+}
+
+impl Relay<'_> {
+    fn run(&mut self, queue: &Queue<Control>) -> Result<(), String> {
+        let s = |e: io::Error| e.to_string();
+        while let Some(item) = queue.pop(&self.shared.stop) {
+            match item {
+                Item::Bytes(b) => self.out.write_all(&b).map_err(s)?,
+                Item::Spilled { offset, len } => {
+                    let b = queue.read_spilled(offset, len).map_err(s)?;
+                    self.out.write_all(&b).map_err(s)?;
+                }
+                Item::Control(c) => {
+                    self.out.flush().map_err(s)?;
+                    self.control(c).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        self.shared.check()?;
+        self.out.flush().map_err(s)
+    }
+
+    fn reply(&mut self) -> Result<Reply, SiftError> {
+        read_reply(&mut self.replies)
+    }
+
+    fn unexpected(what: &str, r: Reply) -> SiftError {
+        SiftError::Malformed {
+            offset: 0,
+            why: format!("Sniper answered {what} with {r:?}"),
+        }
+    }
+
+    fn control(&mut self, c: Control) -> Result<(), SiftError> {
+        match c {
+            Control::Magic => match self.reply()? {
+                Reply::Magic(_) => Ok(()),
+                r => Err(Self::unexpected("a magic instruction", r)),
+            },
+            Control::NewThread(child) => match self.reply()? {
+                Reply::NewThread(id) if id >= 0 => {
+                    child.set(id as u64);
+                    Ok(())
+                }
+                r => Err(Self::unexpected("a new thread", r)),
+            },
+            Control::ExitGroup => match self.reply()? {
+                Reply::Syscall(_) => {
+                    self.shared.ended.store(true, Ordering::Relaxed);
+                    Ok(())
+                }
+                r => Err(Self::unexpected("exit_group", r)),
+            },
+            Control::Wake(_) | Control::Wait { .. } => loop {
+                match self.reply()? {
+                    Reply::Syscall(_) => return Ok(()),
+                    Reply::Memory {
+                        address,
+                        size,
+                        write: false,
+                        ..
+                    } => {
+                        let word = self.futex_word(&c);
+                        let mut data = vec![0u8; size as usize];
+                        let n = data.len().min(4);
+                        data[..n].copy_from_slice(&word.to_le_bytes()[..n]);
+                        write_memory_response(&mut self.out, address, &data)?;
+                        self.out.flush()?;
+                    }
+                    r => return Err(Self::unexpected("a futex call", r)),
+                }
+            },
+        }
+    }
+
+    /// The futex word Sniper reads for `c`, under its thread lock (see the module's note).
+    fn futex_word(&self, c: &Control) -> u32 {
+        let mut wakes = self.shared.wakes.lock().unwrap_or_else(|p| p.into_inner());
+        match *c {
+            Control::Wake(id) => {
+                wakes.insert(id);
+                0
+            }
+            Control::Wait {
+                val,
+                partner: Some(p),
+            } if !wakes.contains(&p) => val,
+            Control::Wait { val, .. } => val.wrapping_add(1),
+            _ => 0,
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Two threads streamed live into the real Sniper through bbv-sift's relays: the main thread
+//! creates a thread (Sniper's reply names its FIFOs), works, waits for it (a futex wait that
+//! the thread's end wakes, as `pthread_join` does), then works on. Sniper must block the main
+//! thread until the wake's simulated moment when the thread works longer, and not at all when
+//! the wake came first in simulated time; the same streams give the same cycles twice.
+
+use bbv_sift::relay::Session;
+use bbv_sniper::SimOut;
+
+mod common;
+use common::{iteration, sniper};
+
+/// The joined thread's id word (its `clear_child_tid`).
+const TID_WORD: u64 = 0x7fff_0000;
+
+/// The main thread works `before` iterations, joins the thread (which works `child`), then
+/// works `after` on data of its own; Sniper's report. `slept`: the join slept in the guest
+/// until the thread's end woke it (false: as if it had not slept, the control).
+fn simulate(before: u64, child: u64, after: u64, slept: bool) -> SimOut {
+    let s = sniper();
+    let work = tempfile::tempdir().unwrap();
+    let live = s.start(work.path(), 2).unwrap();
+    let mut session = Session::new(
+        live.prefix().to_path_buf(),
+        work.path().to_path_buf(),
+        Some(live.pid()),
+    );
+    let mut t0 = session.thread0().unwrap();
+    t0.start_roi().unwrap();
+    let mut t1 = t0.new_thread(&mut session).unwrap();
+    for k in 0..child {
+        for i in iteration(0x10_0000, k, k + 1 == child) {
+            t1.instruction(&i).unwrap();
+        }
+    }
+    // Its end clears the id word and wakes the joiner.
+    t1.futex_wake(TID_WORD, 1, 1).unwrap();
+    t1.end().unwrap();
+    for k in 0..before {
+        for i in iteration(0, k, k + 1 == before) {
+            t0.instruction(&i).unwrap();
+        }
+    }
+    t0.futex_wait(TID_WORD, 2, slept.then_some(1)).unwrap();
+    for k in 0..after {
+        for i in iteration(0x20_0000, k, k + 1 == after) {
+            t0.instruction(&i).unwrap();
+        }
+    }
+    t0.end_roi().unwrap();
+    t0.exit_group(0).unwrap();
+    t0.end().unwrap();
+    session.finish().unwrap();
+    live.finish().unwrap()
+}
+
+#[test]
+fn a_join_waits_in_sniper_as_long_as_the_thread_works_and_no_longer() {
+    // The thread works longer than the main thread before the join: the main thread waits
+    // for its end, and its work after the join comes after it.
+    let waits = simulate(10_000, 40_000, 20_000, true);
+    assert_eq!(waits.instructions.len(), 2, "{waits:?}");
+    assert!(
+        waits.instructions[0].abs_diff(4 * 30_000) < 300,
+        "{waits:?}"
+    );
+    assert!(
+        waits.instructions[1].abs_diff(4 * 40_000) < 300,
+        "{waits:?}"
+    );
+    // The same streams with a join that did not sleep: the main thread never idles, its work
+    // after the join overlaps the thread's, and the run is shorter.
+    let overlaps = simulate(10_000, 40_000, 20_000, false);
+    let idle = |o: &SimOut| o.idle[0].0 / o.idle[0].1;
+    assert!(idle(&waits) > 0.1, "{waits:?}");
+    assert!(idle(&overlaps).abs() < 0.01, "{overlaps:?}");
+    assert!(
+        waits.cycles[0] > overlaps.cycles[0],
+        "{waits:?} against {overlaps:?}"
+    );
+    // The main thread resumed when the thread ended: its idle time is the thread's time less
+    // its own work before the join (the thread's end is the run's end less its idle time).
+    let thread_end = waits.idle[1].1 - waits.idle[1].0;
+    assert!(waits.idle[0].0 < thread_end, "{waits:?}");
+    // The thread's wake comes first in simulated time: the main thread does not block,
+    // whatever the guest did.
+    let first = simulate(40_000, 10_000, 20_000, true);
+    let control = simulate(40_000, 10_000, 20_000, false);
+    let ratio = first.cycles[0] as f64 / control.cycles[0] as f64;
+    assert!(
+        (0.98..1.02).contains(&ratio),
+        "{ratio}: {first:?} against {control:?}"
+    );
+    // Deterministic.
+    assert_eq!(simulate(10_000, 40_000, 20_000, true).cycles, waits.cycles);
+}
