@@ -199,3 +199,48 @@ fn a_missed_marker_exits_1_and_writes_nothing() {
         String::from_utf8_lossy(&stray.stdout)
     );
 }
+
+/// A Sniper that dies (a stand-in build whose launcher fails at once, or one that stops
+/// reading mid-region) is named with its log, exit 2, nothing written, no process left, and
+/// the replay does not wait for it.
+#[test]
+fn a_sniper_that_dies_is_named_and_nothing_is_left() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempfile::tempdir().unwrap();
+    let (run, input) = profiled(work.path(), 300_000);
+    for (name, script) in [
+        ("dies", "#!/bin/sh\necho 'stand-in Sniper: cannot start' >&2\nexit 3\n"),
+        // Reads a little of its stream, then exits.
+        (
+            "stops",
+            "#!/bin/sh\nfor a; do case $a in traceinput/trace_prefix=*) p=${a#*=};; esac; done\nhead -c 100000 \"$p.app0.th0.sift\" > /dev/null\nexit 4\n",
+        ),
+    ] {
+        let fake = work.path().join(name);
+        std::fs::create_dir_all(fake.join("lib")).unwrap();
+        std::fs::write(fake.join("lib/sniper"), "").unwrap();
+        let launcher = fake.join("run-sniper");
+        std::fs::write(&launcher, script).unwrap();
+        std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let started = std::time::Instant::now();
+        let o = bbv()
+            .arg("simulate")
+            .arg(&run)
+            .args(["--simulator", "sniper", "--sniper"])
+            .arg(&fake)
+            .args(["--", "gzip", "-6", "-c"])
+            .arg(&input)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains("Sniper failed") && err.contains("sniper.log"), "{name}: {err}");
+        assert!(started.elapsed().as_secs() < 120, "{name}: waited");
+        assert!(!run.join("simulation.json").exists(), "{name}");
+        let stray = std::process::Command::new("pgrep")
+            .args(["-f", &run.display().to_string()])
+            .output()
+            .unwrap();
+        assert!(stray.stdout.is_empty(), "{name}: {}", String::from_utf8_lossy(&stray.stdout));
+    }
+}

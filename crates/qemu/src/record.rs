@@ -227,10 +227,10 @@ pub fn init(path: &Path, isa: Isa) -> Result<(), String> {
 }
 
 /// Reads the windows of `trace=FILE` (each opens its path when it starts): `window ID START
-/// ALT END TAIL LIMIT PATH` for ChampSim records, `sift ID START ALT END ROI LIMIT REPLIES
-/// PATH` for a SIFT stream into Sniper's FIFO PATH, its replies from REPLIES, the region of
-/// interest from event ROI to END. A START of [`WHOLE_RUN`] streams the whole run, its region
-/// of interest from the first instruction to the last.
+/// ALT END TAIL LIMIT PATH` for ChampSim records, `sift ID START ALT END ROI LIMIT PID PREFIX`
+/// for a SIFT stream into the Sniper of process PID whose FIFOs are named from PREFIX, the
+/// region of interest from event ROI to END. A START of [`WHOLE_RUN`] streams the whole run,
+/// its region of interest from the first instruction to the last.
 pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut outputs = Vec::new();
@@ -250,8 +250,8 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
             false => (num()?, None),
         };
         let left = num()?;
-        let replies = match sift {
-            true => Some(f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?),
+        let pid = match sift {
+            true => Some(i32::try_from(num()?).map_err(|_| bad())?),
             false => None,
         };
         let path = f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
@@ -265,18 +265,15 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
             tail,
             left,
             state: State::Waiting,
-            sift: roi.zip(replies).map(|(roi, replies)| {
-                Stream::new(PathBuf::from(path), PathBuf::from(replies), roi)
-            }),
+            sift: roi
+                .zip(pid)
+                .map(|(roi, pid)| Stream::new(PathBuf::from(path), Some(pid), roi)),
         });
         if whole {
             let o = outputs.last_mut().ok_or_else(bad)?;
             if let Some(s) = o.sift.as_mut() {
-                // Sniper runs before QEMU starts: its FIFO opens now.
                 s.open()?;
                 s.start_roi();
-            } else if let Ok(f) = File::create(&o.path) {
-                o.out = Some(BufWriter::with_capacity(1 << 20, f));
             }
             o.state = State::Recording;
             INSTRUMENT.store(true, Ordering::Relaxed);

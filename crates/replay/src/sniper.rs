@@ -96,8 +96,8 @@ impl Simulating {
                 2 * r + 1,
                 2 * r,
                 crate::trace::record_limit(p, 0),
-                live.fifo(0, true).display(),
-                live.fifo(0, false).display()
+                live.pid(),
+                live.prefix().display()
             );
             lives.push(live);
         }
@@ -110,8 +110,8 @@ impl Simulating {
                 text,
                 "sift {n} {whole} {whole} {never} {never} {} {} {}",
                 u64::MAX,
-                live.fifo(0, true).display(),
-                live.fifo(0, false).display()
+                live.pid(),
+                live.prefix().display()
             );
             full = Some(live);
         }

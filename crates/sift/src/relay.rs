@@ -90,6 +90,8 @@ struct Shared {
     prefix: PathBuf,
     spill_dir: PathBuf,
     pid: Option<i32>,
+    /// One thread: its producer waits for its relay instead of spilling.
+    bounded: bool,
     /// Give up (the caller aborts).
     stop: AtomicBool,
     /// Sniper ended the application (a thread's `exit_group`): the other threads' streams are
@@ -152,11 +154,24 @@ impl Session {
     /// queued records to files in `spill_dir`; `pid`, Sniper's process, is watched while
     /// waiting for it.
     pub fn new(prefix: PathBuf, spill_dir: PathBuf, pid: Option<i32>) -> Session {
+        Session::with(prefix, spill_dir, pid, false)
+    }
+
+    /// A session of one thread's stream: its producer waits for Sniper once 64 MiB of
+    /// records are queued (no spill file grows with the run's length; with one thread no
+    /// wait of the guest's can depend on Sniper's progress).
+    pub fn single(prefix: PathBuf, pid: Option<i32>) -> Session {
+        let dir = prefix.parent().map(Path::to_path_buf).unwrap_or_default();
+        Session::with(prefix, dir, pid, true)
+    }
+
+    fn with(prefix: PathBuf, spill_dir: PathBuf, pid: Option<i32>, bounded: bool) -> Session {
         Session {
             shared: Arc::new(Shared {
                 prefix,
                 spill_dir,
                 pid,
+                bounded,
                 stop: AtomicBool::new(false),
                 ended: AtomicBool::new(false),
                 wakes: Mutex::new(HashSet::new()),
@@ -173,7 +188,10 @@ impl Session {
 
     fn stream(&mut self, binding: Arc<Binding>) -> Result<ThreadStream, SiftError> {
         let n = self.shared.streams.fetch_add(1, Ordering::Relaxed);
-        let queue = Queue::new(self.shared.spill_dir.join(format!("spill.{n}")));
+        let queue = Queue::new(
+            self.shared.spill_dir.join(format!("spill.{n}")),
+            self.shared.bounded,
+        );
         let shared = self.shared.clone();
         let q = queue.clone();
         let relay = std::thread::Builder::new()
@@ -359,6 +377,14 @@ fn relay(shared: &Shared, queue: &Queue<Control>, binding: &Binding) -> Result<(
         libc::sigaddset(&mut set, libc::SIGPIPE);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
+    // However it ends, a producer waiting for room goes on (and fails).
+    struct Gone<'a>(&'a Queue<Control>);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            self.0.relay_gone();
+        }
+    }
+    let _gone = Gone(queue);
     let id = binding.wait(shared)?;
     let path = shared.fifo(id, false);
     let out = open(&path, libc::O_WRONLY, shared)?;

@@ -1,7 +1,8 @@
 //! One thread's records on their way to Sniper: the producer (QEMU's plugin, which must never
 //! wait for Sniper, or the guest's threads would wait on each other through it) queues them,
 //! its relay writes them at Sniper's pace. Bytes stay in memory up to [`MEMORY`], then go to a
-//! spill file, in order either way.
+//! spill file, in order either way; a bounded queue (a single-threaded stream, where nothing
+//! can wait on anything through Sniper) makes the producer wait instead of spilling.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -30,17 +31,23 @@ struct State<C> {
     spill: Option<File>,
     spill_end: u64,
     closed: bool,
+    /// The relay is gone: nothing more is read.
+    gone: bool,
 }
 
 /// The queue between a producer and its relay.
 pub(crate) struct Queue<C> {
     state: Mutex<State<C>>,
     ready: Condvar,
+    /// Signalled when the relay took something (or went).
+    room: Condvar,
     spill_path: PathBuf,
+    bounded: bool,
 }
 
 impl<C> Queue<C> {
-    pub(crate) fn new(spill_path: PathBuf) -> Arc<Queue<C>> {
+    /// A queue spilling to `spill_path`, or (`bounded`) making its producer wait.
+    pub(crate) fn new(spill_path: PathBuf, bounded: bool) -> Arc<Queue<C>> {
         Arc::new(Queue {
             state: Mutex::new(State {
                 items: VecDeque::new(),
@@ -48,10 +55,19 @@ impl<C> Queue<C> {
                 spill: None,
                 spill_end: 0,
                 closed: false,
+                gone: false,
             }),
             ready: Condvar::new(),
+            room: Condvar::new(),
             spill_path,
+            bounded,
         })
+    }
+
+    /// The relay stops reading (done or failed): a producer waiting for room goes on.
+    pub(crate) fn relay_gone(&self) {
+        self.lock().gone = true;
+        self.room.notify_all();
     }
 
     fn lock(&self) -> MutexGuard<'_, State<C>> {
@@ -60,7 +76,22 @@ impl<C> Queue<C> {
 
     fn push_bytes(&self, bytes: Vec<u8>) -> io::Result<()> {
         let mut s = self.lock();
-        if s.in_memory + bytes.len() <= MEMORY {
+        while self.bounded && s.in_memory > 0 && s.in_memory + bytes.len() > MEMORY {
+            if s.gone {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the stream's reader is gone",
+                ));
+            }
+            s = self.room.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+        if s.gone {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the stream's reader is gone",
+            ));
+        }
+        if self.bounded || s.in_memory + bytes.len() <= MEMORY {
             s.in_memory += bytes.len();
             s.items.push_back(Item::Bytes(bytes));
         } else {
@@ -112,6 +143,7 @@ impl<C> Queue<C> {
             if let Some(item) = s.items.pop_front() {
                 if let Item::Bytes(b) = &item {
                     s.in_memory -= b.len();
+                    self.room.notify_all();
                 }
                 return Some(item);
             }
@@ -194,7 +226,7 @@ mod tests {
     #[test]
     fn bytes_come_out_in_order_from_memory_and_the_spill_file() {
         let dir = tempfile::tempdir().unwrap();
-        let q = Queue::<()>::new(dir.path().join("spill"));
+        let q = Queue::<()>::new(dir.path().join("spill"), false);
         let stop = AtomicBool::new(false);
         // Past the memory bound: the rest spills.
         let big = vec![7u8; MEMORY - 10];
@@ -220,5 +252,23 @@ mod tests {
         assert!(dir.path().join("spill").exists());
         drop(q);
         assert!(!dir.path().join("spill").exists());
+    }
+
+    #[test]
+    fn a_bounded_queue_makes_the_producer_wait_and_fails_once_the_relay_is_gone() {
+        let q = Queue::<()>::new(PathBuf::from("/nonexistent/spill"), true);
+        q.push_bytes(vec![0; MEMORY]).unwrap();
+        let q2 = q.clone();
+        let producer = std::thread::spawn(move || q2.push_bytes(vec![1; 10]));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!producer.is_finished(), "it did not wait");
+        let stop = AtomicBool::new(false);
+        assert!(matches!(q.pop(&stop), Some(Item::Bytes(b)) if b.len() == MEMORY));
+        producer.join().unwrap().unwrap();
+        q.push_bytes(vec![0; MEMORY]).unwrap();
+        let q3 = q.clone();
+        let producer = std::thread::spawn(move || q3.push_bytes(vec![1; 10]));
+        q.relay_gone();
+        assert!(producer.join().unwrap().is_err());
     }
 }

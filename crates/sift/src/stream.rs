@@ -1,70 +1,52 @@
-//! A stream of one thread's instructions into the FIFO Sniper reads, with Sniper's replies read
-//! from its response FIFO, and a region of interest marked in it (magic instructions Sniper
-//! answers): what QEMU's plugin writes for a region's window (opened at the region's warmup,
-//! the region of interest from its start marker to its end marker) or for the whole run.
+//! A single-threaded program's stream into one Sniper, with a region of interest marked in it
+//! (magic instructions Sniper answers): what QEMU's plugin writes for a region's window
+//! (opened at the region's warmup, the region of interest from its start marker to its end
+//! marker) or for the whole run. It goes through a relay ([`crate::relay`]), so that the
+//! plugin never blocks on a Sniper that died: it waits only while 64 MiB of records are queued
+//! and Sniper runs.
 
-use std::fs::{File, OpenOptions};
-use std::io::BufWriter;
 use std::path::PathBuf;
 
-use crate::{command, Instruction, Writer};
+use crate::relay::{Session, ThreadStream};
+use crate::Instruction;
 
 /// One thread's stream into Sniper.
 pub struct Stream {
-    /// The FIFO Sniper reads.
-    pub path: PathBuf,
-    /// Sniper's replies.
-    pub replies_path: PathBuf,
+    /// Sniper's FIFOs' prefix (`traceinput/trace_prefix`).
+    pub prefix: PathBuf,
+    /// Sniper's process, watched while waiting for it.
+    pub pid: Option<i32>,
     /// The event that starts the region of interest (the region's start marker).
     pub roi: u32,
-    writer: Option<Writer<BufWriter<File>>>,
-    replies: Option<File>,
+    open: Option<(Session, ThreadStream)>,
     in_roi: bool,
 }
 
 impl Stream {
     /// A stream not yet open.
-    pub fn new(path: PathBuf, replies_path: PathBuf, roi: u32) -> Stream {
+    pub fn new(prefix: PathBuf, pid: Option<i32>, roi: u32) -> Stream {
         Stream {
-            path,
-            replies_path,
+            prefix,
+            pid,
             roi,
-            writer: None,
-            replies: None,
+            open: None,
             in_roi: false,
         }
     }
 
-    /// Opens the stream (waiting for Sniper to open its side) and the replies (read and
-    /// write: never waits).
+    /// Opens the stream (its relay opens the FIFOs once Sniper is there).
     pub fn open(&mut self) -> Result<(), String> {
-        let out = OpenOptions::new()
-            .write(true)
-            .open(&self.path)
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
-        let replies = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.replies_path)
-            .map_err(|e| format!("{}: {e}", self.replies_path.display()))?;
-        let w = Writer::new(BufWriter::with_capacity(1 << 20, out)).map_err(|e| e.to_string())?;
-        self.writer = Some(w);
-        self.replies = Some(replies);
+        let mut session = Session::single(self.prefix.clone(), self.pid);
+        let t = session.thread0().map_err(|e| e.to_string())?;
+        self.open = Some((session, t));
         Ok(())
     }
 
     /// Writes one instruction; false when Sniper is gone.
     pub fn instruction(&mut self, i: &Instruction) -> bool {
-        self.writer
+        self.open
             .as_mut()
-            .is_some_and(|w| w.instruction(i).is_ok())
-    }
-
-    fn magic(&mut self, cmd: u64) -> bool {
-        match (self.writer.as_mut(), self.replies.as_mut()) {
-            (Some(w), Some(r)) => w.magic(r, [cmd, 0, 0]).is_ok(),
-            _ => false,
-        }
+            .is_some_and(|(_, t)| t.instruction(i).is_ok())
     }
 
     /// The region of interest starts (at the instruction about to run); false when Sniper is
@@ -74,18 +56,22 @@ impl Stream {
             return true;
         }
         self.in_roi = true;
-        self.magic(command::ROI_START)
+        self.open
+            .as_mut()
+            .is_some_and(|(_, t)| t.start_roi().is_ok())
     }
 
-    /// Ends the region of interest (if it started) and the stream.
+    /// Ends the region of interest (if it started) and the stream, and waits for Sniper to
+    /// have read it (or to be gone).
     pub fn close(&mut self) {
-        if self.in_roi {
-            self.in_roi = false;
-            let _ = self.magic(command::ROI_END);
+        if let Some((session, mut t)) = self.open.take() {
+            if self.in_roi {
+                let _ = t.end_roi();
+            }
+            let _ = t.end();
+            // Sniper's failures are its own report's (bbv reads its exit and its log).
+            let _ = session.finish();
         }
-        if let Some(w) = self.writer.take() {
-            let _ = w.end();
-        }
-        self.replies = None;
+        self.in_roi = false;
     }
 }

@@ -106,6 +106,10 @@ impl Sniper {
             .args(["-g", "traceinput/enabled=true"])
             .args(["-g", "traceinput/emulate_syscalls=false"])
             .args(["-g", "traceinput/num_apps=1"])
+            // Sniper gives up on a stream not opened within its timeout (6 minutes by
+            // default): a region late in a long replay opens its stream after hours. bbv
+            // ends a Sniper whose stream never comes itself (`release`).
+            .args(["-g", "traceinput/timeout=1000000000"])
             .arg("-g")
             .arg(format!("traceinput/trace_prefix={}", live.prefix.display()))
             .current_dir(&live.dir)
