@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 
 use crate::common::{bbv, files_in};
 
-fn guests() -> PathBuf {
+pub(crate) fn guests() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests")
 }
 

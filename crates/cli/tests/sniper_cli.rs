@@ -167,28 +167,21 @@ fn bad_input_is_refused_and_nothing_is_written() {
     }
 }
 
-/// A replay that misses the run's markers (another input) simulates nothing: exit 1 with the
-/// replay's table, nothing written, no Sniper left.
-#[test]
-fn a_missed_marker_exits_1_and_writes_nothing() {
-    let work = tempfile::tempdir().unwrap();
-    let (run, _) = profiled(work.path(), 300_000);
-    let sniper = built_by("sniper");
-    let other = work.path().join("other.txt");
-    std::fs::write(&other, "a short other text\n".repeat(50)).unwrap();
-    let o = bbv()
+/// `bbv simulate RUN --simulator sniper --sniper SNIPER -- gzip -6 -c INPUT`.
+fn simulate_gzip(run: &Path, sniper: &Path, input: &Path) -> std::process::Output {
+    bbv()
         .arg("simulate")
-        .arg(&run)
+        .arg(run)
         .args(["--simulator", "sniper", "--sniper"])
-        .arg(&sniper)
+        .arg(sniper)
         .args(["--", "gzip", "-6", "-c"])
-        .arg(&other)
+        .arg(input)
         .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("a marker was missed"), "{err}");
-    assert!(!run.join("simulation.json").exists());
+        .unwrap()
+}
+
+/// No process (QEMU, Sniper, bbv) names `run` any more.
+fn no_process_left(run: &Path) {
     let stray = std::process::Command::new("pgrep")
         .args(["-f", &run.display().to_string()])
         .output()
@@ -198,6 +191,23 @@ fn a_missed_marker_exits_1_and_writes_nothing() {
         "{}",
         String::from_utf8_lossy(&stray.stdout)
     );
+}
+
+/// A replay that misses the run's markers (another input) simulates nothing: exit 1 with the
+/// replay's table, nothing written, no Sniper left.
+#[test]
+fn a_missed_marker_exits_1_and_writes_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let (run, _) = profiled(work.path(), 300_000);
+    let sniper = built_by("sniper");
+    let other = work.path().join("other.txt");
+    std::fs::write(&other, "a short other text\n".repeat(50)).unwrap();
+    let o = simulate_gzip(&run, &sniper, &other);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("a marker was missed"), "{err}");
+    assert!(!run.join("simulation.json").exists());
+    no_process_left(&run);
 }
 
 /// A Sniper that dies (a stand-in build whose launcher fails at once, or one that stops
@@ -223,24 +233,120 @@ fn a_sniper_that_dies_is_named_and_nothing_is_left() {
         std::fs::write(&launcher, script).unwrap();
         std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
         let started = std::time::Instant::now();
-        let o = bbv()
-            .arg("simulate")
-            .arg(&run)
-            .args(["--simulator", "sniper", "--sniper"])
-            .arg(&fake)
-            .args(["--", "gzip", "-6", "-c"])
-            .arg(&input)
-            .output()
-            .unwrap();
+        let o = simulate_gzip(&run, &fake, &input);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{name}: {err}");
-        assert!(err.contains("Sniper failed") && err.contains("sniper.log"), "{name}: {err}");
+        assert!(
+            err.contains("Sniper failed") && err.contains("sniper.log"),
+            "{name}: {err}"
+        );
         assert!(started.elapsed().as_secs() < 120, "{name}: waited");
         assert!(!run.join("simulation.json").exists(), "{name}");
-        let stray = std::process::Command::new("pgrep")
-            .args(["-f", &run.display().to_string()])
-            .output()
-            .unwrap();
-        assert!(stray.stdout.is_empty(), "{name}: {}", String::from_utf8_lossy(&stray.stdout));
+        no_process_left(&run);
     }
+}
+
+/// An AArch64 program (sort_libc.c on a tenth of its array, Debian's cross compiler) on
+/// Sniper's Cortex-A72 model, the stream's instruction set said by a SIFT record: profiled and
+/// replayed under QEMU's Cortex-A72 (ARMv8.0, as Sniper's decoder), every region simulated to
+/// its end and the whole run for the error; under QEMU's default CPU glibc picks ARMv8.1
+/// atomics, which Sniper's decoder does not know: the failure says what to do.
+#[test]
+fn an_aarch64_program_is_simulated_on_sniper_s_arm_core() {
+    let sniper = built_by("sniper");
+    let work = tempfile::tempdir().unwrap();
+    // About 8 million instructions: Sniper simulates the whole run in some 40 seconds.
+    let src = std::fs::read_to_string(crate::collect_cli::guests().join("sort_libc.c")).unwrap();
+    let small = work.path().join("sort_small.c");
+    std::fs::write(&small, src.replace("n = 200000", "n = 20000")).unwrap();
+    let prog = work.path().join("sort");
+    let st = std::process::Command::new("aarch64-linux-gnu-gcc")
+        .args(["-O2", "-o"])
+        .arg(&prog)
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let run = work.path().join("run");
+    let job = |cpu: Option<&str>, args: &[&OsStr]| {
+        let mut c = bbv();
+        c.env_remove("QEMU_LD_PREFIX").env_remove("QEMU_CPU");
+        if let Some(cpu) = cpu {
+            c.env("QEMU_CPU", cpu);
+        }
+        c.args(args).arg("--").arg(&prog).output().unwrap()
+    };
+    let o = job(
+        Some("cortex-a72"),
+        &[
+            "run",
+            "-o",
+            run.to_str().unwrap(),
+            "--interval",
+            "300000",
+            "--warmup",
+            "300000",
+            "--max-k",
+            "3",
+        ]
+        .map(OsStr::new),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let simulate: Vec<&OsStr> = vec![
+        OsStr::new("simulate"),
+        run.as_os_str(),
+        OsStr::new("--simulator"),
+        OsStr::new("sniper"),
+        OsStr::new("--sniper"),
+        sniper.as_os_str(),
+        OsStr::new("--full"),
+    ];
+    let o = job(Some("cortex-a72"), &simulate);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&run.join("simulation.json"));
+    let points = json(&run.join("summary.json"))["points"]
+        .as_array()
+        .unwrap()
+        .clone();
+    for (r, p) in v["regions"].as_array().unwrap().iter().zip(&points) {
+        let n = r["instructions"].as_u64().unwrap();
+        let length = p["length"].as_u64().unwrap();
+        assert!(
+            n as f64 >= 0.99 * length as f64 && n <= length + 1000,
+            "{r}"
+        );
+    }
+    let (estimate, full) = (
+        v["estimate_cpi"].as_f64().unwrap(),
+        v["full_cpi"].as_f64().unwrap(),
+    );
+    assert!(
+        estimate > 0.2 && estimate < 5.0 && full > 0.2 && full < 5.0,
+        "{v}"
+    );
+    // QEMU's default CPU: the same program's start-up takes ARMv8.1 atomics.
+    let run2 = work.path().join("run-max");
+    let o = job(
+        None,
+        &[
+            "run",
+            "-o",
+            run2.to_str().unwrap(),
+            "--interval",
+            "300000",
+            "--warmup",
+            "300000",
+            "--max-k",
+            "3",
+        ]
+        .map(OsStr::new),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut simulate = simulate;
+    simulate[1] = run2.as_os_str();
+    let o = job(None, &simulate);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("QEMU_CPU=cortex-a72"), "{err}");
+    assert!(!run2.join("simulation.json").exists());
 }

@@ -267,7 +267,7 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
             state: State::Waiting,
             sift: roi
                 .zip(pid)
-                .map(|(roi, pid)| Stream::new(PathBuf::from(path), Some(pid), roi)),
+                .map(|(roi, pid)| Stream::new(PathBuf::from(path), Some(pid), roi, sift_isa(isa))),
         });
         if whole {
             let o = outputs.last_mut().ok_or_else(bad)?;
@@ -340,6 +340,11 @@ pub fn event(event: u32) {
             }
         }
     }
+}
+
+/// SIFT's instruction set for a guest (None: x86, Sniper's default).
+fn sift_isa(isa: Isa) -> Option<u32> {
+    (isa == Isa::Aarch64).then_some(bbv_sift::isa::AARCH64)
 }
 
 /// The instruction at `ip` (its bytes), decoded for its records.

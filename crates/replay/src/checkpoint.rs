@@ -584,3 +584,34 @@ fn marker_addresses(path: &Path) -> Result<std::collections::HashMap<usize, u64>
         })
         .collect()
 }
+
+/// Checkpoints read the guest's registers (QEMU 9.1 or later) and must come from the QEMU the
+/// run was profiled under: another one's CPU model picks other library routines, so the
+/// markers would not be where the profile put them.
+pub(crate) fn same_qemu(p: &bbv_collect::Prepared, s: &Summary) -> Result<(), ReplayError> {
+    if p.isa != bbv_collect::Isa::X86_64 {
+        return Err(ReplayError::Invalid(format!(
+            "{}: checkpoints are made of x86-64 programs only",
+            p.program.display()
+        )));
+    }
+    let version = bbv_collect::qemu_version(&p.qemu).unwrap_or_default();
+    if p.api == bbv_collect::PluginApi::V1 {
+        return Err(ReplayError::Invalid(format!(
+            "{} is QEMU {version}: checkpoints read the guest's registers, which needs QEMU 9.1 \
+             or later (scripts/build-qemu builds 10.0; give it with --qemu)",
+            p.qemu.display()
+        )));
+    }
+    if version != s.qemu {
+        return Err(ReplayError::Invalid(format!(
+            "the run was profiled under QEMU {}, this would checkpoint under {} ({version}): \
+             another QEMU's CPU model picks other library routines, so profile again with \
+             --qemu {}",
+            s.qemu,
+            p.qemu.display(),
+            p.qemu.display()
+        )));
+    }
+    Ok(())
+}

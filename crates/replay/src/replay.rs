@@ -419,19 +419,7 @@ fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     .map_err(|e| ReplayError::io(std::env::temp_dir(), e))?;
     let markers = work.path().join("markers");
     write_markers(&markers, &plan, looppoint)?;
-    let tracing = match &req.trace {
-        Some(spec) => Some(crate::trace::Tracing::start(spec, &s, work.path())?),
-        None => None,
-    };
-    let simulating = match (&req.sniper, &tracing) {
-        (Some(spec), None) => Some(crate::sniper::Simulating::start(spec, &s, work.path())?),
-        (Some(_), Some(_)) => {
-            return Err(ReplayError::Invalid(
-                "one replay either traces for ChampSim or streams to Sniper".into(),
-            ))
-        }
-        _ => None,
-    };
+    let (tracing, simulating) = streams(req, &s, &program, work.path())?;
     let checkpointing = match &req.checkpoint {
         Some(spec) => Some(crate::checkpoint::Checkpointing::start(
             spec,
@@ -466,7 +454,7 @@ fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     };
     let prepared = bbv_collect::prepare(request)?;
     if checkpointing.is_some() {
-        same_qemu(&prepared, &s)?;
+        crate::checkpoint::same_qemu(&prepared, &s)?;
     }
     let outcome = prepared.run()?;
     let mut events_seen: Option<Events> = None;
@@ -496,35 +484,31 @@ fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     })
 }
 
-/// Checkpoints read the guest's registers (QEMU 9.1 or later) and must come from the QEMU the
-/// run was profiled under: another one's CPU model picks other library routines, so the
-/// markers would not be where the profile put them.
-fn same_qemu(p: &bbv_collect::Prepared, s: &Summary) -> Result<(), ReplayError> {
-    if p.isa != bbv_collect::Isa::X86_64 {
-        return Err(ReplayError::Invalid(format!(
-            "{}: checkpoints are made of x86-64 programs only",
-            p.program.display()
-        )));
+/// The replay's ChampSim traces or its Sniper simulations, when asked for (one or the other).
+fn streams(
+    req: &ReplayRequest,
+    s: &Summary,
+    program: &Path,
+    work: &Path,
+) -> Result<
+    (
+        Option<crate::trace::Tracing>,
+        Option<crate::sniper::Simulating>,
+    ),
+    ReplayError,
+> {
+    match (&req.trace, &req.sniper) {
+        (Some(_), Some(_)) => Err(ReplayError::Invalid(
+            "one replay either traces for ChampSim or streams to Sniper".into(),
+        )),
+        (Some(spec), None) => Ok((Some(crate::trace::Tracing::start(spec, s, work)?), None)),
+        (None, Some(spec)) => {
+            let isa = bbv_collect::isa_of_elf(program)?;
+            let sim = crate::sniper::Simulating::start(spec, s, isa, work)?;
+            Ok((None, Some(sim)))
+        }
+        (None, None) => Ok((None, None)),
     }
-    let version = bbv_collect::qemu_version(&p.qemu).unwrap_or_default();
-    if p.api == bbv_collect::PluginApi::V1 {
-        return Err(ReplayError::Invalid(format!(
-            "{} is QEMU {version}: checkpoints read the guest's registers, which needs QEMU 9.1 \
-             or later (scripts/build-qemu builds 10.0; give it with --qemu)",
-            p.qemu.display()
-        )));
-    }
-    if version != s.qemu {
-        return Err(ReplayError::Invalid(format!(
-            "the run was profiled under QEMU {}, this would checkpoint under {} ({version}): \
-             another QEMU's CPU model picks other library routines, so profile again with \
-             --qemu {}",
-            s.qemu,
-            p.qemu.display(),
-            p.qemu.display()
-        )));
-    }
-    Ok(())
 }
 
 /// The replay's check from what it collected, written to `DIR/replay.json`.

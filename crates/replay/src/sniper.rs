@@ -65,13 +65,30 @@ pub struct SniperResults {
 pub(crate) struct Simulating {
     lives: Vec<Live>,
     full: Option<Live>,
+    isa: bbv_collect::Isa,
     /// The plugin's `trace=FILE`.
     pub file: PathBuf,
 }
 
 impl Simulating {
-    /// Starts a Sniper per region in `work` and writes the windows' file.
-    pub fn start(spec: &SniperSpec, s: &Summary, work: &Path) -> Result<Simulating, ReplayError> {
+    /// Starts a Sniper per region in `work` (configured for the program's instruction set
+    /// `isa`) and writes the windows' file.
+    pub fn start(
+        spec: &SniperSpec,
+        s: &Summary,
+        isa: bbv_collect::Isa,
+        work: &Path,
+    ) -> Result<Simulating, ReplayError> {
+        let config = match isa {
+            bbv_collect::Isa::X86_64 => None,
+            // Sniper's ARM core, the decoder scripts/sniper builds on Capstone.
+            bbv_collect::Isa::Aarch64 => Some("cortex-a72"),
+            bbv_collect::Isa::Riscv64 => {
+                return Err(ReplayError::Invalid(
+                    "Sniper simulates x86-64 and AArch64 programs here: its RISC-V decoder needs rv8's sources, which scripts/sniper does not have (docs/sniper.md)".into(),
+                ))
+            }
+        };
         // The plugin streams thread 1; Sniper's thread events are not answered yet.
         if s.threads.len() > 1 {
             return Err(ReplayError::Invalid(format!(
@@ -86,7 +103,7 @@ impl Simulating {
         for (r, p) in s.points.iter().enumerate() {
             let dir = work.join(format!("sniper-{r}"));
             std::fs::create_dir(&dir).map_err(|e| ReplayError::io(&dir, e))?;
-            let live = spec.sniper.start(&dir, 1).map_err(sniper_error)?;
+            let live = spec.sniper.start(&dir, 1, config).map_err(sniper_error)?;
             // Events as the replay numbers them: start 2r, end 2r + 1, warmup 2n + r.
             let start = if p.warmup.is_some() { 2 * n + r } else { 2 * r };
             let _ = writeln!(
@@ -104,7 +121,7 @@ impl Simulating {
         if spec.full {
             let dir = work.join("sniper-full");
             std::fs::create_dir(&dir).map_err(|e| ReplayError::io(&dir, e))?;
-            let live = spec.sniper.start(&dir, 1).map_err(sniper_error)?;
+            let live = spec.sniper.start(&dir, 1, config).map_err(sniper_error)?;
             let (whole, never) = (WHOLE_RUN, u32::MAX);
             let _ = writeln!(
                 text,
@@ -117,14 +134,32 @@ impl Simulating {
         }
         let file = work.join("sniper-windows");
         std::fs::write(&file, text).map_err(|e| ReplayError::io(&file, e))?;
-        Ok(Simulating { lives, full, file })
+        Ok(Simulating {
+            lives,
+            full,
+            isa,
+            file,
+        })
     }
 
     /// Each region's figures and the whole run's, once the replay ended.
     pub fn finish(self) -> SniperResults {
+        let isa = self.isa;
         let end = |l: Live| {
             l.release();
-            l.finish().map_err(sniper_error)
+            l.finish().map_err(|e| {
+                let e = e.to_string();
+                // Sniper's ARM decoder is Capstone 4's, which knows ARMv8.0: an ARMv8.1
+                // instruction (an LSE atomic, which glibc picks on QEMU's default CPU) stops it.
+                let hint = if isa == bbv_collect::Isa::Aarch64 && e.contains("arm_decoder") {
+                    " (an instruction Sniper's ARM decoder does not know, such as an ARMv8.1 \
+                     atomic: profile and replay the program under QEMU_CPU=cortex-a72, the \
+                     core Sniper models)"
+                } else {
+                    ""
+                };
+                ReplayError::Invalid(format!("{e}{hint}"))
+            })
         };
         SniperResults {
             regions: self.lives.into_iter().map(end).collect(),

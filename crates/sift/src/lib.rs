@@ -60,6 +60,8 @@ pub mod other {
     pub const MEMORY_RESPONSE: u8 = 7;
     /// Sniper's answer to a synchronisation or instruction-count record: its mode.
     pub const SYNC_RESPONSE: u8 = 13;
+    /// The instruction set of the instructions after it (4-byte payload, a [`crate::isa`]).
+    pub const ISA_CHANGE: u8 = 25;
     /// Sniper tells the frontend to stop.
     pub const SHUTDOWN: u8 = 26;
     /// Bytes at an address (with [`crate::OPTION_ICACHE_VARIABLE`]).
@@ -70,6 +72,13 @@ pub mod other {
     pub const MAGIC_RESPONSE: u8 = 16;
     /// The end of the stream.
     pub const END: u8 = 0xff;
+}
+
+/// Instruction sets as Sniper's decoder library numbers them (its `dl_isa`): what an
+/// [`other::ISA_CHANGE`] record names. Sniper's reader decodes x86 until told otherwise.
+pub mod isa {
+    /// AArch64 (A64), decoded by Sniper's Capstone-based ARM decoder.
+    pub const AARCH64: u32 = 5;
 }
 
 /// Sniper's simulator commands, the first argument of a magic instruction (its `sim_api.h`).

@@ -126,8 +126,8 @@ impl Shared {
     }
 }
 
-/// Whether process `pid` still runs (not ended, not a zombie).
-fn running(pid: i32) -> bool {
+/// Whether process `pid` still runs (not ended, not a zombie waiting to be reaped).
+pub fn running(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
@@ -235,6 +235,11 @@ impl ThreadStream {
         spool.flush()?;
         spool.queue.push_control(c);
         Ok(())
+    }
+
+    /// The instructions after this are of instruction set `isa` (one of [`crate::isa`]).
+    pub fn isa(&mut self, isa: u32) -> Result<(), SiftError> {
+        self.writer.isa_record(isa)
     }
 
     /// A magic instruction (one of [`crate::command`]), at the instruction about to run.

@@ -265,6 +265,7 @@ mod tests {
         let stop = AtomicBool::new(false);
         assert!(matches!(q.pop(&stop), Some(Item::Bytes(b)) if b.len() == MEMORY));
         producer.join().unwrap().unwrap();
+        assert!(matches!(q.pop(&stop), Some(Item::Bytes(b)) if b.len() == 10));
         q.push_bytes(vec![0; MEMORY]).unwrap();
         let q3 = q.clone();
         let producer = std::thread::spawn(move || q3.push_bytes(vec![1; 10]));

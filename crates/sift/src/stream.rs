@@ -18,17 +18,20 @@ pub struct Stream {
     pub pid: Option<i32>,
     /// The event that starts the region of interest (the region's start marker).
     pub roi: u32,
+    /// The instruction set, when not x86 (one of [`crate::isa`]).
+    pub isa: Option<u32>,
     open: Option<(Session, ThreadStream)>,
     in_roi: bool,
 }
 
 impl Stream {
     /// A stream not yet open.
-    pub fn new(prefix: PathBuf, pid: Option<i32>, roi: u32) -> Stream {
+    pub fn new(prefix: PathBuf, pid: Option<i32>, roi: u32, isa: Option<u32>) -> Stream {
         Stream {
             prefix,
             pid,
             roi,
+            isa,
             open: None,
             in_roi: false,
         }
@@ -37,7 +40,10 @@ impl Stream {
     /// Opens the stream (its relay opens the FIFOs once Sniper is there).
     pub fn open(&mut self) -> Result<(), String> {
         let mut session = Session::single(self.prefix.clone(), self.pid);
-        let t = session.thread0().map_err(|e| e.to_string())?;
+        let mut t = session.thread0().map_err(|e| e.to_string())?;
+        if let Some(isa) = self.isa {
+            t.isa(isa).map_err(|e| e.to_string())?;
+        }
         self.open = Some((session, t));
         Ok(())
     }

@@ -58,6 +58,12 @@ impl<W: Write> Writer<W> {
         )
     }
 
+    /// Writes an instruction-set change (`isa` one of [`crate::isa`]): the instructions after
+    /// it are decoded as that set's.
+    pub fn isa_record(&mut self, isa: u32) -> Result<(), SiftError> {
+        self.other(other::ISA_CHANGE, &[&isa.to_le_bytes()])
+    }
+
     /// Writes a thread-creation record; Sniper answers with the new thread's id
     /// ([`crate::Reply::NewThread`]) and makes its FIFOs.
     pub fn new_thread_record(&mut self) -> Result<(), SiftError> {

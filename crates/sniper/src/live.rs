@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bbv_sift::relay::running;
 use bbv_sift::Writer;
 
 use crate::{SimOut, Sniper, SniperError};
@@ -61,22 +62,17 @@ fn open_fd(path: &Path, flags: i32) -> std::io::Result<File> {
     }
 }
 
-/// Whether process `pid` still runs (not ended, not a zombie waiting to be reaped).
-fn running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| !r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
-}
-
 impl Sniper {
     /// Starts Sniper with `cores` cores on one application whose thread 0 bbv will stream, in
     /// `work` (an empty folder: the FIFOs, Sniper's output folder `out` and its log
-    /// `sniper.log` go there).
-    pub fn start(&self, work: &Path, cores: usize) -> Result<Live, SniperError> {
+    /// `sniper.log` go there); `config`: one of Sniper's configurations instead of its
+    /// default (`gainestown`), e.g. `cortex-a72` for AArch64 streams.
+    pub fn start(
+        &self,
+        work: &Path,
+        cores: usize,
+        config: Option<&str>,
+    ) -> Result<Live, SniperError> {
         let dir = std::path::absolute(work).map_err(SniperError::io("cannot name the folder"))?;
         let prefix = dir.join("t");
         let mut live = Live {
@@ -95,6 +91,9 @@ impl Sniper {
             .try_clone()
             .map_err(SniperError::io("cannot share the log"))?;
         let mut cmd = Command::new(self.root.join("run-sniper"));
+        if let Some(c) = config {
+            cmd.args(["-c", c]);
+        }
         cmd.arg("-n")
             .arg(cores.to_string())
             .arg("-d")

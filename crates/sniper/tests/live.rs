@@ -16,7 +16,7 @@ use common::{iteration, sniper};
 /// (instructions, cycles) of the region.
 fn simulate(s: &Sniper, warm: u64, roi: u64, tail: u64) -> (u64, u64) {
     let work = tempfile::tempdir().unwrap();
-    let mut live = s.start(work.path(), 1).unwrap();
+    let mut live = s.start(work.path(), 1, None).unwrap();
     let (mut w, mut replies) = live.thread0().unwrap();
     let n = warm + roi + tail;
     for k in 0..n {
@@ -57,7 +57,7 @@ fn a_region_of_interest_is_simulated_as_streamed_and_the_same_twice() {
 fn a_broken_stream_and_a_missing_build_are_named() {
     let s = sniper();
     let work = tempfile::tempdir().unwrap();
-    let mut live = s.start(work.path(), 1).unwrap();
+    let mut live = s.start(work.path(), 1, None).unwrap();
     let (mut w, _replies) = live.thread0().unwrap();
     for i in iteration(0, 0, false) {
         w.instruction(&i).unwrap();

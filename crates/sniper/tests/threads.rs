@@ -2,7 +2,8 @@
 //! creates a thread (Sniper's reply names its FIFOs), works, waits for it (a futex wait that
 //! the thread's end wakes, as `pthread_join` does), then works on. Sniper must block the main
 //! thread until the wake's simulated moment when the thread works longer, and not at all when
-//! the wake came first in simulated time; the same streams give the same cycles twice.
+//! the wake came first in simulated time; the same streams give the same cycles twice, to
+//! within what Sniper's start of a new thread varies (0.04% here).
 
 use bbv_sift::relay::Session;
 use bbv_sniper::SimOut;
@@ -19,7 +20,7 @@ const TID_WORD: u64 = 0x7fff_0000;
 fn simulate(before: u64, child: u64, after: u64, slept: bool) -> SimOut {
     let s = sniper();
     let work = tempfile::tempdir().unwrap();
-    let live = s.start(work.path(), 2).unwrap();
+    let live = s.start(work.path(), 2, None).unwrap();
     let mut session = Session::new(
         live.prefix().to_path_buf(),
         work.path().to_path_buf(),
@@ -91,6 +92,9 @@ fn a_join_waits_in_sniper_as_long_as_the_thread_works_and_no_longer() {
         (0.98..1.02).contains(&ratio),
         "{ratio}: {first:?} against {control:?}"
     );
-    // Deterministic.
-    assert_eq!(simulate(10_000, 40_000, 20_000, true).cycles, waits.cycles);
+    // Nearly deterministic: Sniper starts a new thread when its stream connects, which
+    // depends on the host (the same streams gave 697,718 and 697,984 cycles here).
+    let again = simulate(10_000, 40_000, 20_000, true).cycles[0] as f64;
+    let drift = (again / waits.cycles[0] as f64 - 1.0).abs();
+    assert!(drift < 0.005, "{again} against {waits:?}");
 }
