@@ -276,21 +276,13 @@ fn an_aarch64_program_is_simulated_on_sniper_s_arm_core() {
         }
         c.args(args).arg("--").arg(&prog).output().unwrap()
     };
-    let o = job(
-        Some("cortex-a72"),
-        &[
-            "run",
-            "-o",
-            run.to_str().unwrap(),
-            "--interval",
-            "300000",
-            "--warmup",
-            "300000",
-            "--max-k",
-            "3",
-        ]
-        .map(OsStr::new),
-    );
+    let profile = |cpu: Option<&str>, run: &Path| {
+        let args = ["--interval", "300000", "--warmup", "300000", "--max-k", "3"];
+        let mut v = vec![OsStr::new("run"), OsStr::new("-o"), run.as_os_str()];
+        v.extend(args.map(OsStr::new));
+        job(cpu, &v)
+    };
+    let o = profile(Some("cortex-a72"), &run);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let simulate: Vec<&OsStr> = vec![
         OsStr::new("simulate"),
@@ -326,21 +318,7 @@ fn an_aarch64_program_is_simulated_on_sniper_s_arm_core() {
     );
     // QEMU's default CPU: the same program's start-up takes ARMv8.1 atomics.
     let run2 = work.path().join("run-max");
-    let o = job(
-        None,
-        &[
-            "run",
-            "-o",
-            run2.to_str().unwrap(),
-            "--interval",
-            "300000",
-            "--warmup",
-            "300000",
-            "--max-k",
-            "3",
-        ]
-        .map(OsStr::new),
-    );
+    let o = profile(None, &run2);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut simulate = simulate;
     simulate[1] = run2.as_os_str();

@@ -76,13 +76,7 @@ impl<C> Queue<C> {
 
     fn push_bytes(&self, bytes: Vec<u8>) -> io::Result<()> {
         let mut s = self.lock();
-        while self.bounded && s.in_memory > 0 && s.in_memory + bytes.len() > MEMORY {
-            if s.gone {
-                return Err(io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "the stream's reader is gone",
-                ));
-            }
+        while self.bounded && !s.gone && s.in_memory > 0 && s.in_memory + bytes.len() > MEMORY {
             s = self.room.wait(s).unwrap_or_else(|p| p.into_inner());
         }
         if s.gone {
