@@ -7,7 +7,8 @@ use std::process::{Output, Stdio};
 use crate::collect_cli::build;
 use crate::common::{bbv, json, replay_report};
 
-fn omp(dir: &Path) -> PathBuf {
+/// The OpenMP program with phases (omp_phases.c), built in `dir`.
+pub(crate) fn omp(dir: &Path) -> PathBuf {
     build(
         dir,
         "gcc",

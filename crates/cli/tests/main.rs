@@ -25,6 +25,7 @@ mod schedule_cli;
 mod signals_cli;
 mod simpoint_cli;
 mod sniper_cli;
+mod sniper_threads_cli;
 mod suite_cli;
 mod trace_cli;
 mod trace_isa_cli;

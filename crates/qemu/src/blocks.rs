@@ -9,7 +9,8 @@ use std::sync::Mutex;
 
 use crate::ffi::Insn;
 use crate::maplog::MapLog;
-use crate::{report_error, x86, Config};
+use crate::{report_error, Config};
+use bbv_branch::x86;
 use bbv_guest::maps;
 
 /// What the execution callback needs about one translated block. Leaked: QEMU may run the
@@ -195,9 +196,9 @@ fn facts<'a>(
     } else if cfg.x86 {
         x86::is_cond_branch(last.bytes)
     } else if cfg.is(Isa::Aarch64) {
-        crate::decode::aarch64_is_cond_branch(last.bytes)
+        bbv_branch::decode::aarch64_is_cond_branch(last.bytes)
     } else {
-        cfg.is(Isa::Riscv64) && crate::decode::riscv64_is_cond_branch(last.bytes)
+        cfg.is(Isa::Riscv64) && bbv_branch::decode::riscv64_is_cond_branch(last.bytes)
     };
     if cfg.x86 {
         rep_first = x86::is_rep_string(first.bytes);
@@ -207,9 +208,9 @@ fn facts<'a>(
         fldcw = (0..insns).filter(|&i| x86::is_fldcw(insn(i).bytes)).count() as u64;
         may_loop = x86::may_loop(last.bytes) || insns != n;
     } else if cfg.is(Isa::Aarch64) {
-        may_loop = crate::decode::aarch64_may_loop(last.bytes) || insns != n;
+        may_loop = bbv_branch::decode::aarch64_may_loop(last.bytes) || insns != n;
     } else if cfg.is(Isa::Riscv64) {
-        may_loop = crate::decode::riscv64_may_loop(last.bytes) || insns != n;
+        may_loop = bbv_branch::decode::riscv64_may_loop(last.bytes) || insns != n;
     }
     // The counted instructions' byte span: blocks whose span covers another block's first
     // instruction run that instruction too (a marker's count must include such executions).
@@ -252,7 +253,7 @@ pub fn analyze<'a>(
     let slicing = cfg.host.slices > 0;
     let back = match (slicing, cfg.x86, cfg.is(Isa::Aarch64)) {
         (true, true, _) => x86::backward_target(last.bytes, last.vaddr),
-        (true, _, true) => crate::decode::aarch64_backward_target(last.bytes, last.vaddr),
+        (true, _, true) => bbv_branch::decode::aarch64_backward_target(last.bytes, last.vaddr),
         _ => None,
     };
     // Flow control lets threads in excluded libraries (spinning at a barrier) run unpaced, and

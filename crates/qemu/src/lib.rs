@@ -62,8 +62,8 @@ mod ffi {
 mod blocks;
 mod cache;
 mod checkpoint;
-mod decode;
 mod fast;
+mod feed;
 mod flow;
 mod fork;
 mod guard;
@@ -81,7 +81,6 @@ mod syscall_log;
 mod thread;
 mod turns;
 mod watch;
-mod x86;
 
 use std::sync::OnceLock;
 

@@ -78,13 +78,20 @@ impl Register for BbvPlugin {
         }
         crate::record::REP_ITERATIONS.store(cfg.host.rep_iterations, Ordering::Relaxed);
         if let (Some(file), Some(isa)) = (&cfg.host.trace, cfg.isa) {
-            if let Err(msg) = crate::record::init_windows(file, isa) {
-                let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
-                return Ok(());
+            match crate::record::init_windows(file, isa) {
+                Ok(sift) if !sift.is_empty() => {
+                    crate::feed::install(sift, isa, !cfg.host.rep_iterations);
+                }
+                Ok(_) => {}
+                Err(msg) => {
+                    let _ = std::fs::write(cfg.host.dir.join(files::ERROR), msg);
+                    return Ok(());
+                }
             }
             crate::record::set_reset(on_record_reset);
             for event in crate::replay::first_events() {
                 crate::record::arm(event, true);
+                crate::feed::arm(event, true);
             }
         }
         if cfg.host.syscalls {
@@ -208,6 +215,7 @@ extern "C" fn on_exit(_id: qemu_plugin_id_t, _udata: *mut c_void) {
     }
     if !crate::fork::forked() {
         crate::record::finish();
+        crate::feed::finish();
     }
     crate::syscall_log::finish();
 }
@@ -271,9 +279,14 @@ extern "C" fn on_mem(vcpu: c_uint, info: sys::qemu_plugin_meminfo_t, vaddr: u64,
 }
 
 extern "C" fn on_rec_insn(vcpu: c_uint, udata: *mut c_void) {
-    if thread::is_first(vcpu) {
-        // SAFETY: udata is the RecInsn leaked for this instruction in on_tb_trans.
-        crate::record::exec(unsafe { &*(udata as *const crate::record::RecInsn) });
+    // SAFETY: udata is the RecInsn leaked for this instruction in on_tb_trans.
+    let insn = unsafe { &*(udata as *const crate::record::RecInsn) };
+    if crate::feed::active() {
+        if let Some(number) = thread::number(vcpu) {
+            crate::feed::exec(number, &insn.code);
+        }
+    } else if thread::is_first(vcpu) {
+        crate::record::exec(insn);
     }
 }
 
@@ -283,8 +296,12 @@ extern "C" fn on_rec_mem(
     vaddr: u64,
     _: *mut c_void,
 ) {
-    if thread::is_first(vcpu) {
-        let (_, store) = decode_meminfo(info);
+    let (_, store) = decode_meminfo(info);
+    if crate::feed::active() {
+        if let Some(number) = thread::number(vcpu) {
+            crate::feed::access(number, vaddr, store);
+        }
+    } else if thread::is_first(vcpu) {
         crate::record::access(vaddr, store);
     }
 }

@@ -26,31 +26,23 @@ use bbv_champsim::{Record, RECORD_BYTES};
 
 use bbv_plugin_contract::events::WHOLE_RUN;
 
-use bbv_sift::Stream;
+use bbv_sift::feed::{Code, WindowSpec};
 
 /// One translated instruction (leaked: QEMU keeps calling with it as long as the code lives):
 /// its record as far as translation knows it, so that a run only copies it and fills in the
 /// addresses and whether it was taken.
 pub struct RecInsn {
-    ip: u64,
     /// The record, not taken, no addresses.
     template: [u8; RECORD_BYTES],
-    fallthrough: u64,
-    always_taken: bool,
-    /// Memory operands that get an address (at most 4 and 2).
-    loads: u8,
-    stores: u8,
-    rep: bool,
-    /// Its bytes (SIFT streams carry them for Sniper to decode).
-    code: [u8; bbv_sift::MAX_SIZE],
-    code_len: u8,
-    branch: bool,
+    /// Its address, bytes, fall-through, branch kind and memory operands that get an address
+    /// (at most 4 and 2): what both ChampSim's records and Sniper's SIFT streams need.
+    pub code: Code,
 }
 
 impl RecInsn {
     /// Whether it has memory operands (and so needs the access callback).
     pub fn has_memory(&self) -> bool {
-        self.loads + self.stores > 0
+        self.code.loads + self.code.stores > 0
     }
 }
 
@@ -60,23 +52,6 @@ struct Pending {
     insn: &'static RecInsn,
     n_loads: u8,
     n_stores: u8,
-    /// Its operands' addresses in the order it first touched them (SIFT's, at most 3).
-    addresses: [u64; bbv_sift::MAX_ADDRESSES],
-    n_addresses: u8,
-}
-
-impl Pending {
-    /// The instruction as a SIFT record.
-    fn sift(&self, taken: bool) -> bbv_sift::Instruction {
-        let i = self.insn;
-        bbv_sift::Instruction::from_accesses(
-            i.ip,
-            &i.code[..usize::from(i.code_len)],
-            &self.addresses[..usize::from(self.n_addresses)],
-            usize::from(i.loads + i.stores),
-            (i.branch, taken),
-        )
-    }
 }
 
 /// Where a window is.
@@ -104,8 +79,6 @@ struct Output {
     /// recording to the program's end.
     left: u64,
     state: State,
-    /// A SIFT stream for Sniper instead of ChampSim records.
-    sift: Option<Stream>,
 }
 
 struct Recorder {
@@ -142,7 +115,7 @@ static INSTRUMENT: AtomicBool = AtomicBool::new(false);
 /// died on signal 11 or QEMU's "code should not be reached" in 2 runs of 3 on gzip). Under
 /// API v1 the one flush that installs the callbacks, before the first window, comes before
 /// any memory callback ran, and no flush follows.
-const UNINSTRUMENT: bool = cfg!(feature = "api-v3");
+pub(crate) const UNINSTRUMENT: bool = cfg!(feature = "api-v3");
 /// The plugin's callback for a flush the recorder asks for (it re-registers everything).
 static RESET: OnceLock<extern "C" fn(qemu_plugin::sys::qemu_plugin_id_t)> = OnceLock::new();
 /// `count_rep=iteration`: one record per iteration of a rep string instruction.
@@ -174,7 +147,8 @@ pub fn set_reset(cb: extern "C" fn(qemu_plugin::sys::qemu_plugin_id_t)) {
     let _ = RESET.set(cb);
 }
 
-fn instrument(on: bool) {
+/// Translations carry the recorder's callbacks (`on`) or not, flushing them when that changes.
+pub(crate) fn instrument(on: bool) {
     if INSTRUMENT.swap(on, Ordering::Relaxed) != on {
         if let Some(&cb) = RESET.get() {
             crate::ffi::request_reset_with(cb);
@@ -198,11 +172,17 @@ pub fn arm(event: u32, start: bool) {
         }
     }
     if any {
-        if start {
-            INSTRUMENT.store(true, Ordering::Relaxed);
-        } else {
-            instrument(true);
-        }
+        instrument_on(start);
+    }
+}
+
+/// Translations get the recorder's callbacks: at `start` (before any translation) without a
+/// flush.
+pub(crate) fn instrument_on(start: bool) {
+    if start {
+        INSTRUMENT.store(true, Ordering::Relaxed);
+    } else {
+        instrument(true);
     }
 }
 
@@ -220,24 +200,26 @@ pub fn init(path: &Path, isa: Isa) -> Result<(), String> {
             tail: 0,
             left: u64::MAX,
             state: State::Recording,
-            sift: None,
         }],
         isa,
     )
 }
 
 /// Reads the windows of `trace=FILE` (each opens its path when it starts): `window ID START
-/// ALT END TAIL LIMIT PATH` for ChampSim records, `sift ID START ALT END ROI LIMIT PID PREFIX`
-/// for a SIFT stream into the Sniper of process PID whose FIFOs are named from PREFIX, the
-/// region of interest from event ROI to END. A START of [`WHOLE_RUN`] streams the whole run,
-/// its region of interest from the first instruction to the last.
-pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
+/// ALT END TAIL LIMIT PATH` for ChampSim records of thread 1, `sift ID START ALT END ROI LIMIT
+/// PID THREADS PREFIX` for every thread's SIFT streams into the Sniper of process PID whose
+/// FIFOs are named from PREFIX (THREADS: 1 when one thread runs, else 2), the region of
+/// interest from event ROI to END. A START of [`WHOLE_RUN`] takes the whole run, (for
+/// Sniper) its region of interest from the first instruction to the last. The SIFT windows
+/// are returned, for the feed (feed.rs).
+pub fn init_windows(file: &Path, isa: Isa) -> Result<Vec<WindowSpec>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut outputs = Vec::new();
+    let mut sift = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let bad = || format!("{}:{}: malformed window line", file.display(), i + 1);
-        let mut f = line.splitn(9, ' ');
-        let sift = match f.next() {
+        let mut f = line.splitn(10, ' ');
+        let is_sift = match f.next() {
             Some("window") => false,
             Some("sift") => true,
             _ => return Err(bad()),
@@ -245,15 +227,22 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
         let mut num = || f.next().and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
         let (_id, start, alt, end) = (num()?, num()?, num()?, num()?);
         let event = |n: u64| u32::try_from(n).map_err(|_| bad());
-        let (tail, roi) = match sift {
-            true => (0, Some(event(num()?)?)),
-            false => (num()?, None),
-        };
-        let left = num()?;
-        let pid = match sift {
-            true => Some(i32::try_from(num()?).map_err(|_| bad())?),
-            false => None,
-        };
+        if is_sift {
+            let (roi, limit, pid, threads) = (num()?, num()?, num()?, num()?);
+            let prefix = f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
+            sift.push(WindowSpec {
+                start: event(start)?,
+                alt: event(alt)?,
+                end: event(end)?,
+                roi: event(roi)?,
+                limit,
+                pid: Some(i32::try_from(pid).map_err(|_| bad())?),
+                prefix: PathBuf::from(prefix),
+                threads: threads > 1,
+            });
+            continue;
+        }
+        let (tail, left) = (num()?, num()?);
         let path = f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
         let whole = start == u64::from(WHOLE_RUN);
         outputs.push(Output {
@@ -265,21 +254,17 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<(), String> {
             tail,
             left,
             state: State::Waiting,
-            sift: roi
-                .zip(pid)
-                .map(|(roi, pid)| Stream::new(PathBuf::from(path), Some(pid), roi, sift_isa(isa))),
         });
         if whole {
             let o = outputs.last_mut().ok_or_else(bad)?;
-            if let Some(s) = o.sift.as_mut() {
-                s.open()?;
-                s.start_roi();
-            }
+            let f = File::create(&o.path).map_err(|e| format!("{}: {e}", o.path.display()))?;
+            o.out = Some(BufWriter::with_capacity(1 << 20, f));
             o.state = State::Recording;
             INSTRUMENT.store(true, Ordering::Relaxed);
         }
     }
-    install(outputs, isa)
+    install(outputs, isa)?;
+    Ok(sift)
 }
 
 fn install(outputs: Vec<Output>, isa: Isa) -> Result<(), String> {
@@ -307,12 +292,9 @@ pub fn event(event: u32) {
     for i in 0..r.outputs.len() {
         let o = &mut r.outputs[i];
         if o.state == State::Waiting && (o.start == event || o.alt == event) {
-            let opened = match o.sift.as_mut() {
-                Some(s) => s.open(),
-                None => File::create(&o.path)
-                    .map(|f| o.out = Some(BufWriter::with_capacity(1 << 20, f)))
-                    .map_err(|e| format!("opening {}: {e}", o.path.display())),
-            };
+            let opened = File::create(&o.path)
+                .map(|f| o.out = Some(BufWriter::with_capacity(1 << 20, f)))
+                .map_err(|e| format!("opening {}: {e}", o.path.display()));
             match opened {
                 Ok(()) => {
                     o.state = State::Recording;
@@ -326,25 +308,13 @@ pub fn event(event: u32) {
             }
         }
         let o = &mut r.outputs[i];
-        let roi = o.sift.as_ref().is_some_and(|s| s.roi == event);
-        if o.state == State::Recording && roi {
-            // The region's first instruction is the one pending: the region of interest
-            // starts before it is written.
-            if !o.sift.as_mut().is_some_and(Stream::start_roi) {
-                r.close(i);
-            }
-        } else if o.state == State::Recording && o.end == event {
+        if o.state == State::Recording && o.end == event {
             o.state = State::Tail(o.tail);
             if o.tail == 0 {
                 r.close(i);
             }
         }
     }
-}
-
-/// SIFT's instruction set for a guest (None: x86, Sniper's default).
-fn sift_isa(isa: Isa) -> Option<u32> {
-    (isa == Isa::Aarch64).then_some(bbv_sift::isa::AARCH64)
 }
 
 /// The instruction at `ip` (its bytes), decoded for its records.
@@ -360,17 +330,19 @@ pub fn translate(bytes: &[u8], ip: u64) -> &'static RecInsn {
     let code_len = bytes.len().min(code.len());
     code[..code_len].copy_from_slice(&bytes[..code_len]);
     Box::leak(Box::new(RecInsn {
-        code,
-        code_len: code_len as u8,
-        // Sniper's notion (bbv_sift::Instruction::branch): conditional branches only.
-        branch: ops.kind == BranchKind::Conditional,
-        ip,
+        code: Code {
+            ip,
+            bytes: code,
+            len: code_len as u8,
+            fallthrough: ip.wrapping_add(u64::from(ops.len)),
+            // Sniper's notion (bbv_sift::Instruction::branch): conditional branches only.
+            branch: ops.kind == BranchKind::Conditional,
+            always_taken: ops.kind.always_taken(),
+            loads: ops.loads.min(4),
+            stores: ops.stores.min(2),
+            rep: ops.rep,
+        },
         template: ops.record(ip, false, &[], &[]).to_bytes(),
-        fallthrough: ip.wrapping_add(u64::from(ops.len)),
-        always_taken: ops.kind.always_taken(),
-        loads: ops.loads.min(4),
-        stores: ops.stores.min(2),
-        rep: ops.rep,
     }))
 }
 
@@ -386,20 +358,16 @@ impl Recorder {
             return;
         }
         // A jump to its own fall-through is still taken (ChampSim and Pin's tracer say so).
-        let taken = p.insn.always_taken || next.is_some_and(|n| n != p.insn.fallthrough);
+        let c = &p.insn.code;
+        let taken = c.always_taken || next.is_some_and(|n| n != c.fallthrough);
         p.bytes[Record::TAKEN_OFFSET] = u8::from(taken);
         let bytes = p.bytes;
-        let any_sift = self.open.iter().any(|&i| self.outputs[i].sift.is_some());
-        let sift = any_sift.then(|| p.sift(taken));
         self.pending = None;
         let mut k = 0;
         while k < self.open.len() {
             let i = self.open[k];
             let o = &mut self.outputs[i];
-            let ok = match (o.sift.as_mut(), sift.as_ref()) {
-                (Some(s), Some(insn)) => s.instruction(insn),
-                _ => o.out.as_mut().is_some_and(|w| w.write_all(&bytes).is_ok()),
-            };
+            let ok = o.out.as_mut().is_some_and(|w| w.write_all(&bytes).is_ok());
             o.left = o.left.saturating_sub(1);
             let finished = o.left == 0
                 || match o.state {
@@ -423,9 +391,6 @@ impl Recorder {
         if let Some(mut w) = o.out.take() {
             let _ = w.flush();
         }
-        if let Some(s) = o.sift.as_mut() {
-            s.close();
-        }
         let window = o.start != u32::MAX;
         o.state = State::Done;
         self.open.retain(|&j| j != i);
@@ -448,22 +413,22 @@ pub fn exec(insn: &'static RecInsn) {
     }
     // Counting rep instances (`count_rep=instance`): QEMU runs a rep string instruction once per
     // iteration, and its iterations make one record (the first iteration's addresses).
-    if insn.rep
+    if insn.code.rep
         && !REP_ITERATIONS.load(Ordering::Relaxed)
-        && r.pending.as_ref().is_some_and(|p| p.insn.ip == insn.ip)
+        && r.pending
+            .as_ref()
+            .is_some_and(|p| p.insn.code.ip == insn.code.ip)
     {
         r.merging = true;
         return;
     }
     r.merging = false;
-    r.flush(Some(insn.ip));
+    r.flush(Some(insn.code.ip));
     r.pending = Some(Pending {
         bytes: insn.template,
         insn,
         n_loads: 0,
         n_stores: 0,
-        addresses: [0; bbv_sift::MAX_ADDRESSES],
-        n_addresses: 0,
     });
 }
 
@@ -475,19 +440,10 @@ pub fn access(vaddr: u64, store: bool) {
     }
     let Some(p) = r.pending.as_mut() else { return };
     let (n, operands, offset): (_, _, fn(usize) -> usize) = if store {
-        (&mut p.n_stores, p.insn.stores, Record::store_offset)
+        (&mut p.n_stores, p.insn.code.stores, Record::store_offset)
     } else {
-        (&mut p.n_loads, p.insn.loads, Record::load_offset)
+        (&mut p.n_loads, p.insn.code.loads, Record::load_offset)
     };
-    // A new operand (or any access of an instruction the decoder knows no operands of):
-    // SIFT's addresses, an operand read and written (one address) once.
-    if *n < operands || operands == 0 {
-        let seen = &p.addresses[..usize::from(p.n_addresses)];
-        if !seen.contains(&vaddr) && usize::from(p.n_addresses) < p.addresses.len() {
-            p.addresses[usize::from(p.n_addresses)] = vaddr;
-            p.n_addresses += 1;
-        }
-    }
     if *n < operands {
         let o = offset(usize::from(*n));
         p.bytes[o..o + 8].copy_from_slice(&vaddr.to_le_bytes());

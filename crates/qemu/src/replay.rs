@@ -160,12 +160,19 @@ pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void, registers: impl Fn() -> 
     let i = hit.marker as usize;
     let n = m.hits[i].fetch_add(1, Ordering::Relaxed) + 1;
     let targets = &m.targets[i];
-    if thread::is_first(vcpu) {
+    // ChampSim's records are thread 1's; Sniper's streams take every thread, whose marker
+    // counts are the program's (`global`) in multi-threaded regions.
+    let recording = thread::is_first(vcpu);
+    let feeding = crate::feed::active() && (m.global || recording);
+    if recording || feeding {
         // Windows that start at this marker's next execution: the recorder's callbacks are put
         // in before it.
         let next = targets.partition_point(|t| t.0 < n + 1);
         for &(_, event) in targets[next..].iter().take_while(|t| t.0 == n + 1) {
-            crate::record::arm(event, false);
+            match feeding {
+                true => crate::feed::arm(event, false),
+                false => crate::record::arm(event, false),
+            }
         }
     }
     // Several regions may share a (marker, count): one event each.
@@ -188,9 +195,13 @@ pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void, registers: impl Fn() -> 
         let _ = write!(body, " {id}:{c}");
     }
     let mut text = String::new();
-    let recording = thread::is_first(vcpu);
     for &(_, event) in targets[first..].iter().take_while(|t| t.0 == n) {
         let _ = writeln!(text, "{event} {position}{body}");
+        if feeding {
+            if let Some(number) = thread::number(vcpu) {
+                crate::feed::event(number, event);
+            }
+        }
         if recording {
             crate::record::event(event);
             crate::syscall_log::event(event);

@@ -64,6 +64,8 @@ fn fast_path(vcpu: u32) -> bool {
 }
 
 struct Thread {
+    /// Its number (creation order, 1 the main thread).
+    number: u32,
     counter: IntervalCounter<Shared>,
     out: Option<File>,
     line: Vec<u8>,
@@ -145,6 +147,7 @@ pub fn start(cfg: &Config, vcpu: u32) {
         CutMode::BlockEnd
     };
     let t = Box::new(Thread {
+        number,
         counter: IntervalCounter::with_store(cfg.host.interval, mode, shared),
         out,
         line: Vec::new(),
@@ -684,8 +687,22 @@ pub fn syscall(vcpu: u32, nr: i64, args: [u64; 6]) {
         pace.syscall(true);
     }
     if let Some(turn) = t.turn.as_mut() {
-        turn.syscall(nr, args);
+        if let Some(sync) = turn.syscall(nr, args) {
+            feed_sync(t.number, sync);
+        }
     }
+}
+
+/// Sniper's streams learn how a thread's system call ended (see feed.rs).
+fn feed_sync(number: u32, sync: turns::Sync) {
+    if crate::feed::active() {
+        crate::feed::sync(number, sync);
+    }
+}
+
+/// The number of the thread running on `vcpu`.
+pub fn number(vcpu: u32) -> Option<u32> {
+    own_thread(vcpu).map(|t| t.number)
 }
 
 /// The thread running on `vcpu` returns `ret` from its system call.
@@ -695,7 +712,7 @@ pub fn syscall_ret(cfg: &Config, vcpu: u32, ret: i64) {
         pace.syscall(false);
     }
     if let Some(turn) = t.turn.as_mut() {
-        turn.syscall_ret(ret, || {
+        let sync = turn.syscall_ret(ret, || {
             if !MULTI.load(Ordering::Acquire) {
                 // The second thread: thread 1 hands over on its own host thread, before the new
                 // thread runs (it waits for thread 1's next block, see turns.rs).
@@ -704,6 +721,9 @@ pub fn syscall_ret(cfg: &Config, vcpu: u32, ret: i64) {
             }
             next_number()
         });
+        if let Some(sync) = sync {
+            feed_sync(t.number, sync);
+        }
     }
 }
 
@@ -723,8 +743,8 @@ pub fn finish_vcpu(vcpu: u32) {
                 if let Some(pace) = (*p).pace.as_mut() {
                     pace.exit();
                 }
-                if let Some(turn) = (*p).turn.as_mut() {
-                    turn.exit();
+                if let Some(sync) = (*p).turn.as_mut().and_then(Turn::exit) {
+                    feed_sync((*p).number, sync);
                 }
             }
         }

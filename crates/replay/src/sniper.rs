@@ -89,11 +89,12 @@ impl Simulating {
                 ))
             }
         };
-        // The plugin streams thread 1; Sniper's thread events are not answered yet.
-        if s.threads.len() > 1 {
+        // Every thread is streamed, its synchronisation as the turns saw it: a run whose
+        // threads followed the host's schedule is not replayed the same way twice.
+        let threads = s.threads.len().max(1);
+        if threads > 1 && s.turn_quantum == 0 {
             return Err(ReplayError::Invalid(format!(
-                "the run has {} threads: Sniper simulates single-threaded runs' regions so far (docs/sniper.md)",
-                s.threads.len()
+                "the run's {threads} threads followed the host's schedule, so their regions cannot be replayed into Sniper as they ran: profile it again with `bbv run --schedule deterministic` (QEMU 9.1 or later)"
             )));
         }
         let mut text = String::new();
@@ -103,16 +104,24 @@ impl Simulating {
         for (r, p) in s.points.iter().enumerate() {
             let dir = work.join(format!("sniper-{r}"));
             std::fs::create_dir(&dir).map_err(|e| ReplayError::io(&dir, e))?;
-            let live = spec.sniper.start(&dir, 1, config).map_err(sniper_error)?;
+            // Several threads: the warmup is simulated in detail, the region's figures from
+            // a marker at its start (bbv_sift::feed::WindowSpec::threads says why).
+            let live = match threads > 1 {
+                true => spec.sniper.start_from_marker(&dir, threads, config),
+                false => spec.sniper.start(&dir, threads, config),
+            }
+            .map_err(sniper_error)?;
             // Events as the replay numbers them: start 2r, end 2r + 1, warmup 2n + r.
             let start = if p.warmup.is_some() { 2 * n + r } else { 2 * r };
             let _ = writeln!(
                 text,
-                "sift {r} {start} {} {} {} {} {} {}",
+                "sift {r} {start} {} {} {} {} {} {threads} {}",
                 2 * r,
                 2 * r + 1,
                 2 * r,
-                crate::trace::record_limit(p, 0),
+                // The other threads' instructions (spinning ones too) come on top of the
+                // region's own count.
+                crate::trace::record_limit(p, 0).saturating_mul(threads as u64),
                 live.pid(),
                 live.prefix().display()
             );
@@ -121,11 +130,14 @@ impl Simulating {
         if spec.full {
             let dir = work.join("sniper-full");
             std::fs::create_dir(&dir).map_err(|e| ReplayError::io(&dir, e))?;
-            let live = spec.sniper.start(&dir, 1, config).map_err(sniper_error)?;
+            let live = spec
+                .sniper
+                .start(&dir, threads, config)
+                .map_err(sniper_error)?;
             let (whole, never) = (WHOLE_RUN, u32::MAX);
             let _ = writeln!(
                 text,
-                "sift {n} {whole} {whole} {never} {never} {} {} {}",
+                "sift {n} {whole} {whole} {never} {never} {} {} {threads} {}",
                 u64::MAX,
                 live.pid(),
                 live.prefix().display()
@@ -206,13 +218,18 @@ pub fn write_simulation(dir: &Path, got: SniperResults) -> Result<Simulation, Re
     if !failed.is_empty() {
         return Err(ReplayError::Invalid(failed.join("\n")));
     }
+    let threads = s.threads.len() > 1;
     let mut regions = Vec::new();
     for (p, got) in s.points.iter().zip(results) {
         let out = got?;
-        let (instructions, cycles) = (out.instructions[0], out.busy_cycles(0));
-        // Sniper reports what retired inside the region of interest: a region that reached it
-        // retires about its length (less what was still in flight when it ended).
-        if instructions == 0 || cycles == 0 || (instructions as f64) < 0.99 * p.length as f64 {
+        let (instructions, cycles) = (out.total_instructions(), out.region_cycles(threads));
+        // Sniper reports what retired inside the region of interest: a single thread's region
+        // that reached its end retires about its length (less what was still in flight when
+        // it ended). With threads the region ends where its end marker's thread reaches it in
+        // simulated time, the other threads wherever Sniper's timing has brought them, as in
+        // LoopPoint: their instructions differ from the profile's.
+        let short = !threads && (instructions as f64) < 0.99 * p.length as f64;
+        if instructions == 0 || cycles == 0 || short {
             return Err(ReplayError::Invalid(format!(
                 "Sniper simulated {instructions} instructions in {cycles} cycles for region {} \
                  of {} instructions: its stream did not reach the region's end",
@@ -241,7 +258,7 @@ pub fn write_simulation(dir: &Path, got: SniperResults) -> Result<Simulation, Re
         .map_err(|e| ReplayError::Invalid(format!("the whole run (--full): {e}")))?;
     let full_cpi = full
         .as_ref()
-        .map(|f| f.busy_cycles(0) as f64 / f.instructions[0].max(1) as f64);
+        .map(|f| f.region_cycles(threads) as f64 / f.total_instructions().max(1) as f64);
     let sampled: u64 = s.points.iter().map(|p| p.warmup_length + p.length).sum();
     let speedup_cpu = full.as_ref().and_then(|f| {
         let spent: Option<f64> = regions.iter().map(|r| r.cpu_seconds).sum();
@@ -256,7 +273,7 @@ pub fn write_simulation(dir: &Path, got: SniperResults) -> Result<Simulation, Re
         error_pct: bbv_rundir::simulation::error_pct(estimate_cpi, full_cpi),
         speedup_instructions: full
             .as_ref()
-            .map(|f| f.instructions[0] as f64 / sampled.max(1) as f64),
+            .map(|f| f.total_instructions() as f64 / sampled.max(1) as f64),
         speedup_wall: None,
         speedup_cpu,
         warmup_share: None,

@@ -7,7 +7,8 @@
 //!   instructions it sees, which is what QEMU's plugin API gives), its data addresses and, for
 //!   a branch, whether it was taken; [`Writer::end`] closes the stream.
 //! * [`Reader`]: the same records read back, for checking a trace and in tests.
-//! * [`Stream`]: a writer on Sniper's FIFOs, with the region of interest marked in it.
+//! * [`feed::Feed`]: a program's threads fed live into Sniper, as a frontend sees them run
+//!   (through [`relay`], so that the frontend never waits on a Sniper that died).
 //!
 //! Record layout (the bitfields as GCC packs them, least significant bit first):
 //! * simple instruction, for one that follows the previous instruction in memory: one byte,
@@ -18,16 +19,15 @@
 //!   then the data addresses;
 //! * other: a zero byte, a type byte, a 4-byte payload size, the payload.
 
+pub mod feed;
 mod read;
 pub mod relay;
 mod reply;
 mod spool;
-mod stream;
 mod write;
 
 pub use read::{Reader, Record};
 pub use reply::{read_reply, write_memory_response, Reply};
-pub use stream::Stream;
 pub use write::Writer;
 
 /// "SIFT", little-endian.
@@ -87,6 +87,12 @@ pub mod command {
     pub const ROI_START: u64 = 1;
     /// End of the region of interest.
     pub const ROI_END: u64 = 2;
+    /// A marker (two arguments); Sniper's `markers` script with its `stats` option records
+    /// the statistics there, as the snapshot `marker-A-B`.
+    pub const MARKER: u64 = 4;
+    /// The first argument of the marker at a region's start, where its figures begin when
+    /// its warmup is simulated in detail (snapshot `marker-1-0`).
+    pub const REGION_START: u64 = 1;
 }
 
 /// One executed instruction.

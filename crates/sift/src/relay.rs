@@ -50,30 +50,36 @@ pub(crate) enum Control {
     ExitGroup,
 }
 
-/// A stream's Sniper thread id, once its parent's relay learns it.
+/// A stream's Sniper thread id, once its parent's relay learns it, and whether its relay
+/// has connected to Sniper since.
 pub(crate) struct Binding {
-    id: Mutex<Option<u64>>,
+    state: Mutex<(Option<u64>, bool)>,
     set: Condvar,
 }
 
 impl Binding {
     fn new(id: Option<u64>) -> Arc<Binding> {
         Arc::new(Binding {
-            id: Mutex::new(id),
+            state: Mutex::new((id, false)),
             set: Condvar::new(),
         })
     }
 
-    fn set(&self, id: u64) {
-        *self.id.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
+    fn update(&self, f: impl FnOnce(&mut (Option<u64>, bool))) {
+        f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
         self.set.notify_all();
     }
 
-    fn wait(&self, shared: &Shared) -> Result<u64, String> {
-        let mut g = self.id.lock().unwrap_or_else(|p| p.into_inner());
+    /// Waits until `ready` holds of the state; what `ready` returns.
+    fn wait<T>(
+        &self,
+        shared: &Shared,
+        ready: impl Fn(&(Option<u64>, bool)) -> Option<T>,
+    ) -> Result<T, String> {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if let Some(id) = *g {
-                return Ok(id);
+            if let Some(t) = ready(&g) {
+                return Ok(t);
             }
             shared.check()?;
             g = self
@@ -253,6 +259,14 @@ impl ThreadStream {
         self.magic(command::ROI_START)
     }
 
+    /// A region starts (inside the region of interest): Sniper records its statistics here
+    /// when it runs its `markers:stats` script.
+    pub fn region_marker(&mut self) -> Result<(), SiftError> {
+        self.writer
+            .magic_record([command::MARKER, command::REGION_START, 0])?;
+        self.control(Control::Magic)
+    }
+
     /// The region of interest ends.
     pub fn end_roi(&mut self) -> Result<(), SiftError> {
         self.magic(command::ROI_END)
@@ -368,7 +382,7 @@ fn open(path: &Path, flags: i32, shared: &Shared) -> Result<File, String> {
             return Err(format!("{}: {e}", path.display()));
         }
         shared.check()?;
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -390,10 +404,11 @@ fn relay(shared: &Shared, queue: &Queue<Control>, binding: &Binding) -> Result<(
         }
     }
     let _gone = Gone(queue);
-    let id = binding.wait(shared)?;
+    let id = binding.wait(shared, |s| s.0)?;
     let path = shared.fifo(id, false);
     let out = open(&path, libc::O_WRONLY, shared)?;
     let replies = open(&shared.fifo(id, true), libc::O_RDWR, shared)?;
+    binding.update(|s| s.1 = true);
     let mut r = Relay {
         out: io::BufWriter::with_capacity(1 << 16, Fifo { file: out, shared }),
         replies: Fifo {
@@ -455,8 +470,11 @@ impl Relay<'_> {
             },
             Control::NewThread(child) => match self.reply()? {
                 Reply::NewThread(id) if id >= 0 => {
-                    child.set(id as u64);
-                    Ok(())
+                    child.update(|s| s.0 = Some(id as u64));
+                    // The parent goes on once Sniper's new thread has its stream: Sniper
+                    // simulates the parent alone until then, for as long as the host takes.
+                    (child.wait(self.shared, |s| s.1.then_some(())))
+                        .map_err(|e| SiftError::Io(io::Error::other(e)))
                 }
                 r => Err(Self::unexpected("a new thread", r)),
             },

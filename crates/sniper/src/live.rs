@@ -24,6 +24,10 @@ pub struct Live {
     dir: PathBuf,
     prefix: PathBuf,
     log: PathBuf,
+    /// The figures are those from the stream's marker to the region of interest's end.
+    from_marker: bool,
+    /// Sniper's tools (the partial report's generator).
+    tools: PathBuf,
 }
 
 /// Sniper's replies to one thread's stream; reading waits for them as long as Sniper runs.
@@ -73,6 +77,29 @@ impl Sniper {
         cores: usize,
         config: Option<&str>,
     ) -> Result<Live, SniperError> {
+        self.launch(work, cores, config, false)
+    }
+
+    /// [`start`](Self::start) for a stream whose region of interest begins before the part
+    /// measured: its figures ([`Live::finish`]) are those from the stream's
+    /// [`bbv_sift::command::MARKER`] (Sniper records its statistics there) to the region of
+    /// interest's end.
+    pub fn start_from_marker(
+        &self,
+        work: &Path,
+        cores: usize,
+        config: Option<&str>,
+    ) -> Result<Live, SniperError> {
+        self.launch(work, cores, config, true)
+    }
+
+    fn launch(
+        &self,
+        work: &Path,
+        cores: usize,
+        config: Option<&str>,
+        from_marker: bool,
+    ) -> Result<Live, SniperError> {
         let dir = std::path::absolute(work).map_err(SniperError::io("cannot name the folder"))?;
         let prefix = dir.join("t");
         let mut live = Live {
@@ -80,6 +107,8 @@ impl Sniper {
             log: dir.join("sniper.log"),
             prefix,
             dir,
+            from_marker,
+            tools: self.root.join("tools"),
         };
         mkfifo(&live.fifo(0, false))?;
         mkfifo(&live.fifo(0, true))?;
@@ -93,6 +122,10 @@ impl Sniper {
         let mut cmd = Command::new(self.root.join("run-sniper"));
         if let Some(c) = config {
             cmd.args(["-c", c]);
+        }
+        if from_marker {
+            // Sniper's own script: the statistics at each magic marker, into its database.
+            cmd.args(["-s", "markers:stats"]);
         }
         cmd.arg("-n")
             .arg(cores.to_string())
@@ -238,16 +271,46 @@ impl Live {
         if !status.success() {
             return Err(self.failed(format!("{status}: {}", self.log_tail())));
         }
-        let mut out =
-            SimOut::read(&self.dir.join("out/sim.out"), &self.log).map_err(|e| match e {
-                SniperError::Failed { why, log } => SniperError::Failed {
-                    why: format!("{why}; {}", self.log_tail()),
-                    log,
-                },
-                e => e,
-            })?;
+        let report = match self.from_marker {
+            true => self.partial_report()?,
+            false => self.dir.join("out/sim.out"),
+        };
+        let mut out = SimOut::read(&report, &self.log).map_err(|e| match e {
+            SniperError::Failed { why, log } => SniperError::Failed {
+                why: format!("{why}; {}", self.log_tail()),
+                log,
+            },
+            e => e,
+        })?;
         out.cpu_seconds = Some(cpu);
         Ok(out)
+    }
+
+    /// Sniper's report from the marker to the region of interest's end (its own tool reads
+    /// the two snapshots of its statistics database), written next to `sim.out`.
+    fn partial_report(&self) -> Result<PathBuf, SniperError> {
+        let out = self.dir.join("out");
+        let path = out.join("sim.region.out");
+        let file = File::create(&path)
+            .map_err(SniperError::io(format!("cannot write {}", path.display())))?;
+        let status = Command::new(self.tools.join("gen_simout.py"))
+            .arg("-d")
+            .arg(&out)
+            .arg(format!(
+                "--partial=marker-{}-0:roi-end",
+                bbv_sift::command::REGION_START
+            ))
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(Stdio::null())
+            .status()
+            .map_err(SniperError::io("cannot run Sniper's gen_simout.py"))?;
+        if !status.success() {
+            return Err(self.failed(format!(
+                "its gen_simout.py failed ({status}) on the region's statistics"
+            )));
+        }
+        Ok(path)
     }
 
     /// The last lines of Sniper's log, for a message.

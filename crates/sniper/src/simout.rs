@@ -34,6 +34,23 @@ impl SimOut {
 }
 
 impl SimOut {
+    /// Instructions of every core.
+    pub fn total_instructions(&self) -> u64 {
+        self.instructions.iter().sum()
+    }
+
+    /// The region's time in cycles: a single thread's busy cycles ([`SimOut::busy_cycles`]);
+    /// with `threads`, the simulation's elapsed cycles (every core's clock reads the same),
+    /// idle time included: a thread waiting for another is part of the program's time.
+    pub fn region_cycles(&self, threads: bool) -> u64 {
+        match threads {
+            true => self.cycles.iter().copied().max().unwrap_or(0),
+            false => self.busy_cycles(0),
+        }
+    }
+}
+
+impl SimOut {
     /// Reads `sim.out` (`log` is named in errors).
     pub fn read(path: &Path, log: &Path) -> Result<SimOut, SniperError> {
         let fail = |why: String| SniperError::Failed {

@@ -34,8 +34,9 @@ pub(super) enum State {
         queued: u64,
         back: bool,
     },
-    /// Woken by the guest: eligible, back in guest code once the host returns it.
-    Woken,
+    /// Woken by the guest (by the wake of this id, see [`Board::wakes`]): eligible, back in
+    /// guest code once the host returns it.
+    Woken(u64),
     /// Lost the turn in a system call that did not return in time.
     Away,
     Exited,
@@ -53,7 +54,7 @@ pub(super) struct Slot {
 
 impl Slot {
     pub(super) fn eligible(&self) -> bool {
-        matches!(self.state, State::Ready | State::Woken)
+        matches!(self.state, State::Ready | State::Woken(_))
     }
 }
 
@@ -69,6 +70,8 @@ pub(super) struct Board {
     /// them: they start once their parent has run a block since (`released`).
     pub(super) pending: Vec<Pending>,
     pub(super) events: u64,
+    /// Wakes of the guest so far (each names the waiters it woke, for Sniper's model).
+    pub(super) wakes: u64,
 }
 
 pub(super) static BOARD: Mutex<Board> = Mutex::new(Board {
@@ -78,6 +81,7 @@ pub(super) static BOARD: Mutex<Board> = Mutex::new(Board {
     settling: false,
     pending: Vec::new(),
     events: 0,
+    wakes: 0,
 });
 
 pub(super) struct Pending {
@@ -158,6 +162,12 @@ impl Board {
         }
     }
 
+    /// A new wake's id.
+    pub(super) fn new_wake(&mut self) -> u64 {
+        self.wakes += 1;
+        self.wakes
+    }
+
     /// Instructions `number` had run at its last boundary.
     pub(super) fn at(&self, number: u32) -> u64 {
         self.slots
@@ -184,8 +194,8 @@ impl Board {
 }
 
 /// A `FUTEX_WAKE` of `addr` by `me` woke `n` threads: the first `n` waiting on it whose bits
-/// meet `bits`, in the order they fell asleep.
-pub(super) fn wake(b: &mut Board, me: u32, at: u64, addr: u64, bits: u32, n: u64) {
+/// meet `bits`, in the order they fell asleep. The wake's id.
+pub(super) fn wake(b: &mut Board, me: u32, at: u64, addr: u64, bits: u32, n: u64) -> u64 {
     let mut waiting: Vec<(u64, u32)> = b
         .slots
         .iter()
@@ -209,10 +219,12 @@ pub(super) fn wake(b: &mut Board, me: u32, at: u64, addr: u64, bits: u32, n: u64
         );
         b.lost(me, at, &why);
     }
+    let id = b.new_wake();
     for &(_, number) in waiting.iter().take(n as usize) {
-        b.set(number, State::Woken);
+        b.set(number, State::Woken(id));
     }
     WAKE.notify_all();
+    id
 }
 
 #[cfg(test)]
@@ -235,12 +247,13 @@ mod tests {
             settling: false,
             pending: Vec::new(),
             events: 0,
+            wakes: 0,
         }
     }
 
     #[test]
     fn the_ring_passes_to_the_next_eligible_thread_in_creation_order() {
-        let mut b = board_of(&[State::Ready, State::Away, State::Woken]);
+        let mut b = board_of(&[State::Ready, State::Away, State::Woken(1)]);
         b.pass(1);
         assert_eq!(b.turn, Some(3));
         b.pass(3);
@@ -267,16 +280,16 @@ mod tests {
             asleep(0x20, 1, 1),
             asleep(0x10, 2, 3),
         ]);
-        wake(&mut b, 1, 0, 0x10, 1, 1);
+        assert_eq!(wake(&mut b, 1, 0, 0x10, 1, 1), 1);
         assert_eq!(
             b.state(3),
-            Some(State::Woken),
+            Some(State::Woken(1)),
             "first asleep with a matching bit"
         );
         assert!(matches!(b.state(2), Some(State::Asleep { .. })));
-        wake(&mut b, 1, 0, 0x10, u32::MAX, 2);
-        assert_eq!(b.state(5), Some(State::Woken));
-        assert_eq!(b.state(2), Some(State::Woken));
+        assert_eq!(wake(&mut b, 1, 0, 0x10, u32::MAX, 2), 2, "one id per wake");
+        assert_eq!(b.state(5), Some(State::Woken(2)));
+        assert_eq!(b.state(2), Some(State::Woken(2)));
         assert!(matches!(b.state(4), Some(State::Asleep { .. })));
         assert_eq!(b.events, 0);
     }

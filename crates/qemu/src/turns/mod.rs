@@ -116,6 +116,7 @@ const FUTEX_FLAGS: u64 =
 mod board;
 mod futex;
 
+pub use bbv_sift::feed::Sync;
 use board::{board, seat, wake, wake_everyone, Board, Pending, State, WAKE};
 
 /// The bits a futex operation waits or wakes with (its sixth argument for the bitset forms).
@@ -378,14 +379,15 @@ impl Turn {
         }
     }
 
-    /// The thread enters system call `nr` with arguments `args`.
-    pub fn syscall(&mut self, nr: i64, args: [u64; 6]) {
+    /// The thread enters system call `nr` with arguments `args`; what Sniper's model of it
+    /// needs at once (a thread's exit).
+    pub fn syscall(&mut self, nr: i64, args: [u64; 6]) -> Option<Sync> {
         if !active() {
-            return;
+            return None;
         }
-        let Some(calls) = CALLS.get() else { return };
+        let calls = CALLS.get()?;
         if self.gone {
-            return;
+            return None;
         }
         self.call = (nr, args);
         self.entered_holding = self.holding;
@@ -401,7 +403,7 @@ impl Turn {
             ACTIVE.store(false, Ordering::SeqCst);
             wake_everyone();
         } else if nr == calls.exit {
-            self.leave(&mut b);
+            return self.leave(&mut b);
         } else if nr == calls.futex
             && matches!(args[1] & !FUTEX_FLAGS, FUTEX_WAIT | FUTEX_WAIT_BITSET)
         {
@@ -453,21 +455,29 @@ impl Turn {
                 },
             );
         }
+        None
     }
 
     /// The thread's system call returns `ret`. `created` numbers a thread its `clone` created.
-    pub fn syscall_ret(&mut self, ret: i64, created: impl FnOnce() -> u32) {
+    /// What Sniper's model of the call needs (a wait, a wake, a thread created).
+    pub fn syscall_ret(&mut self, ret: i64, created: impl FnOnce() -> u32) -> Option<Sync> {
         if !active() || self.gone {
-            return;
+            return None;
         }
-        let Some(calls) = CALLS.get() else { return };
+        let calls = CALLS.get()?;
         let (nr, args) = self.call;
         self.call = (-1, [0; 6]);
         let me = self.number;
         let mut b = board();
+        let mut sync = None;
         match b.state(me) {
-            Some(State::Entering { .. }) => {
+            Some(State::Entering { addr, val, .. }) => {
                 // The wait did not sleep: nobody ran meanwhile, the turn comes back.
+                sync = Some(Sync::Waited {
+                    addr,
+                    val,
+                    woken_by: None,
+                });
                 b.set(me, State::Ready);
                 if self.entered_holding {
                     b.turn = Some(me);
@@ -482,29 +492,18 @@ impl Turn {
                 queued,
                 ..
             }) => {
-                // Woken: the waker's return says so, and may come after this one.
-                let back = State::Asleep {
-                    addr,
-                    val,
-                    bits,
-                    queued,
-                    back: true,
-                };
-                b.set(me, back);
-                let start = Instant::now();
-                while ret == 0 && b.state(me) == Some(back) && active() && start.elapsed() < SETTLE
-                {
-                    b = WAKE
-                        .wait_timeout(b, NAP)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-                if b.state(me) == Some(back) {
-                    let why = format!(
-                        "a futex wait on {addr:#x} ended without a wake of the guest's ({ret})"
-                    );
-                    b.lost(me, self.total, &why);
-                }
+                let (woken, waited) = self.woken(b, (addr, val, bits, queued), ret);
+                b = woken;
+                sync = Some(waited);
+            }
+            Some(State::Woken(id)) if nr == calls.futex => {
+                // Woken by the guest's wake `id` (or its joined thread's exit) before the
+                // kernel returned it.
+                sync = Some(Sync::Waited {
+                    addr: args[0],
+                    val: args[2] as u32,
+                    woken_by: Some(id),
+                });
                 b.set(me, State::Ready);
             }
             Some(State::Spawning) if ret > 0 => {
@@ -519,22 +518,19 @@ impl Turn {
                 });
                 self.spawned = true;
                 b.set(me, State::Ready);
+                sync = Some(Sync::Created(number));
             }
             Some(State::Call { .. }) if nr == calls.futex && ret > 0 => {
                 let op = args[1] & !FUTEX_FLAGS;
                 if op == FUTEX_WAKE || op == FUTEX_WAKE_BITSET {
-                    wake(
-                        &mut b,
-                        me,
-                        self.total,
-                        args[0],
-                        futex_bits(&args),
-                        ret as u64,
-                    );
+                    let (addr, bits) = (args[0], futex_bits(&args));
+                    let id = wake(&mut b, me, self.total, addr, bits, ret as u64);
+                    let woken = u32::try_from(ret).unwrap_or(u32::MAX);
+                    sync = Some(Sync::Woke { addr, woken, id });
                 }
                 b.set(me, State::Ready);
             }
-            Some(State::Exited) | None => return,
+            Some(State::Exited) | None => return None,
             _ => b.set(me, State::Ready),
         }
         if nr == calls.sched_yield && b.turn == Some(me) {
@@ -545,20 +541,71 @@ impl Turn {
             self.holding = got == Got::Turn;
             self.used = 0;
         }
+        sync
+    }
+
+    /// A futex wait on `addr` expecting `val` (`bits`, `queued`-th asleep) returned `ret`:
+    /// the waker's return says who woke it, and may come after this one. Ready again; the
+    /// wait for Sniper's model.
+    fn woken(
+        &self,
+        mut b: MutexGuard<'static, Board>,
+        (addr, val, bits, queued): (u64, u32, u32, u64),
+        ret: i64,
+    ) -> (MutexGuard<'static, Board>, Sync) {
+        let me = self.number;
+        let back = State::Asleep {
+            addr,
+            val,
+            bits,
+            queued,
+            back: true,
+        };
+        b.set(me, back);
+        let start = Instant::now();
+        while ret == 0 && b.state(me) == Some(back) && active() && start.elapsed() < SETTLE {
+            b = WAKE
+                .wait_timeout(b, NAP)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let woken_by = match b.state(me) {
+            Some(State::Woken(id)) => Some(id),
+            _ => {
+                let why = format!(
+                    "a futex wait on {addr:#x} ended without a wake of the guest's ({ret})"
+                );
+                b.lost(me, self.total, &why);
+                None
+            }
+        };
+        b.set(me, State::Ready);
+        let waited = Sync::Waited {
+            addr,
+            val,
+            woken_by,
+        };
+        (b, waited)
     }
 
     /// The thread exits: out of the order for good. Threads joining it (waiting on its id, as
-    /// `pthread_join` does; QEMU wakes them) rejoin.
-    fn leave(&mut self, b: &mut Board) {
+    /// `pthread_join` does; QEMU wakes them) rejoin, woken by one wake of the exit's.
+    fn leave(&mut self, b: &mut Board) -> Option<Sync> {
         let me = self.number;
         if b.state(me) == Some(State::Exited) {
-            return;
+            return None;
         }
         let tid = b.slots.iter().find(|s| s.number == me).map_or(0, |s| s.tid);
+        let id = b.new_wake();
+        let mut joiners: Vec<(u64, u32)> = Vec::new();
         for s in b.slots.iter_mut() {
-            if let State::Asleep { val, .. } = s.state {
+            if let State::Asleep { addr, val, .. } = s.state {
                 if tid != 0 && val == tid as u32 {
-                    s.state = State::Woken;
+                    s.state = State::Woken(id);
+                    match joiners.iter_mut().find(|j| j.0 == addr) {
+                        Some(j) => j.1 += 1,
+                        None => joiners.push((addr, 1)),
+                    }
                 }
             }
         }
@@ -567,13 +614,15 @@ impl Turn {
         self.holding = false;
         self.gone = true;
         WAKE.notify_all();
+        Some(Sync::Exited { joiners, id })
     }
 
     /// The thread's vCPU goes away.
-    pub fn exit(&mut self) {
+    pub fn exit(&mut self) -> Option<Sync> {
         if active() && !self.gone {
             let mut b = board();
-            self.leave(&mut b);
+            return self.leave(&mut b);
         }
+        None
     }
 }

@@ -1,0 +1,137 @@
+//! Multi-threaded regions on Sniper: an OpenMP program's LoopPoint regions, profiled under the
+//! deterministic turns of the real QEMU 10, replayed with every thread streamed live into a
+//! Sniper of a core per thread (creations, futex waits and wakes as the guest's turns saw
+//! them); `simulation.json` checked against the run and the estimate recomputed from the
+//! regions' figures; the same simulation again reads the same cycles to within Sniper's own
+//! variation; a run whose threads followed the host's schedule is refused.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::common::{assert_status, bbv, built_by, json};
+use crate::looppoint_cli::omp as omp_phases;
+use crate::qemu10_cli::qemu10;
+
+/// `bbv ARGS -- PROG 2` with two OpenMP threads that sleep when they wait (as LoopPoint runs
+/// them: spinning is the host's pace, not the program's).
+fn omp(dir: &Path, prog: &Path, args: &[&str]) -> Output {
+    bbv()
+        .current_dir(dir)
+        .env("OMP_NUM_THREADS", "2")
+        .env("OMP_WAIT_POLICY", "passive")
+        .args(args)
+        .arg("--")
+        .arg(prog)
+        .arg("2")
+        .output()
+        .unwrap()
+}
+
+/// LoopPoint regions of `prog` under `schedule`, in `dir/out`.
+fn profile(dir: &Path, prog: &Path, schedule: &str) -> PathBuf {
+    let q = qemu10().join("qemu-x86_64").display().to_string();
+    let args = [
+        "run",
+        "--schedule",
+        schedule,
+        "--regions",
+        "looppoint",
+        "--interval",
+        "1000000",
+        "--warmup",
+        "1000000",
+        "-o",
+        "out",
+        "--qemu",
+        &q,
+    ];
+    assert_status(&omp(dir, prog, &args), 0);
+    dir.join("out")
+}
+
+/// `bbv simulate OUT --simulator sniper [EXTRA]`.
+fn simulate(dir: &Path, prog: &Path, sniper: &Path, extra: &[&str]) -> Output {
+    let s = sniper.to_str().unwrap();
+    let mut args = vec!["simulate", "out", "--simulator", "sniper", "--sniper", s];
+    args.extend(extra);
+    omp(dir, prog, &args)
+}
+
+#[test]
+fn two_threads_regions_and_the_whole_run_are_simulated_on_sniper() {
+    let sniper = built_by("sniper");
+    let work = tempfile::tempdir().unwrap();
+    let prog = omp_phases(work.path());
+    let run = profile(work.path(), &prog, "deterministic");
+    let summary = json(&run.join("summary.json"));
+    assert_eq!(summary["threads"].as_array().unwrap().len(), 2, "{summary}");
+    let points = summary["points"].as_array().unwrap().clone();
+    assert!(points.len() >= 2, "{points:?}");
+
+    let o = simulate(work.path(), &prog, &sniper, &["--full"]);
+    assert_status(&o, 0);
+    let v = json(&run.join("simulation.json"));
+    assert_eq!(v["simulator"], "sniper");
+    let regions = v["regions"].as_array().unwrap();
+    assert_eq!(regions.len(), points.len());
+    let (mut cycles, mut insts) = (0.0, 0.0);
+    for (r, p) in regions.iter().zip(&points) {
+        let n = r["instructions"].as_u64().unwrap();
+        let c = r["cycles"].as_u64().unwrap();
+        let length = p["length"].as_u64().unwrap();
+        // Both threads' instructions: the region ends where its end marker's thread reaches
+        // it in Sniper's time, the other thread wherever Sniper has brought it.
+        assert!(
+            n as f64 > 0.5 * length as f64 && (n as f64) < 2.0 * length as f64,
+            "{n} of {length}: {r}"
+        );
+        let ipc = r["ipc"].as_f64().unwrap();
+        assert!((ipc - n as f64 / c as f64).abs() < 1e-9, "{r}");
+        assert!(ipc > 0.05 && ipc < 8.0, "{r}");
+        let m = r["multiplier"].as_f64().unwrap();
+        assert_eq!(m, p["multiplier"].as_f64().unwrap());
+        cycles += m * c as f64;
+        insts += m * n as f64;
+    }
+    let estimate = v["estimate_cpi"].as_f64().unwrap();
+    assert!((estimate - cycles / insts).abs() < 1e-9 * estimate, "{v}");
+    let full = v["full_cpi"].as_f64().unwrap();
+    let error = v["error_pct"].as_f64().unwrap();
+    assert!(
+        (error - 100.0 * (estimate - full) / full).abs() < 1e-9,
+        "{v}"
+    );
+    // A sanity bound, not a target (a few regions of a small program).
+    assert!(error.abs() < 15.0, "{v}");
+    // Simulated in detail: every region with its warmup (on so small a run, more than the
+    // whole run).
+    assert!(v["speedup_instructions"].as_f64().unwrap() > 0.0, "{v}");
+
+    // Again, regions only: Sniper's multi-threaded simulation is deterministic to within
+    // the host's timing of its threads (0.02% measured; allowed 1%).
+    let o = simulate(work.path(), &prog, &sniper, &[]);
+    assert_status(&o, 0);
+    let again = json(&run.join("simulation.json"));
+    for (a, b) in again["regions"].as_array().unwrap().iter().zip(regions) {
+        let (a, b) = (a["cycles"].as_f64().unwrap(), b["cycles"].as_f64().unwrap());
+        assert!((a / b - 1.0).abs() < 0.01, "{a} against {b}");
+    }
+    let left = Command::new("pgrep")
+        .args(["-f", &work.path().display().to_string()])
+        .output()
+        .unwrap();
+    assert!(left.stdout.is_empty(), "{left:?}");
+}
+
+#[test]
+fn threads_that_followed_the_host_s_schedule_are_refused() {
+    let sniper = built_by("sniper");
+    let work = tempfile::tempdir().unwrap();
+    let prog = omp_phases(work.path());
+    let run = profile(work.path(), &prog, "host");
+    let o = simulate(work.path(), &prog, &sniper, &[]);
+    assert_status(&o, 2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--schedule deterministic"), "{err}");
+    assert!(!run.join("simulation.json").exists());
+}

@@ -1,0 +1,534 @@
+//! A program's threads fed into Sniper as a frontend sees them run: what QEMU's plugin calls
+//! for each instruction, memory access, marker event and finished system call.
+//!
+//! Each window is one Sniper (one application), opened when its start event fires and
+//! closed at its end event (or after its record limit). The thread whose event opened it
+//! becomes Sniper's thread 0; every other thread alive then is created in Sniper from thread
+//! 0's stream at once, and threads created later from their parent's stream. A thread's
+//! instruction is written when that thread starts its next one (so that whether a branch was
+//! taken is known), to every open window that was open when it started. At a window's end the
+//! thread that ended it ends the region of interest and the application (`exit_group`, so that
+//! Sniper stops threads still waiting), and every stream of it ends. Its relays deliver in the
+//! background; [`Feed::finish`] waits for them.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+
+use crate::relay::{Session, ThreadStream};
+use crate::{Instruction, MAX_ADDRESSES, MAX_SIZE};
+
+/// What a frontend learns of an instruction when it translates it.
+#[derive(Clone, Debug, Default)]
+pub struct Code {
+    /// Its address.
+    pub ip: u64,
+    /// Its bytes (the first `len`).
+    pub bytes: [u8; MAX_SIZE],
+    /// How many bytes it has.
+    pub len: u8,
+    /// The address after it.
+    pub fallthrough: u64,
+    /// A conditional branch (see [`Instruction::branch`]).
+    pub branch: bool,
+    /// A jump, call or return: taken whatever runs next.
+    pub always_taken: bool,
+    /// Memory operands its decoder counts, read and written.
+    pub loads: u8,
+    /// See `loads`.
+    pub stores: u8,
+    /// An x86 rep string instruction (QEMU runs it once per iteration).
+    pub rep: bool,
+}
+
+/// One window of the plugin's windows file: the events that bound it and the Sniper it feeds.
+#[derive(Clone, Debug)]
+pub struct WindowSpec {
+    /// The event that opens it, and a second one that also does (whichever comes first).
+    pub start: u32,
+    /// See `start`.
+    pub alt: u32,
+    /// The event that closes it.
+    pub end: u32,
+    /// The event that starts its region of interest.
+    pub roi: u32,
+    /// Most instructions it takes (a missed end marker stops here).
+    pub limit: u64,
+    /// Sniper's process, watched while waiting for it.
+    pub pid: Option<i32>,
+    /// Sniper's FIFOs' prefix (`traceinput/trace_prefix`).
+    pub prefix: PathBuf,
+    /// More than one thread may run: queues spill to files next to the FIFOs instead of
+    /// making the guest wait for Sniper (see [`Session::single`]), and the warmup is
+    /// simulated in detail, the region of interest starting with the window and the region
+    /// marked in it ([`crate::command::REGION_START`]). Sniper's cache-only warming keeps no
+    /// common clock between threads, so each would enter the region wherever the host's
+    /// timing had brought it (the same region read 0.75 or 1.38 million cycles from one run
+    /// to the next); simulated in detail, the threads keep Sniper's clock together throughout.
+    pub threads: bool,
+}
+
+/// How a thread's system call ended, as far as Sniper's model of it goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sync {
+    /// It created thread `0` (a guest thread number).
+    Created(u32),
+    /// A futex wait on `addr` expecting `val`; `woken_by` names the wake that ended it (None:
+    /// it did not sleep, or no wake of the guest ended it).
+    Waited {
+        /// The futex word.
+        addr: u64,
+        /// The value the wait expected.
+        val: u32,
+        /// The wake's id.
+        woken_by: Option<u64>,
+    },
+    /// A futex wake of `addr` that woke `woken` threads, named `id`.
+    Woke {
+        /// The futex word.
+        addr: u64,
+        /// Threads woken in the guest.
+        woken: u32,
+        /// Its id (the waits it ended name it).
+        id: u64,
+    },
+    /// The thread ends, waking the threads that join it: `(word, how many)` per word, one
+    /// wake named `id`.
+    Exited {
+        /// The words joined on.
+        joiners: Vec<(u64, u32)>,
+        /// The wake's id.
+        id: u64,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Waiting,
+    Open,
+    Done,
+}
+
+/// The streams of one open window.
+struct Program {
+    session: Session,
+    /// By guest thread number.
+    streams: BTreeMap<u32, ThreadStream>,
+    /// The thread that opened it (Sniper's thread 0).
+    first: u32,
+    in_roi: bool,
+    /// Wakes written to it (a wait ended by a wake before the window opened does not block).
+    wakes: HashSet<u64>,
+}
+
+struct Window {
+    spec: WindowSpec,
+    state: State,
+    left: u64,
+    /// The instruction count when it opened: instructions started earlier are not its own.
+    opened: u64,
+    armed: bool,
+    program: Option<Program>,
+}
+
+/// A thread's instruction under way, completed as its accesses come.
+struct Pending {
+    code: &'static Code,
+    /// When it started (see [`Window::opened`]).
+    seq: u64,
+    addresses: [u64; MAX_ADDRESSES],
+    n_addresses: u8,
+    n_loads: u8,
+    n_stores: u8,
+    /// A later iteration of the same rep instruction runs: its accesses are not recorded.
+    merging: bool,
+}
+
+/// The feed of every window of one replay.
+pub struct Feed {
+    windows: Vec<Window>,
+    /// By guest thread number.
+    pending: Vec<Option<Pending>>,
+    /// Guest threads alive, by number (creation order).
+    live: Vec<u32>,
+    isa: Option<u32>,
+    merge_rep: bool,
+    seq: u64,
+    /// Sessions of closed windows whose relays may still be delivering.
+    closing: Vec<Session>,
+    errors: Vec<String>,
+}
+
+impl Feed {
+    /// A feed of `windows` for a program of instruction set `isa` (None: x86; else one of
+    /// [`crate::isa`]), its thread 1 running; `merge_rep`: a rep string instruction's
+    /// iterations make one instruction. A window whose start is `whole` opens at once.
+    pub fn new(windows: Vec<WindowSpec>, isa: Option<u32>, merge_rep: bool, whole: u32) -> Feed {
+        let mut f = Feed {
+            windows: (windows.into_iter())
+                .map(|spec| Window {
+                    left: spec.limit,
+                    spec,
+                    state: State::Waiting,
+                    opened: 0,
+                    armed: false,
+                    program: None,
+                })
+                .collect(),
+            pending: Vec::new(),
+            live: vec![1],
+            isa,
+            merge_rep,
+            seq: 0,
+            closing: Vec::new(),
+            errors: Vec::new(),
+        };
+        for i in 0..f.windows.len() {
+            if f.windows[i].spec.start == whole {
+                f.open(i, 1);
+                if let Some(p) = f.windows[i].program.as_mut().filter(|p| !p.in_roi) {
+                    p.in_roi = p.streams.get_mut(&1).is_some_and(|s| s.start_roi().is_ok());
+                }
+            }
+        }
+        f
+    }
+
+    /// Whether any window is open or about to open (instructions must come).
+    pub fn busy(&self) -> bool {
+        self.windows
+            .iter()
+            .any(|w| w.state == State::Open || (w.state == State::Waiting && w.armed))
+    }
+
+    /// The next execution of a marker fires `event`: true when that opens a window (its
+    /// instruction must come).
+    pub fn arm(&mut self, event: u32) -> bool {
+        let mut any = false;
+        for w in &mut self.windows {
+            if w.state == State::Waiting && (w.spec.start == event || w.spec.alt == event) {
+                w.armed = true;
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Errors met since the last call (a window that could not open), to report.
+    pub fn take_errors(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.errors)
+    }
+
+    fn open(&mut self, i: usize, thread: u32) {
+        let spec = &self.windows[i].spec;
+        let mut session = match spec.threads {
+            true => {
+                let dir = spec.prefix.parent().map(PathBuf::from).unwrap_or_default();
+                Session::new(spec.prefix.clone(), dir, spec.pid)
+            }
+            false => Session::single(spec.prefix.clone(), spec.pid),
+        };
+        let opened = (|| {
+            let mut streams = BTreeMap::new();
+            let mut first = session.thread0()?;
+            self.isa.map_or(Ok(()), |isa| first.isa(isa))?;
+            // The threads alive join at once, created by the first (Sniper knows no other).
+            for &t in self.live.iter().filter(|&&t| t != thread) {
+                let mut s = first.new_thread(&mut session)?;
+                self.isa.map_or(Ok(()), |isa| s.isa(isa))?;
+                streams.insert(t, s);
+            }
+            streams.insert(thread, first);
+            if spec.threads {
+                if let Some(s) = streams.get_mut(&thread) {
+                    s.start_roi()?;
+                }
+            }
+            Ok::<_, crate::SiftError>(streams)
+        })();
+        let at = self.pending_seq(thread).unwrap_or(self.seq);
+        let w = &mut self.windows[i];
+        w.armed = false;
+        match opened {
+            Ok(streams) => {
+                w.state = State::Open;
+                // The instruction pending on `thread` (the marker's) is the window's first.
+                w.opened = at;
+                w.program = Some(Program {
+                    session,
+                    streams,
+                    first: thread,
+                    in_roi: w.spec.threads,
+                    wakes: HashSet::new(),
+                });
+            }
+            Err(e) => {
+                session.abort();
+                w.state = State::Done;
+                let why = format!("{}: {e}", w.spec.prefix.display());
+                self.errors.push(why);
+            }
+        }
+    }
+
+    fn pending_seq(&self, thread: u32) -> Option<u64> {
+        let p = self.pending.get(thread as usize)?.as_ref()?;
+        Some(p.seq)
+    }
+
+    /// Marker event `event` fired on guest thread `thread`: windows open, regions of interest
+    /// start, windows close.
+    pub fn event(&mut self, thread: u32, event: u32) {
+        for i in 0..self.windows.len() {
+            let spec = &self.windows[i].spec;
+            if self.windows[i].state == State::Waiting && (spec.start == event || spec.alt == event)
+            {
+                self.open(i, thread);
+            }
+            let w = &mut self.windows[i];
+            if w.state != State::Open {
+                continue;
+            }
+            if w.spec.roi == event {
+                // Before the pending instruction (the region's first) is written.
+                let threads = w.spec.threads;
+                let started = match w.program.as_mut() {
+                    // Inside the region of interest since the window opened (see
+                    // `WindowSpec::threads`): the region's figures start at a marker.
+                    Some(p) if threads => {
+                        let s = p.streams.get_mut(&thread);
+                        s.is_some_and(|s| s.region_marker().is_ok())
+                    }
+                    Some(p) if !p.in_roi => {
+                        p.in_roi = true;
+                        let s = p.streams.get_mut(&thread);
+                        s.is_some_and(|s| s.start_roi().is_ok())
+                    }
+                    _ => true,
+                };
+                if !started {
+                    self.close(i, thread);
+                }
+            } else if w.spec.end == event {
+                self.close(i, thread);
+            }
+        }
+    }
+
+    /// Guest thread `thread` starts instruction `code`.
+    pub fn exec(&mut self, thread: u32, code: &'static Code) {
+        let t = thread as usize;
+        if self.pending.len() <= t {
+            self.pending.resize_with(t + 1, || None);
+        }
+        if !self.busy() {
+            self.pending[t] = None;
+            return;
+        }
+        if let Some(p) = self.pending[t].as_mut() {
+            if code.rep && self.merge_rep && p.code.ip == code.ip {
+                p.merging = true;
+                return;
+            }
+        }
+        self.flush(thread, Some(code.ip));
+        self.seq += 1;
+        self.pending[t] = Some(Pending {
+            code,
+            seq: self.seq,
+            addresses: [0; MAX_ADDRESSES],
+            n_addresses: 0,
+            n_loads: 0,
+            n_stores: 0,
+            merging: false,
+        });
+    }
+
+    /// Guest thread `thread`'s instruction under way accesses `vaddr`.
+    pub fn access(&mut self, thread: u32, vaddr: u64, store: bool) {
+        let Some(Some(p)) = self.pending.get_mut(thread as usize) else {
+            return;
+        };
+        if p.merging {
+            return;
+        }
+        let (n, operands) = match store {
+            true => (&mut p.n_stores, p.code.stores),
+            false => (&mut p.n_loads, p.code.loads),
+        };
+        // A new operand (or any access of an instruction whose operands the decoder does not
+        // know); a further access is a part of one already seen (a wide access split).
+        if *n < operands || operands == 0 {
+            *n = n.saturating_add(1);
+            let seen = &p.addresses[..usize::from(p.n_addresses)];
+            if !seen.contains(&vaddr) && usize::from(p.n_addresses) < MAX_ADDRESSES {
+                p.addresses[usize::from(p.n_addresses)] = vaddr;
+                p.n_addresses += 1;
+            }
+        }
+    }
+
+    /// Writes `thread`'s pending instruction to the windows it belongs to: taken when `next`
+    /// is not its fall-through.
+    fn flush(&mut self, thread: u32, next: Option<u64>) {
+        let Some(p) = self.pending.get_mut(thread as usize).and_then(Option::take) else {
+            return;
+        };
+        let c = p.code;
+        let taken = c.always_taken || next.is_some_and(|n| n != c.fallthrough);
+        let insn = Instruction::from_accesses(
+            c.ip,
+            &c.bytes[..usize::from(c.len)],
+            &p.addresses[..usize::from(p.n_addresses)],
+            usize::from(c.loads + c.stores),
+            (c.branch, taken),
+        );
+        for i in 0..self.windows.len() {
+            let w = &mut self.windows[i];
+            if w.state != State::Open || p.seq < w.opened {
+                continue;
+            }
+            let Some(s) = w.program.as_mut().and_then(|p| p.streams.get_mut(&thread)) else {
+                continue;
+            };
+            let ok = s.instruction(&insn).is_ok();
+            w.left = w.left.saturating_sub(1);
+            // A Sniper gone, or the limit reached.
+            if !ok || w.left == 0 {
+                self.close(i, thread);
+            }
+        }
+    }
+
+    /// Guest thread `thread`'s system call ended as `sync` says.
+    pub fn sync(&mut self, thread: u32, sync: Sync) {
+        // The call's own instruction first.
+        self.flush(thread, None);
+        match &sync {
+            Sync::Created(child) => {
+                if let Err(at) = self.live.binary_search(child) {
+                    self.live.insert(at, *child);
+                }
+            }
+            Sync::Exited { .. } => self.live.retain(|&t| t != thread),
+            _ => {}
+        }
+        for i in 0..self.windows.len() {
+            if self.windows[i].state != State::Open {
+                continue;
+            }
+            let Some(p) = self.windows[i].program.as_mut() else {
+                continue;
+            };
+            let ok = match p.write(thread, &sync, self.isa) {
+                Ok(()) => true,
+                Err(e) => {
+                    self.errors.push(e.to_string());
+                    false
+                }
+            };
+            if !ok {
+                self.close(i, thread);
+            }
+        }
+    }
+
+    /// Closes window `i`; `thread` ended it.
+    fn close(&mut self, i: usize, thread: u32) {
+        let w = &mut self.windows[i];
+        w.state = State::Done;
+        let Some(mut p) = w.program.take() else {
+            return;
+        };
+        let lead = match p.streams.contains_key(&thread) {
+            true => thread,
+            false => p.first,
+        };
+        let others = p.streams.len() > 1;
+        if let Some(mut s) = p.streams.remove(&lead) {
+            let _ = (|| {
+                if p.in_roi {
+                    s.end_roi()?;
+                }
+                // Threads still in Sniper stop with the application.
+                if others {
+                    s.exit_group(0)?;
+                }
+                s.end()
+            })();
+        }
+        for (_, s) in std::mem::take(&mut p.streams) {
+            let _ = s.end();
+        }
+        self.closing.push(p.session);
+    }
+
+    /// The guest exits: the last instructions, every window closed, and every Sniper's
+    /// streams delivered (or Sniper gone). Sniper's own failures are its report's: the
+    /// caller reads its exit and its log.
+    pub fn finish(&mut self) {
+        for t in 0..self.pending.len() {
+            self.flush(t as u32, None);
+        }
+        for i in 0..self.windows.len() {
+            if self.windows[i].state == State::Open {
+                let first = self.windows[i].program.as_ref().map_or(1, |p| p.first);
+                self.close(i, first);
+            }
+        }
+        for s in self.closing.drain(..) {
+            let _ = s.finish();
+        }
+    }
+}
+
+impl Program {
+    /// Writes what `thread`'s system call did to its stream.
+    fn write(
+        &mut self,
+        thread: u32,
+        sync: &Sync,
+        isa: Option<u32>,
+    ) -> Result<(), crate::SiftError> {
+        match sync {
+            Sync::Created(child) => {
+                let Some(parent) = self.streams.get_mut(&thread) else {
+                    return Ok(());
+                };
+                let mut s = parent.new_thread(&mut self.session)?;
+                isa.map_or(Ok(()), |isa| s.isa(isa))?;
+                self.streams.insert(*child, s);
+            }
+            Sync::Waited {
+                addr,
+                val,
+                woken_by,
+            } => {
+                let Some(s) = self.streams.get_mut(&thread) else {
+                    return Ok(());
+                };
+                let partner = woken_by.filter(|id| self.wakes.contains(id));
+                s.futex_wait(*addr, *val, partner)?;
+            }
+            Sync::Woke { addr, woken, id } => {
+                let Some(s) = self.streams.get_mut(&thread) else {
+                    return Ok(());
+                };
+                s.futex_wake(*addr, *woken, *id)?;
+                self.wakes.insert(*id);
+            }
+            Sync::Exited { joiners, id } => {
+                let Some(mut s) = self.streams.remove(&thread) else {
+                    return Ok(());
+                };
+                for &(addr, n) in joiners {
+                    s.futex_wake(addr, n, *id)?;
+                }
+                if !joiners.is_empty() {
+                    self.wakes.insert(*id);
+                }
+                s.end()?;
+            }
+        }
+        Ok(())
+    }
+}
