@@ -310,6 +310,16 @@ impl Live {
                 "its gen_simout.py failed ({status}) on the region's statistics"
             )));
         }
+        // The tool says so on its output and exits 0 when the snapshot is missing.
+        let text = bbv_files::input::read_text(&path, 16 << 20).unwrap_or_default();
+        if text.contains("Invalid prefix marker") {
+            return Err(self.failed(
+                "Sniper ended the region before the thread that starts it reached its start: the \
+                 thread that ends it got there first in Sniper's time, its threads running at \
+                 other relative speeds than under QEMU's turns (docs/sniper.md)"
+                    .into(),
+            ));
+        }
         Ok(path)
     }
 
