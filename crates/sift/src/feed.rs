@@ -532,3 +532,85 @@ impl Program {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(start: u32, alt: u32) -> WindowSpec {
+        WindowSpec {
+            start,
+            alt,
+            end: 9,
+            roi: start,
+            limit: 100,
+            pid: None,
+            prefix: PathBuf::from("/nonexistent/t"),
+            threads: false,
+        }
+    }
+
+    /// An instruction at `ip`.
+    fn code(ip: u64, loads: u8, stores: u8, rep: bool) -> &'static Code {
+        Box::leak(Box::new(Code {
+            ip,
+            len: 2,
+            fallthrough: ip + 2,
+            loads,
+            stores,
+            rep,
+            ..Code::default()
+        }))
+    }
+
+    fn addresses(f: &Feed, thread: u32) -> Vec<u64> {
+        let p = f.pending[thread as usize].as_ref().unwrap();
+        p.addresses[..usize::from(p.n_addresses)].to_vec()
+    }
+
+    #[test]
+    fn windows_arm_on_their_start_or_alt_event_and_only_then_take_instructions() {
+        let mut f = Feed::new(vec![spec(1, 2), spec(3, 3)], None, true, u32::MAX);
+        assert!(!f.busy());
+        // Nothing armed: an instruction is not kept.
+        f.exec(1, code(0x1000, 0, 0, false));
+        assert!(f.pending[1].is_none());
+        assert!(!f.arm(5));
+        assert!(f.arm(2), "the second event of the first window");
+        assert!(f.busy());
+        f.exec(1, code(0x1000, 0, 0, false));
+        assert!(f.pending[1].is_some());
+        assert!(f.take_errors().is_empty());
+    }
+
+    #[test]
+    fn a_split_operand_is_one_address_and_rep_iterations_merge() {
+        let mut f = Feed::new(vec![spec(1, 1)], None, true, u32::MAX);
+        f.arm(1);
+        // One load operand accessed in two parts, then a store.
+        f.exec(2, code(0x1000, 1, 1, false));
+        f.access(2, 0x100, false);
+        f.access(2, 0x108, false);
+        f.access(2, 0x200, true);
+        assert_eq!(addresses(&f, 2), [0x100, 0x200]);
+        // A read-modify-write operand: one address.
+        f.exec(2, code(0x1002, 1, 1, false));
+        f.access(2, 0x300, false);
+        f.access(2, 0x300, true);
+        assert_eq!(addresses(&f, 2), [0x300]);
+        // A rep instruction's later iterations add nothing to its first.
+        f.exec(2, code(0x1004, 1, 1, true));
+        f.access(2, 0x400, false);
+        f.exec(2, code(0x1004, 1, 1, true));
+        f.access(2, 0x440, false);
+        assert_eq!(addresses(&f, 2), [0x400]);
+        // Unless each iteration is an instruction of its own.
+        let mut g = Feed::new(vec![spec(1, 1)], None, false, u32::MAX);
+        g.arm(1);
+        g.exec(2, code(0x1004, 1, 0, true));
+        g.access(2, 0x400, false);
+        g.exec(2, code(0x1004, 1, 0, true));
+        g.access(2, 0x440, false);
+        assert_eq!(addresses(&g, 2), [0x440]);
+    }
+}

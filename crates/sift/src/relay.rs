@@ -123,13 +123,19 @@ impl Shared {
     }
 
     fn fifo(&self, thread: u64, response: bool) -> PathBuf {
-        let mut name = self.prefix.as_os_str().to_owned();
-        name.push(format!(
-            "{}.app0.th{thread}.sift",
-            if response { "_response" } else { "" }
-        ));
-        PathBuf::from(name)
+        fifo(&self.prefix, thread, response)
     }
+}
+
+/// Sniper's FIFO for thread `thread` of application 0 whose FIFOs are named from `prefix`
+/// (`traceinput/trace_prefix`), its replies' when `response`.
+pub fn fifo(prefix: &Path, thread: u64, response: bool) -> PathBuf {
+    let mut name = prefix.as_os_str().to_owned();
+    name.push(format!(
+        "{}.app0.th{thread}.sift",
+        if response { "_response" } else { "" }
+    ));
+    PathBuf::from(name)
 }
 
 /// Whether process `pid` still runs (not ended, not a zombie waiting to be reaped).

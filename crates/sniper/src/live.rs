@@ -165,12 +165,7 @@ impl Live {
     /// Sniper's FIFO for thread `thread` of application 0 (its replies when `response`): what
     /// another process (QEMU's plugin) writes and reads when it streams that thread.
     pub fn fifo(&self, thread: u64, response: bool) -> PathBuf {
-        let mut name = self.prefix.as_os_str().to_owned();
-        name.push(format!(
-            "{}.app0.th{thread}.sift",
-            if response { "_response" } else { "" }
-        ));
-        PathBuf::from(name)
+        bbv_sift::relay::fifo(&self.prefix, thread, response)
     }
 
     /// The FIFOs' common prefix (`traceinput/trace_prefix`): what a multi-threaded frontend
