@@ -56,30 +56,12 @@ fn regions_are_simulated_live_and_the_estimate_recomputed() {
         .as_array()
         .unwrap()
         .clone();
-    let regions = v["regions"].as_array().unwrap();
-    assert_eq!(regions.len(), points.len());
     assert!(points.len() >= 2, "{points:?}");
-    let (mut cycles, mut insts) = (0.0, 0.0);
-    for (r, p) in regions.iter().zip(&points) {
-        let n = r["instructions"].as_u64().unwrap();
-        let c = r["cycles"].as_u64().unwrap();
-        let length = p["length"].as_u64().unwrap();
-        // The region's instructions, less those still in the 128-entry reorder buffer at its
-        // end marker (and QEMU's count of a rep instruction against Sniper's).
-        assert!(
-            n as f64 >= 0.99 * length as f64 && n <= length + 1000,
-            "{n} of {length}: {r}"
-        );
-        let ipc = r["ipc"].as_f64().unwrap();
-        assert!((ipc - n as f64 / c as f64).abs() < 1e-9, "{r}");
-        assert!(ipc > 0.05 && ipc < 8.0, "{r}");
-        let m = r["multiplier"].as_f64().unwrap();
-        assert_eq!(m, p["multiplier"].as_f64().unwrap());
-        cycles += m * c as f64;
-        insts += m * n as f64;
-    }
-    let estimate = v["estimate_cpi"].as_f64().unwrap();
-    assert!((estimate - cycles / insts).abs() < 1e-9 * estimate, "{v}");
+    // The region's instructions, less those still in the 128-entry reorder buffer at its end
+    // marker (and QEMU's count of a rep instruction against Sniper's).
+    recomputed(&v, &points, |n, length| {
+        n as f64 >= 0.99 * length as f64 && n <= length + 1000
+    });
     // Sniper is deterministic here: the same stream gives the same cycles.
     let again = simulate(&run, &input, &sniper, &[]);
     let cycles_of = |v: &serde_json::Value| -> Vec<u64> {
@@ -91,6 +73,34 @@ fn regions_are_simulated_live_and_the_estimate_recomputed() {
     crate::readback::every_file_reads_back(&run);
     let page = std::fs::read_to_string(run.join("report.html")).unwrap();
     assert!(page.contains("Simulated with Sniper"), "{page}");
+}
+
+/// Checks `simulation.json`'s regions (`v`) against the run's `points` (each region's
+/// instructions `n` against its profiled `length` by `fits`, its IPC, its multiplier) and
+/// recomputes the estimate from them: Σ multiplier × cycles / Σ multiplier × instructions.
+pub(crate) fn recomputed(
+    v: &serde_json::Value,
+    points: &[serde_json::Value],
+    fits: impl Fn(u64, u64) -> bool,
+) {
+    let regions = v["regions"].as_array().unwrap();
+    assert_eq!(regions.len(), points.len());
+    let (mut cycles, mut insts) = (0.0, 0.0);
+    for (r, p) in regions.iter().zip(points) {
+        let n = r["instructions"].as_u64().unwrap();
+        let c = r["cycles"].as_u64().unwrap();
+        let length = p["length"].as_u64().unwrap();
+        assert!(fits(n, length), "{n} of {length}: {r}");
+        let ipc = r["ipc"].as_f64().unwrap();
+        assert!((ipc - n as f64 / c as f64).abs() < 1e-9, "{r}");
+        assert!(ipc > 0.05 && ipc < 8.0, "{r}");
+        let m = r["multiplier"].as_f64().unwrap();
+        assert_eq!(m, p["multiplier"].as_f64().unwrap());
+        cycles += m * c as f64;
+        insts += m * n as f64;
+    }
+    let estimate = v["estimate_cpi"].as_f64().unwrap();
+    assert!((estimate - cycles / insts).abs() < 1e-9 * estimate, "{v}");
 }
 
 /// With --full the whole run goes through a Sniper of its own in the same replay: its CPI
