@@ -60,10 +60,9 @@ pub struct WindowSpec {
     /// More than one thread may run: queues spill to files next to the FIFOs instead of
     /// making the guest wait for Sniper (see [`Session::single`]), and the warmup is
     /// simulated in detail, the region of interest starting with the window and the region
-    /// marked in it ([`crate::command::REGION_START`]). Sniper's cache-only warming keeps no
-    /// common clock between threads, so each would enter the region wherever the host's
-    /// timing had brought it (the same region read 0.75 or 1.38 million cycles from one run
-    /// to the next); simulated in detail, the threads keep Sniper's clock together throughout.
+    /// marked in it ([`crate::command::REGION_START`]): after cache-only warming the cores'
+    /// catch-up idle counts in a multi-threaded region's time, where it cannot be told from
+    /// a thread's waiting, and the figures varied by 2% from run to run (docs/sniper.md).
     pub threads: bool,
 }
 
