@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use bbv_champsim::Isa;
-use bbv_plugin_contract::events::WHOLE_RUN;
 use bbv_sift::feed::{Code, Feed, Sync, WindowSpec};
 
 static FEED: Mutex<Option<Feed>> = Mutex::new(None);
@@ -20,12 +19,14 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// registration, before any vCPU runs); `merge_rep`: a rep string instruction's iterations
 /// make one instruction.
 pub fn install(windows: Vec<WindowSpec>, isa: Isa, merge_rep: bool) {
-    if windows.iter().any(|w| w.start == WHOLE_RUN) {
-        crate::record::instrument_on(true);
-    }
     // SIFT's instruction set (None: x86, Sniper's default).
     let sift_isa = (isa == Isa::Aarch64).then_some(bbv_sift::isa::AARCH64);
-    *lock() = Some(Feed::new(windows, sift_isa, merge_rep, WHOLE_RUN));
+    let feed = Feed::new(windows, sift_isa, merge_rep);
+    // A whole run's window is open from the start.
+    if feed.busy() {
+        crate::record::instrument_on(true);
+    }
+    *lock() = Some(feed);
     ACTIVE.store(true, Ordering::Release);
 }
 

@@ -24,8 +24,6 @@ use std::sync::OnceLock;
 use bbv_champsim::{BranchKind, Decoder, Isa, Operands};
 use bbv_champsim::{Record, RECORD_BYTES};
 
-use bbv_plugin_contract::events::WHOLE_RUN;
-
 use bbv_sift::feed::{Code, WindowSpec};
 
 /// One translated instruction (leaked: QEMU keeps calling with it as long as the code lives):
@@ -209,9 +207,9 @@ pub fn init(path: &Path, isa: Isa) -> Result<(), String> {
 /// ALT END TAIL LIMIT PATH` for ChampSim records of thread 1, `sift ID START ALT END ROI LIMIT
 /// PID THREADS PREFIX` for every thread's SIFT streams into the Sniper of process PID whose
 /// FIFOs are named from PREFIX (THREADS: 1 when one thread runs, else 2), the region of
-/// interest from event ROI to END. A START of [`WHOLE_RUN`] takes the whole run, (for
-/// Sniper) its region of interest from the first instruction to the last. The SIFT windows
-/// are returned, for the feed (feed.rs).
+/// interest from event ROI to END (a START of [`bbv_plugin_contract::events::WHOLE_RUN`]: the
+/// whole run, its region of interest from the first instruction to the last). The SIFT
+/// windows are returned, for the feed (feed.rs).
 pub fn init_windows(file: &Path, isa: Isa) -> Result<Vec<WindowSpec>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut outputs = Vec::new();
@@ -244,7 +242,6 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<Vec<WindowSpec>, String> {
         }
         let (tail, left) = (num()?, num()?);
         let path = f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
-        let whole = start == u64::from(WHOLE_RUN);
         outputs.push(Output {
             path: PathBuf::from(path),
             out: None,
@@ -255,13 +252,6 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<Vec<WindowSpec>, String> {
             left,
             state: State::Waiting,
         });
-        if whole {
-            let o = outputs.last_mut().ok_or_else(bad)?;
-            let f = File::create(&o.path).map_err(|e| format!("{}: {e}", o.path.display()))?;
-            o.out = Some(BufWriter::with_capacity(1 << 20, f));
-            o.state = State::Recording;
-            INSTRUMENT.store(true, Ordering::Relaxed);
-        }
     }
     install(outputs, isa)?;
     Ok(sift)

@@ -14,6 +14,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
+use bbv_plugin_contract::events::WHOLE_RUN;
+
 use crate::relay::{Session, ThreadStream};
 use crate::{Instruction, MAX_ADDRESSES, MAX_SIZE};
 
@@ -152,6 +154,9 @@ pub struct Feed {
     isa: Option<u32>,
     merge_rep: bool,
     seq: u64,
+    /// A window is open or about to open (see [`Feed::busy`]), kept as windows change: every
+    /// instruction asks.
+    busy: bool,
     /// Sessions of closed windows whose relays may still be delivering.
     closing: Vec<Session>,
     errors: Vec<String>,
@@ -160,8 +165,8 @@ pub struct Feed {
 impl Feed {
     /// A feed of `windows` for a program of instruction set `isa` (None: x86; else one of
     /// [`crate::isa`]), its thread 1 running; `merge_rep`: a rep string instruction's
-    /// iterations make one instruction. A window whose start is `whole` opens at once.
-    pub fn new(windows: Vec<WindowSpec>, isa: Option<u32>, merge_rep: bool, whole: u32) -> Feed {
+    /// iterations make one instruction. A window whose start is [`WHOLE_RUN`] opens at once.
+    pub fn new(windows: Vec<WindowSpec>, isa: Option<u32>, merge_rep: bool) -> Feed {
         let mut f = Feed {
             windows: (windows.into_iter())
                 .map(|spec| Window {
@@ -178,11 +183,12 @@ impl Feed {
             isa,
             merge_rep,
             seq: 0,
+            busy: false,
             closing: Vec::new(),
             errors: Vec::new(),
         };
         for i in 0..f.windows.len() {
-            if f.windows[i].spec.start == whole {
+            if f.windows[i].spec.start == WHOLE_RUN {
                 f.open(i, 1);
                 if let Some(p) = f.windows[i].program.as_mut().filter(|p| !p.in_roi) {
                     p.in_roi = p.streams.get_mut(&1).is_some_and(|s| s.start_roi().is_ok());
@@ -194,9 +200,12 @@ impl Feed {
 
     /// Whether any window is open or about to open (instructions must come).
     pub fn busy(&self) -> bool {
-        self.windows
-            .iter()
-            .any(|w| w.state == State::Open || (w.state == State::Waiting && w.armed))
+        self.busy
+    }
+
+    fn refresh(&mut self) {
+        self.busy = (self.windows.iter())
+            .any(|w| w.state == State::Open || (w.state == State::Waiting && w.armed));
     }
 
     /// The next execution of a marker fires `event`: true when that opens a window (its
@@ -209,6 +218,7 @@ impl Feed {
                 any = true;
             }
         }
+        self.refresh();
         any
     }
 
@@ -267,6 +277,7 @@ impl Feed {
                 self.errors.push(why);
             }
         }
+        self.refresh();
     }
 
     fn pending_seq(&self, thread: u32) -> Option<u64> {
@@ -435,7 +446,9 @@ impl Feed {
     fn close(&mut self, i: usize, thread: u32) {
         let w = &mut self.windows[i];
         w.state = State::Done;
-        let Some(mut p) = w.program.take() else {
+        let program = w.program.take();
+        self.refresh();
+        let Some(mut p) = program else {
             return;
         };
         let lead = match p.streams.contains_key(&thread) {
@@ -569,7 +582,7 @@ mod tests {
 
     #[test]
     fn windows_arm_on_their_start_or_alt_event_and_only_then_take_instructions() {
-        let mut f = Feed::new(vec![spec(1, 2), spec(3, 3)], None, true, u32::MAX);
+        let mut f = Feed::new(vec![spec(1, 2), spec(3, 3)], None, true);
         assert!(!f.busy());
         // Nothing armed: an instruction is not kept.
         f.exec(1, code(0x1000, 0, 0, false));
@@ -584,7 +597,7 @@ mod tests {
 
     #[test]
     fn a_split_operand_is_one_address_and_rep_iterations_merge() {
-        let mut f = Feed::new(vec![spec(1, 1)], None, true, u32::MAX);
+        let mut f = Feed::new(vec![spec(1, 1)], None, true);
         f.arm(1);
         // One load operand accessed in two parts, then a store.
         f.exec(2, code(0x1000, 1, 1, false));
@@ -604,7 +617,7 @@ mod tests {
         f.access(2, 0x440, false);
         assert_eq!(addresses(&f, 2), [0x400]);
         // Unless each iteration is an instruction of its own.
-        let mut g = Feed::new(vec![spec(1, 1)], None, false, u32::MAX);
+        let mut g = Feed::new(vec![spec(1, 1)], None, false);
         g.arm(1);
         g.exec(2, code(0x1004, 1, 0, true));
         g.access(2, 0x400, false);

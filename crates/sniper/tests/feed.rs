@@ -63,7 +63,7 @@ fn a_region_of_two_threads_is_fed_as_the_plugin_feeds_it() {
         prefix: live.prefix().to_path_buf(),
         threads: true,
     };
-    let mut feed = Feed::new(vec![spec], None, true, u32::MAX - 1);
+    let mut feed = Feed::new(vec![spec], None, true);
     assert!(feed.arm(WARMUP));
     assert!(feed.busy());
     // The warmup marker's instruction is pending when its event fires.
