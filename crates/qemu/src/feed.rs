@@ -85,6 +85,11 @@ pub fn event(thread: u32, event: u32) {
     with(|f| f.event(thread, event));
 }
 
+/// Guest thread `thread` runs marker `marker`, its `n`-th execution over every thread.
+pub fn marker(thread: u32, marker: u32, n: u64) {
+    with(|f| f.marker(thread, marker, n));
+}
+
 /// Guest thread `thread`'s system call ended as `sync` says.
 pub fn sync(thread: u32, sync: Sync) {
     with(|f| f.sync(thread, sync));

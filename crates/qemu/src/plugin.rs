@@ -79,7 +79,8 @@ impl Register for BbvPlugin {
         crate::record::REP_ITERATIONS.store(cfg.host.rep_iterations, Ordering::Relaxed);
         if let (Some(file), Some(isa)) = (&cfg.host.trace, cfg.isa) {
             match crate::record::init_windows(file, isa) {
-                Ok(sift) if !sift.is_empty() => {
+                Ok(mut sift) if !sift.is_empty() => {
+                    crate::replay::bound(&mut sift);
                     crate::feed::install(sift, isa, !cfg.host.rep_iterations);
                 }
                 Ok(_) => {}

@@ -237,6 +237,7 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<Vec<WindowSpec>, String> {
                 pid: Some(i32::try_from(pid).map_err(|_| bad())?),
                 prefix: PathBuf::from(prefix),
                 threads: threads > 1,
+                bounds: None,
             });
             continue;
         }

@@ -110,6 +110,25 @@ pub fn first_events() -> Vec<u32> {
     })
 }
 
+/// Bounds each multi-threaded Sniper window's region by its markers' executions (counted in
+/// Sniper's order: bbv_sift::feed::Bounds).
+pub fn bound(windows: &mut [bbv_sift::feed::WindowSpec]) {
+    for w in windows.iter_mut().filter(|w| w.threads) {
+        if let (Some(start), Some(end)) = (marker_of(w.roi), marker_of(w.end)) {
+            w.bounds = Some(bbv_sift::feed::Bounds { start, end });
+        }
+    }
+}
+
+/// The marker (its index) and count at which `event` happens, if a marker's.
+fn marker_of(event: u32) -> Option<(u32, u64)> {
+    let m = MARKERS.get()?;
+    m.targets.iter().enumerate().find_map(|(i, t)| {
+        let &(count, _) = t.iter().find(|x| x.1 == event)?;
+        Some((i as u32, count))
+    })
+}
+
 /// Whether any marker is being watched.
 pub fn active() -> bool {
     MARKERS.get().is_some()
@@ -151,6 +170,14 @@ pub fn hits(insns: usize, insn: impl Fn(usize) -> (u64, u64)) -> Vec<(usize, &'s
     }
 }
 
+/// Sniper's windows count every execution of a marker, after its events (a multi-threaded
+/// region is bounded in Sniper's order of them: bbv_sift::feed::Bounds).
+fn feed_marker(vcpu: u32, marker: u32, n: u64) {
+    if let Some(number) = thread::number(vcpu) {
+        crate::feed::marker(number, marker, n);
+    }
+}
+
 /// One execution of a marker instruction on `vcpu`; `registers` reads the guest's registers
 /// (for a checkpoint taken here).
 pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void, registers: impl Fn() -> Registers) {
@@ -178,6 +205,9 @@ pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void, registers: impl Fn() -> 
     // Several regions may share a (marker, count): one event each.
     let first = targets.partition_point(|t| t.0 < n);
     if targets.get(first).is_none_or(|t| t.0 != n) {
+        if feeding {
+            feed_marker(vcpu, hit.marker, n);
+        }
         return;
     }
     let mut by_id: HashMap<u32, u64> = HashMap::new();
@@ -221,6 +251,9 @@ pub fn hit(cfg: &Config, vcpu: u32, udata: *mut c_void, registers: impl Fn() -> 
                 checkpoint::capture(capture, at, registers());
             }
         }
+    }
+    if feeding {
+        feed_marker(vcpu, hit.marker, n);
     }
     let mut guard = m.events.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(f) = guard.as_mut() {

@@ -10,12 +10,23 @@
 //! thread that ended it ends the region of interest and the application (`exit_group`, so that
 //! Sniper stops threads still waiting), and every stream of it ends. Its relays deliver in the
 //! background; [`Feed::finish`] waits for them.
+//!
+//! **A multi-threaded region is bounded in Sniper's order** ([`Bounds`]), as LoopPoint bounds
+//! its regions: the guest's turns interleave the threads in equal slices, Sniper at each
+//! thread's simulated speed, so the thread that reaches the end marker's count under QEMU may
+//! be millions of instructions ahead of, or behind, where it is in Sniper. Every execution of
+//! the region's start and end markers is sent, on the thread that ran it, as a user command
+//! ([`crate::command::region`]); the window's first records say how many of each are left
+//! until the region's bounds, and Sniper's region script (crates/sniper) counts them as it
+//! simulates them, recording its statistics at each bound and ending Sniper at the end. Past
+//! the guest's own end the window streams on (up to its limit again) until Sniper is gone.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
 use bbv_plugin_contract::events::WHOLE_RUN;
 
+use crate::command::region;
 use crate::relay::{Session, ThreadStream};
 use crate::{Instruction, MAX_ADDRESSES, MAX_SIZE};
 
@@ -66,6 +77,19 @@ pub struct WindowSpec {
     /// catch-up idle counts in a multi-threaded region's time, where it cannot be told from
     /// a thread's waiting, and the figures varied by 2% from run to run (docs/sniper.md).
     pub threads: bool,
+    /// With `threads`, the region's bounds as markers: counted in Sniper's order (see the
+    /// module's note). None: at the `roi` and `end` events, in the guest's order.
+    pub bounds: Option<Bounds>,
+}
+
+/// A multi-threaded region's bounds: each a marker (the frontend's number for it) and the
+/// execution of it, counted over every thread, where the region starts or ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// The start marker and its count.
+    pub start: (u32, u64),
+    /// The end marker and its count.
+    pub end: (u32, u64),
 }
 
 /// How a thread's system call ended, as far as Sniper's model of it goes.
@@ -128,6 +152,9 @@ struct Window {
     /// The instruction count when it opened: instructions started earlier are not its own.
     opened: u64,
     armed: bool,
+    /// Past its end in the guest, streaming until Sniper's region script says the region
+    /// ended there (see [`Bounds`]).
+    overrun: bool,
     program: Option<Program>,
 }
 
@@ -151,6 +178,8 @@ pub struct Feed {
     pending: Vec<Option<Pending>>,
     /// Guest threads alive, by number (creation order).
     live: Vec<u32>,
+    /// Executions of each marker so far, over every thread (see [`Feed::marker`]).
+    counts: Vec<u64>,
     isa: Option<u32>,
     merge_rep: bool,
     seq: u64,
@@ -175,11 +204,13 @@ impl Feed {
                     state: State::Waiting,
                     opened: 0,
                     armed: false,
+                    overrun: false,
                     program: None,
                 })
                 .collect(),
             pending: Vec::new(),
             live: vec![1],
+            counts: Vec::new(),
             isa,
             merge_rep,
             seq: 0,
@@ -240,6 +271,18 @@ impl Feed {
             let mut streams = BTreeMap::new();
             let mut first = session.thread0()?;
             self.isa.map_or(Ok(()), |isa| first.isa(isa))?;
+            if spec.threads {
+                // What is left of each bound from here (this execution of the marker that opens
+                // the window is sent by `marker`, after this); without bounds, one hit each
+                // from the guest's own events.
+                let left = |(m, n): (u32, u64)| {
+                    n.saturating_sub(self.counts.get(m as usize).copied().unwrap_or(0))
+                };
+                let (to_start, to_end) =
+                    spec.bounds.map_or((1, 1), |b| (left(b.start), left(b.end)));
+                first.user(region::START_AFTER, to_start)?;
+                first.user(region::END_AFTER, to_end)?;
+            }
             // The threads alive join at once, created by the first (Sniper knows no other).
             for &t in self.live.iter().filter(|&&t| t != thread) {
                 let mut s = first.new_thread(&mut session)?;
@@ -298,15 +341,17 @@ impl Feed {
             if w.state != State::Open {
                 continue;
             }
+            let (threads, bounded) = (w.spec.threads, w.spec.bounds.is_some());
             if w.spec.roi == event {
                 // Before the pending instruction (the region's first) is written.
-                let threads = w.spec.threads;
                 let started = match w.program.as_mut() {
+                    // Sniper's region script counts the start marker's executions.
+                    Some(_) if bounded => true,
                     // Inside the region of interest since the window opened (see
                     // `WindowSpec::threads`): the region's figures start at a marker.
                     Some(p) if threads => {
                         let s = p.streams.get_mut(&thread);
-                        s.is_some_and(|s| s.region_marker().is_ok())
+                        s.is_some_and(|s| s.user(region::HIT, region::HIT_START).is_ok())
                     }
                     Some(p) if !p.in_roi => {
                         p.in_roi = true;
@@ -318,7 +363,46 @@ impl Feed {
                 if !started {
                     self.close(i, thread);
                 }
+            } else if w.spec.end == event && bounded {
+                // Sniper's region may end later: stream on (up to the limit again).
+                if !w.overrun {
+                    w.overrun = true;
+                    w.left = w.spec.limit;
+                }
             } else if w.spec.end == event {
+                if threads {
+                    if let Some(s) = w.program.as_mut().and_then(|p| p.streams.get_mut(&thread)) {
+                        let _ = s.user(region::HIT, region::HIT_END);
+                    }
+                }
+                self.close(i, thread);
+            }
+        }
+    }
+
+    /// Guest thread `thread` runs marker `marker` (the frontend's number for it), its `n`-th
+    /// execution over every thread: before its instruction, when it bounds an open window's
+    /// region (see [`Bounds`]). Called at every execution, after its events.
+    pub fn marker(&mut self, thread: u32, marker: u32, n: u64) {
+        let m = marker as usize;
+        if self.counts.len() <= m {
+            self.counts.resize(m + 1, 0);
+        }
+        self.counts[m] = n;
+        if !self.busy {
+            return;
+        }
+        for i in 0..self.windows.len() {
+            let w = &mut self.windows[i];
+            let Some(b) = w.spec.bounds.filter(|_| w.state == State::Open) else {
+                continue;
+            };
+            let hit = (u64::from(b.start.0 == marker) * region::HIT_START)
+                | (u64::from(b.end.0 == marker) * region::HIT_END);
+            let Some(s) = w.program.as_mut().and_then(|p| p.streams.get_mut(&thread)) else {
+                continue;
+            };
+            if hit != 0 && s.user(region::HIT, hit).is_err() {
                 self.close(i, thread);
             }
         }
@@ -402,7 +486,7 @@ impl Feed {
             };
             let ok = s.instruction(&insn).is_ok();
             w.left = w.left.saturating_sub(1);
-            // A Sniper gone, or the limit reached.
+            // A Sniper gone (as it goes at a bounded region's end), or the limit reached.
             if !ok || w.left == 0 {
                 self.close(i, thread);
             }
@@ -431,6 +515,9 @@ impl Feed {
             };
             let ok = match p.write(thread, &sync, self.isa) {
                 Ok(()) => true,
+                // A bounded region's Sniper ends at the region's end: its own report says
+                // whether it got there.
+                Err(_) if self.windows[i].spec.bounds.is_some() => false,
                 Err(e) => {
                     self.errors.push(e.to_string());
                     false
@@ -559,6 +646,7 @@ mod tests {
             pid: None,
             prefix: PathBuf::from("/nonexistent/t"),
             threads: false,
+            bounds: None,
         }
     }
 

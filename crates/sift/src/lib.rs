@@ -87,12 +87,26 @@ pub mod command {
     pub const ROI_START: u64 = 1;
     /// End of the region of interest.
     pub const ROI_END: u64 = 2;
-    /// A marker (two arguments); Sniper's `markers` script with its `stats` option records
-    /// the statistics there, as the snapshot `marker-A-B`.
-    pub const MARKER: u64 = 4;
-    /// The first argument of the marker at a region's start, where its figures begin when
-    /// its warmup is simulated in detail (snapshot `marker-1-0`).
-    pub const REGION_START: u64 = 1;
+    /// A user command (two arguments): answered by a script's `hook_magic_user`, here bbv's
+    /// region script ([`region`]).
+    pub const USER: u64 = 5;
+
+    /// The first arguments of the [`USER`] commands that bound a multi-threaded region in
+    /// Sniper's order of its markers' executions (crates/sniper's region script counts them).
+    pub mod region {
+        /// The region starts at the N-th execution of its start marker from here on (N the
+        /// second argument).
+        pub const START_AFTER: u64 = 0x6276_0001;
+        /// The region ends at the N-th execution of its end marker from here on.
+        pub const END_AFTER: u64 = 0x6276_0002;
+        /// One execution of a bounding marker: the second argument's [`HIT_START`] and
+        /// [`HIT_END`] bits say which (the same instruction may bound both ends).
+        pub const HIT: u64 = 0x6276_0003;
+        /// See [`HIT`].
+        pub const HIT_START: u64 = 1;
+        /// See [`HIT`].
+        pub const HIT_END: u64 = 2;
+    }
 }
 
 /// One executed instruction.

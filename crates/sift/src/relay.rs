@@ -27,6 +27,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -39,6 +40,10 @@ use crate::{command, read_reply, write_memory_response, Instruction, Reply, Sift
 /// A record whose reply the relay waits for (and acts on).
 pub(crate) enum Control {
     Magic,
+    /// A [`command::USER`] command (bbv's region script's). Its reply is not waited for (a
+    /// region sends one per execution of its markers): the relay reads it later (see
+    /// [`Relay::owed`]).
+    User,
     NewThread(Arc<Binding>),
     /// A futex wake with its id, or a wait with the value it expects and the id of the wake
     /// that ended it in the guest (None: it did not sleep, or no wake of the guest ended it).
@@ -265,12 +270,10 @@ impl ThreadStream {
         self.magic(command::ROI_START)
     }
 
-    /// A region starts (inside the region of interest): Sniper records its statistics here
-    /// when it runs its `markers:stats` script.
-    pub fn region_marker(&mut self) -> Result<(), SiftError> {
-        self.writer
-            .magic_record([command::MARKER, command::REGION_START, 0])?;
-        self.control(Control::Magic)
+    /// A user command (`arg0` one of [`command::region`]'s), at the instruction about to run.
+    pub fn user(&mut self, arg0: u64, arg1: u64) -> Result<(), SiftError> {
+        self.writer.magic_record([command::USER, arg0, arg1])?;
+        self.control(Control::User)
     }
 
     /// The region of interest ends.
@@ -327,6 +330,8 @@ impl ThreadStream {
 struct Fifo<'a> {
     file: File,
     shared: &'a Shared,
+    /// Its user is done with it (the reply reader stops).
+    quit: Option<&'a AtomicBool>,
 }
 
 impl Fifo<'_> {
@@ -341,6 +346,9 @@ impl Fifo<'_> {
             let n = unsafe { libc::poll(&mut p, 1, 200) };
             if n > 0 {
                 return Ok(());
+            }
+            if self.quit.is_some_and(|q| q.load(Ordering::Relaxed)) {
+                return Err(io::Error::other("finished"));
             }
             self.shared.check().map_err(io::Error::other)?;
         }
@@ -415,15 +423,41 @@ fn relay(shared: &Shared, queue: &Queue<Control>, binding: &Binding) -> Result<(
     let out = open(&path, libc::O_WRONLY, shared)?;
     let replies = open(&shared.fifo(id, true), libc::O_RDWR, shared)?;
     binding.update(|s| s.1 = true);
-    let mut r = Relay {
-        out: io::BufWriter::with_capacity(1 << 16, Fifo { file: out, shared }),
-        replies: Fifo {
+    // Sniper's replies are read as they come, by a thread of their own: Sniper never waits
+    // to write one (a reply not yet wanted, to a user command, would otherwise fill the FIFO
+    // and stop Sniper, and with it the relay's writes).
+    let quit = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel();
+    let result = std::thread::scope(|scope| {
+        let mut fifo = Fifo {
             file: replies,
             shared,
-        },
-        shared,
-    };
-    let result = r.run(queue);
+            quit: Some(&quit),
+        };
+        scope.spawn(move || loop {
+            let r = read_reply(&mut fifo);
+            let failed = r.is_err();
+            if tx.send(r).is_err() || failed {
+                break;
+            }
+        });
+        let mut r = Relay {
+            out: io::BufWriter::with_capacity(
+                1 << 16,
+                Fifo {
+                    file: out,
+                    shared,
+                    quit: None,
+                },
+            ),
+            replies: rx,
+            owed: 0,
+            shared,
+        };
+        let result = r.run(queue);
+        quit.store(true, Ordering::Relaxed);
+        result
+    });
     match result {
         // Sniper stops reading the other threads once one ends the program.
         Err(_) if shared.ended.load(Ordering::Relaxed) => Ok(()),
@@ -433,7 +467,10 @@ fn relay(shared: &Shared, queue: &Queue<Control>, binding: &Binding) -> Result<(
 
 struct Relay<'a> {
     out: io::BufWriter<Fifo<'a>>,
-    replies: Fifo<'a>,
+    replies: Receiver<Result<Reply, SiftError>>,
+    /// Replies to user commands written and not yet read: Sniper answers in order, so every
+    /// reply before the next control's own is one of them.
+    owed: u64,
     shared: &'a Shared,
 }
 
@@ -447,18 +484,60 @@ impl Relay<'_> {
                     let b = queue.read_spilled(offset, len).map_err(s)?;
                     self.out.write_all(&b).map_err(s)?;
                 }
+                Item::Control(Control::User) => self.owed += 1,
                 Item::Control(c) => {
                     self.out.flush().map_err(s)?;
+                    self.settle().map_err(|e| e.to_string())?;
                     self.control(c).map_err(|e| e.to_string())?;
                 }
             }
+            self.drain().map_err(|e| e.to_string())?;
         }
         self.shared.check()?;
         self.out.flush().map_err(s)
     }
 
     fn reply(&mut self) -> Result<Reply, SiftError> {
-        read_reply(&mut self.replies)
+        loop {
+            match self.replies.recv_timeout(Duration::from_millis(200)) {
+                Ok(r) => return r,
+                Err(RecvTimeoutError::Timeout) => {
+                    (self.shared.check()).map_err(|e| SiftError::Io(io::Error::other(e)))?
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(SiftError::Io(io::Error::other("Sniper's replies ended")))
+                }
+            }
+        }
+    }
+
+    /// One user command's reply.
+    fn user_reply(&mut self, r: Reply) -> Result<(), SiftError> {
+        self.owed -= 1;
+        match r {
+            Reply::Magic(_) => Ok(()),
+            r => Err(Self::unexpected("a user command", r)),
+        }
+    }
+
+    /// Reads the user commands' replies that came.
+    fn drain(&mut self) -> Result<(), SiftError> {
+        while self.owed > 0 {
+            match self.replies.try_recv() {
+                Ok(r) => self.user_reply(r?)?,
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every user command's reply still owed (before a control's own).
+    fn settle(&mut self) -> Result<(), SiftError> {
+        while self.owed > 0 {
+            let r = self.reply()?;
+            self.user_reply(r)?;
+        }
+        Ok(())
     }
 
     fn unexpected(what: &str, r: Reply) -> SiftError {
@@ -474,6 +553,10 @@ impl Relay<'_> {
                 Reply::Magic(_) => Ok(()),
                 r => Err(Self::unexpected("a magic instruction", r)),
             },
+            Control::User => {
+                self.owed += 1;
+                Ok(())
+            }
             Control::NewThread(child) => match self.reply()? {
                 Reply::NewThread(id) if id >= 0 => {
                     child.update(|s| s.0 = Some(id as u64));

@@ -66,6 +66,11 @@ fn open_fd(path: &Path, flags: i32) -> std::io::Result<File> {
     }
 }
 
+/// The region script's name (region.py, written to Sniper's folder) and its snapshots.
+const REGION_SCRIPT: &str = "bbv_region";
+const REGION_START: &str = "bbv-region-start";
+const REGION_END: &str = "bbv-region-end";
+
 impl Sniper {
     /// Starts Sniper with `cores` cores on one application whose thread 0 bbv will stream, in
     /// `work` (an empty folder: the FIFOs, Sniper's output folder `out` and its log
@@ -81,9 +86,9 @@ impl Sniper {
     }
 
     /// [`start`](Self::start) for a stream whose region of interest begins before the part
-    /// measured: its figures ([`Live::finish`]) are those from the stream's
-    /// [`bbv_sift::command::MARKER`] (Sniper records its statistics there) to the region of
-    /// interest's end.
+    /// measured, a region bounded by [`bbv_sift::command::region`]'s commands: bbv's region
+    /// script (region.py) counts them as Sniper simulates them and records the statistics at
+    /// the region's bounds; the figures ([`Live::finish`]) are those between the two.
     pub fn start_from_marker(
         &self,
         work: &Path,
@@ -124,8 +129,20 @@ impl Sniper {
             cmd.args(["-c", c]);
         }
         if from_marker {
-            // Sniper's own script: the statistics at each magic marker, into its database.
-            cmd.args(["-s", "markers:stats"]);
+            let script = live.dir.join(format!("{REGION_SCRIPT}.py"));
+            std::fs::write(&script, include_str!("region.py")).map_err(SniperError::io(
+                format!("cannot write {}", script.display()),
+            ))?;
+            use bbv_sift::command::region as r;
+            // Found in Sniper's folder (the working directory), whatever the path holds.
+            cmd.arg("-s").arg(format!(
+                "{REGION_SCRIPT}:{}:{}:{}:{}:{}:{REGION_START}:{REGION_END}",
+                r::START_AFTER,
+                r::END_AFTER,
+                r::HIT,
+                r::HIT_START,
+                r::HIT_END,
+            ));
         }
         cmd.arg("-n")
             .arg(cores.to_string())
@@ -281,8 +298,8 @@ impl Live {
         Ok(out)
     }
 
-    /// Sniper's report from the marker to the region of interest's end (its own tool reads
-    /// the two snapshots of its statistics database), written next to `sim.out`.
+    /// Sniper's report between the region script's two snapshots (its own tool reads them from
+    /// its statistics database), written next to `sim.out`.
     fn partial_report(&self) -> Result<PathBuf, SniperError> {
         let out = self.dir.join("out");
         let path = out.join("sim.region.out");
@@ -291,10 +308,7 @@ impl Live {
         let status = Command::new(self.tools.join("gen_simout.py"))
             .arg("-d")
             .arg(&out)
-            .arg(format!(
-                "--partial=marker-{}-0:roi-end",
-                bbv_sift::command::REGION_START
-            ))
+            .arg(format!("--partial={REGION_START}:{REGION_END}"))
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(Stdio::null())
@@ -305,13 +319,20 @@ impl Live {
                 "its gen_simout.py failed ({status}) on the region's statistics"
             )));
         }
-        // The tool says so on its output and exits 0 when the snapshot is missing.
+        // The tool says so on its output and exits 0 when a snapshot is missing.
         let text = bbv_files::input::read_text(&path, 16 << 20).unwrap_or_default();
-        if text.contains("Invalid prefix marker") {
+        if text.contains(&format!("Invalid prefix {REGION_END}")) {
             return Err(self.failed(
-                "Sniper ended the region before the thread that starts it reached its start: the \
-                 thread that ends it got there first in Sniper's time, its threads running at \
-                 other relative speeds than under QEMU's turns (docs/sniper.md)"
+                "Sniper never reached the region's end: its threads had not run the end \
+                 marker's count when the stream stopped, a whole window past the region's end \
+                 under QEMU's turns (docs/sniper.md)"
+                    .into(),
+            ));
+        }
+        if text.contains(&format!("Invalid prefix {REGION_START}")) {
+            return Err(self.failed(
+                "Sniper reached the region's end before its start: the end marker's executions \
+                 came first in Sniper's order (docs/sniper.md)"
                     .into(),
             ));
         }

@@ -2,9 +2,10 @@
 //! one marker event (the warmup, simulated in detail), a region marker at a second, its end at
 //! a third; thread 1 creates thread 2 at a `clone`'s return, both run, thread 2's exit wakes
 //! thread 1's join. Sniper retires each thread's region instructions on its own core, and
-//! keeps thread 1 idle while it waits for thread 2.
+//! keeps thread 1 idle while it waits for thread 2. A region bounded by its marker's
+//! executions is bounded in Sniper's order of them, not in the feed's.
 
-use bbv_sift::feed::{Code, Feed, Sync, WindowSpec};
+use bbv_sift::feed::{Bounds, Code, Feed, Sync, WindowSpec};
 use bbv_sift::Instruction;
 
 mod common;
@@ -62,6 +63,7 @@ fn a_region_of_two_threads_is_fed_as_the_plugin_feeds_it() {
         pid: Some(live.pid()),
         prefix: live.prefix().to_path_buf(),
         threads: true,
+        bounds: None,
     };
     let mut feed = Feed::new(vec![spec], None, true);
     assert!(feed.arm(WARMUP));
@@ -103,4 +105,75 @@ fn a_region_of_two_threads_is_fed_as_the_plugin_feeds_it() {
     // Thread 1 waited for thread 2's 20,000 iterations after its own 5,000.
     let idle = out.idle[0].0 / out.idle[0].1;
     assert!(idle > 0.1, "{out:?}");
+}
+
+/// Thread `thread` runs `n` iterations of the loop at 0, whose first instruction is marker 0
+/// (`count`: its executions so far over every thread).
+fn run_marked(feed: &mut Feed, thread: u32, n: u64, count: &mut u64) {
+    let code = codes(0);
+    for k in 0..n {
+        for (j, (c, i)) in code.iter().zip(iteration(0, k, false)).enumerate() {
+            feed.exec(thread, c);
+            if j == 0 {
+                *count += 1;
+                feed.marker(thread, 0, *count);
+            }
+            for &a in &i.memory {
+                feed.access(thread, a, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_region_bounded_by_marker_counts_ends_in_sniper_order() {
+    let s = sniper();
+    let work = tempfile::tempdir().unwrap();
+    let live = s.start_from_marker(work.path(), 2, None).unwrap();
+    // The region: the marker's executions 1,001 to 3,000 over both threads.
+    let spec = WindowSpec {
+        start: WARMUP,
+        alt: u32::MAX,
+        end: END,
+        roi: REGION,
+        limit: 100_000,
+        pid: Some(live.pid()),
+        prefix: live.prefix().to_path_buf(),
+        threads: true,
+        bounds: Some(Bounds {
+            start: (0, 1_001),
+            end: (0, 3_001),
+        }),
+    };
+    let mut feed = Feed::new(vec![spec], None, true);
+    // Thread 2 exists before the window opens; both run the same loop.
+    feed.sync(1, Sync::Created(2));
+    assert!(feed.arm(WARMUP));
+    let mut count = 0;
+    feed.exec(1, codes(0)[0]);
+    feed.event(1, WARMUP);
+    // The guest runs thread 1 for 2,000 iterations, then thread 2 for 2,000 (its 1,001st
+    // execution of the marker is the guest's end), then thread 1 for 2,000 more.
+    run_marked(&mut feed, 1, 1_000, &mut count);
+    feed.event(1, REGION);
+    run_marked(&mut feed, 1, 1_000, &mut count);
+    run_marked(&mut feed, 2, 1_000, &mut count);
+    feed.event(2, END);
+    assert!(feed.busy(), "the window streams on past the guest's end");
+    run_marked(&mut feed, 2, 1_000, &mut count);
+    run_marked(&mut feed, 1, 2_000, &mut count);
+    assert!(feed.take_errors().is_empty());
+    feed.finish();
+    let out = live.finish().unwrap();
+    // Sniper runs the two threads side by side: its 1,001st to 3,000th executions are 2,000
+    // iterations, about 1,000 of each (Sniper reads a thread's records, and so counts its
+    // markers, somewhat ahead of simulating them, and lets threads drift inside a barrier
+    // quantum). Bounded in the guest's order, thread 2's 1,000th iteration would come about
+    // when thread 1's 1,000th does in Sniper: next to nothing in between.
+    assert_eq!(out.instructions.len(), 2, "{out:?}");
+    let total: u64 = out.instructions.iter().sum();
+    assert!(total.abs_diff(4 * 2_000) < 300, "{out:?}");
+    for n in &out.instructions {
+        assert!(n.abs_diff(4 * 1_000) < 1_000, "{out:?}");
+    }
 }
