@@ -115,7 +115,7 @@ impl Simulating {
             let start = if p.warmup.is_some() { 2 * n + r } else { 2 * r };
             let _ = writeln!(
                 text,
-                "sift {r} {start} {} {} {} {} {} {threads} {}",
+                "sift {r} {start} {} {} {} {} {} {threads} {} {}",
                 2 * r,
                 2 * r + 1,
                 2 * r,
@@ -123,6 +123,7 @@ impl Simulating {
                 // region's own count.
                 crate::trace::record_limit(p, 0).saturating_mul(threads as u64),
                 live.pid(),
+                detail_after(p),
                 live.prefix().display()
             );
             lives.push(live);
@@ -137,7 +138,7 @@ impl Simulating {
             let (whole, never) = (WHOLE_RUN, u32::MAX);
             let _ = writeln!(
                 text,
-                "sift {n} {whole} {whole} {never} {never} {} {} {threads} {}",
+                "sift {n} {whole} {whole} {never} {never} {} {} {threads} 0 {}",
                 u64::MAX,
                 live.pid(),
                 live.prefix().display()
@@ -178,6 +179,14 @@ impl Simulating {
             full: self.full.map(end),
         }
     }
+}
+
+/// How much of a multi-threaded region's warmup only warms Sniper's caches and predictors
+/// (bbv_sift::feed::WindowSpec::detail_after): all but the last region's length of it, which
+/// is simulated in detail so that the cores' clocks settle before the region (after
+/// cache-only warming they catch up in its first cycles, which would count as the region's).
+fn detail_after(p: &bbv_rundir::Point) -> u64 {
+    p.warmup_length.saturating_sub(p.length)
 }
 
 fn sniper_error(e: bbv_sniper::SniperError) -> ReplayError {

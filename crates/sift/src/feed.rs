@@ -72,11 +72,16 @@ pub struct WindowSpec {
     pub prefix: PathBuf,
     /// More than one thread may run: queues spill to files next to the FIFOs instead of
     /// making the guest wait for Sniper (see [`Session::single`]), and the warmup is
-    /// simulated in detail, the region of interest starting with the window and the region
-    /// marked in it ([`crate::command::REGION_START`]): after cache-only warming the cores'
+    /// simulated in detail, the region of interest starting with the window and the region's
+    /// bounds sent in it ([`crate::command::region`]): after cache-only warming the cores'
     /// catch-up idle counts in a multi-threaded region's time, where it cannot be told from
     /// a thread's waiting, and the figures varied by 2% from run to run (docs/sniper.md).
     pub threads: bool,
+    /// With `threads`: the instructions (every thread's) streamed from the window's opening
+    /// before its region of interest starts, which only warm Sniper's caches and branch
+    /// predictors; the rest of the warmup is simulated in detail, so that the cores' clocks
+    /// settle before the region starts. 0: all of it in detail.
+    pub detail_after: u64,
     /// With `threads`, the region's bounds as markers: counted in Sniper's order (see the
     /// module's note). None: at the `roi` and `end` events, in the guest's order.
     pub bounds: Option<Bounds>,
@@ -152,8 +157,8 @@ struct Window {
     /// The instruction count when it opened: instructions started earlier are not its own.
     opened: u64,
     armed: bool,
-    /// Past its end in the guest, streaming until Sniper's region script says the region
-    /// ended there (see [`Bounds`]).
+    /// Past its end in the guest, streaming until Sniper is gone (its region script ends it
+    /// at the region's end in Sniper's order: see [`Bounds`]) or the limit again.
     overrun: bool,
     program: Option<Program>,
 }
@@ -180,6 +185,8 @@ pub struct Feed {
     live: Vec<u32>,
     /// Executions of each marker so far, over every thread (see [`Feed::marker`]).
     counts: Vec<u64>,
+    /// The thread that ran last: at the guest's exit, the one that ends the program.
+    last: u32,
     isa: Option<u32>,
     merge_rep: bool,
     seq: u64,
@@ -211,6 +218,7 @@ impl Feed {
             pending: Vec::new(),
             live: vec![1],
             counts: Vec::new(),
+            last: 1,
             isa,
             merge_rep,
             seq: 0,
@@ -290,7 +298,7 @@ impl Feed {
                 streams.insert(t, s);
             }
             streams.insert(thread, first);
-            if spec.threads {
+            if spec.threads && spec.detail_after == 0 {
                 if let Some(s) = streams.get_mut(&thread) {
                     s.start_roi()?;
                 }
@@ -309,7 +317,7 @@ impl Feed {
                     session,
                     streams,
                     first: thread,
-                    in_roi: w.spec.threads,
+                    in_roi: w.spec.threads && w.spec.detail_after == 0,
                     wakes: HashSet::new(),
                 });
             }
@@ -414,6 +422,7 @@ impl Feed {
         if self.pending.len() <= t {
             self.pending.resize_with(t + 1, || None);
         }
+        self.last = thread;
         if !self.busy() {
             self.pending[t] = None;
             return;
@@ -484,8 +493,16 @@ impl Feed {
             let Some(s) = w.program.as_mut().and_then(|p| p.streams.get_mut(&thread)) else {
                 continue;
             };
-            let ok = s.instruction(&insn).is_ok();
+            let mut ok = s.instruction(&insn).is_ok();
             w.left = w.left.saturating_sub(1);
+            // The cache-only part of a multi-threaded warmup is over.
+            if w.spec.threads && w.spec.limit - w.left >= w.spec.detail_after {
+                if let Some(p) = w.program.as_mut().filter(|p| !p.in_roi) {
+                    p.in_roi = true;
+                    let s = p.streams.get_mut(&thread);
+                    ok &= s.is_some_and(|s| s.start_roi().is_ok());
+                }
+            }
             // A Sniper gone (as it goes at a bounded region's end), or the limit reached.
             if !ok || w.left == 0 {
                 self.close(i, thread);
@@ -568,10 +585,11 @@ impl Feed {
         for t in 0..self.pending.len() {
             self.flush(t as u32, None);
         }
+        // The thread that exits ends each window's program, after its own waits for the
+        // others (its joins): in Sniper the others finish first, as in the guest.
         for i in 0..self.windows.len() {
             if self.windows[i].state == State::Open {
-                let first = self.windows[i].program.as_ref().map_or(1, |p| p.first);
-                self.close(i, first);
+                self.close(i, self.last);
             }
         }
         for s in self.closing.drain(..) {
@@ -646,6 +664,7 @@ mod tests {
             pid: None,
             prefix: PathBuf::from("/nonexistent/t"),
             threads: false,
+            detail_after: 0,
             bounds: None,
         }
     }

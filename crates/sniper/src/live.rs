@@ -319,24 +319,29 @@ impl Live {
                 "its gen_simout.py failed ({status}) on the region's statistics"
             )));
         }
-        // The tool says so on its output and exits 0 when a snapshot is missing.
-        let text = bbv_files::input::read_text(&path, 16 << 20).unwrap_or_default();
-        if text.contains(&format!("Invalid prefix {REGION_END}")) {
-            return Err(self.failed(
-                "Sniper never reached the region's end: its threads had not run the end \
-                 marker's count when the stream stopped, a whole window past the region's end \
-                 under QEMU's turns (docs/sniper.md)"
-                    .into(),
-            ));
-        }
-        if text.contains(&format!("Invalid prefix {REGION_START}")) {
-            return Err(self.failed(
-                "Sniper reached the region's end before its start: the end marker's executions \
-                 came first in Sniper's order (docs/sniper.md)"
-                    .into(),
-            ));
-        }
-        Ok(path)
+        // The region script logs each bound it records (the tool exits 0 when a snapshot is
+        // missing, saying only the first it looked for).
+        let log = bbv_files::input::read_text(&self.log, 64 << 20).unwrap_or_default();
+        // (Sniper's own output may cut into the line: the two share its standard output.)
+        let reached = |name: &str| log.contains(&format!("[BBV] {name}\n"));
+        let why = match (reached(REGION_START), reached(REGION_END)) {
+            (true, true) => return Ok(path),
+            (false, true) => {
+                "Sniper reached the region's end before its start: the end \
+                 marker's executions came first in Sniper's order, its threads keeping other \
+                 relative paces than under QEMU's turns (docs/sniper.md)"
+            }
+            (true, false) => {
+                "Sniper never reached the region's end: its threads had not run \
+                 the end marker's count when the streams stopped (docs/sniper.md)"
+            }
+            (false, false) => {
+                "Sniper reached neither the region's start nor its end: its \
+                 threads had not run the start marker's count when the streams stopped \
+                 (docs/sniper.md)"
+            }
+        };
+        Err(self.failed(why.into()))
     }
 
     /// The last lines of Sniper's log, for a message.

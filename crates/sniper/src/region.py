@@ -32,12 +32,15 @@ class BbvRegion:
         if not self.started and not self.ended:
             self.started = True
             sim_stats.write(self.start_name)
+            # bbv reads its log for which bounds were reached.
+            print('[BBV] %s' % self.start_name, flush=True)
 
     def end(self):
         if not self.ended:
             # An end before the start leaves the start's snapshot missing: bbv says so.
             self.ended = True
             sim_stats.write(self.end_name)
+            print('[BBV] %s' % self.end_name, flush=True)
             # Nothing after the end is measured: Sniper ends here (its own way out of a
             # hook) instead of reading what the frontend streamed past it.
             sim_control.abort()
