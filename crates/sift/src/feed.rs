@@ -495,12 +495,26 @@ impl Feed {
             };
             let mut ok = s.instruction(&insn).is_ok();
             w.left = w.left.saturating_sub(1);
-            // The cache-only part of a multi-threaded warmup is over.
+            // The cache-only part of a multi-threaded warmup is over. Bounded, the detailed
+            // part starts in Sniper's order too, at as many executions of the start marker
+            // before the region's start as are left here (told on every thread: the first to
+            // get there in Sniper tells the script); else here.
             if w.spec.threads && w.spec.limit - w.left >= w.spec.detail_after {
                 if let Some(p) = w.program.as_mut().filter(|p| !p.in_roi) {
                     p.in_roi = true;
-                    let s = p.streams.get_mut(&thread);
-                    ok &= s.is_some_and(|s| s.start_roi().is_ok());
+                    match w.spec.bounds {
+                        Some(b) => {
+                            let done = self.counts.get(b.start.0 as usize).copied();
+                            let left = b.start.1.saturating_sub(done.unwrap_or(0));
+                            for s in p.streams.values_mut() {
+                                ok &= s.user(region::DETAIL_AT, left).is_ok();
+                            }
+                        }
+                        None => {
+                            let s = p.streams.get_mut(&thread);
+                            ok &= s.is_some_and(|s| s.start_roi().is_ok());
+                        }
+                    }
                 }
             }
             // A Sniper gone (as it goes at a bounded region's end), or the limit reached.
