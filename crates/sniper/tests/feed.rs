@@ -36,12 +36,25 @@ fn codes(base: u64) -> [&'static Code; 4] {
     })
 }
 
-/// Thread `thread` runs `n` iterations of the loop at `base`.
+/// Thread `thread` runs `n` iterations of the loop at `base`, the last leaving it.
 fn run(feed: &mut Feed, thread: u32, base: u64, n: u64) {
+    drive(feed, thread, base, n, true, None);
+}
+
+/// Thread `thread` runs `n` iterations of the loop at `base` (`exits`: the last leaves it);
+/// with `count`, the loop's first instruction is marker 0, `count` its executions so far over
+/// every thread.
+fn drive(feed: &mut Feed, thread: u32, base: u64, n: u64, exits: bool, count: Option<&mut u64>) {
     let code = codes(base);
+    let mut count = count;
     for k in 0..n {
-        for (c, i) in code.iter().zip(iteration(base, k, k + 1 == n)) {
+        let insns = iteration(base, k, exits && k + 1 == n);
+        for (j, (c, i)) in code.iter().zip(insns).enumerate() {
             feed.exec(thread, c);
+            if let Some(n) = count.as_deref_mut().filter(|_| j == 0) {
+                *n += 1;
+                feed.marker(thread, 0, *n);
+            }
             for &a in &i.memory {
                 feed.access(thread, a, false);
             }
@@ -111,19 +124,7 @@ fn a_region_of_two_threads_is_fed_as_the_plugin_feeds_it() {
 /// Thread `thread` runs `n` iterations of the loop at 0, whose first instruction is marker 0
 /// (`count`: its executions so far over every thread).
 fn run_marked(feed: &mut Feed, thread: u32, n: u64, count: &mut u64) {
-    let code = codes(0);
-    for k in 0..n {
-        for (j, (c, i)) in code.iter().zip(iteration(0, k, false)).enumerate() {
-            feed.exec(thread, c);
-            if j == 0 {
-                *count += 1;
-                feed.marker(thread, 0, *count);
-            }
-            for &a in &i.memory {
-                feed.access(thread, a, false);
-            }
-        }
-    }
+    drive(feed, thread, 0, n, false, Some(count));
 }
 
 #[test]
