@@ -115,7 +115,7 @@ impl Simulating {
             let start = if p.warmup.is_some() { 2 * n + r } else { 2 * r };
             let _ = writeln!(
                 text,
-                "sift {r} {start} {} {} {} {} {} {threads} {} {}",
+                "sift {r} {start} {} {} {} {} {} {threads} {}",
                 2 * r,
                 2 * r + 1,
                 2 * r,
@@ -123,12 +123,6 @@ impl Simulating {
                 // region's own count.
                 crate::trace::record_limit(p, 0).saturating_mul(threads as u64),
                 live.pid(),
-                // DETAIL (bbv_sift::feed::WindowSpec::detail_after): the whole warmup in
-                // detail. Cache-only warming skews the cores' clocks by the time each thread's
-                // warming took in that mode: on xz -T2 with 20M of warmup they stood 3.4 ms
-                // apart when detailed simulation began, and the lagging core caught up alone
-                // for a whole region while the barrier's clock stood still (zero time).
-                0,
                 live.prefix().display()
             );
             lives.push(live);
@@ -143,7 +137,7 @@ impl Simulating {
             let (whole, never) = (WHOLE_RUN, u32::MAX);
             let _ = writeln!(
                 text,
-                "sift {n} {whole} {whole} {never} {never} {} {} {threads} 0 {}",
+                "sift {n} {whole} {whole} {never} {never} {} {} {threads} {}",
                 u64::MAX,
                 live.pid(),
                 live.prefix().display()

@@ -77,11 +77,6 @@ pub struct WindowSpec {
     /// catch-up idle counts in a multi-threaded region's time, where it cannot be told from
     /// a thread's waiting, and the figures varied by 2% from run to run (docs/sniper.md).
     pub threads: bool,
-    /// With `threads`: the instructions (every thread's) streamed from the window's opening
-    /// before its region of interest starts, which only warm Sniper's caches and branch
-    /// predictors; the rest of the warmup is simulated in detail, so that the cores' clocks
-    /// settle before the region starts. 0: all of it in detail.
-    pub detail_after: u64,
     /// With `threads`, the region's bounds as markers: counted in Sniper's order (see the
     /// module's note). None: at the `roi` and `end` events, in the guest's order.
     pub bounds: Option<Bounds>,
@@ -298,7 +293,7 @@ impl Feed {
                 streams.insert(t, s);
             }
             streams.insert(thread, first);
-            if spec.threads && spec.detail_after == 0 {
+            if spec.threads {
                 if let Some(s) = streams.get_mut(&thread) {
                     s.start_roi()?;
                 }
@@ -317,7 +312,7 @@ impl Feed {
                     session,
                     streams,
                     first: thread,
-                    in_roi: w.spec.threads && w.spec.detail_after == 0,
+                    in_roi: w.spec.threads,
                     wakes: HashSet::new(),
                 });
             }
@@ -493,30 +488,8 @@ impl Feed {
             let Some(s) = w.program.as_mut().and_then(|p| p.streams.get_mut(&thread)) else {
                 continue;
             };
-            let mut ok = s.instruction(&insn).is_ok();
+            let ok = s.instruction(&insn).is_ok();
             w.left = w.left.saturating_sub(1);
-            // The cache-only part of a multi-threaded warmup is over. Bounded, the detailed
-            // part starts in Sniper's order too, at as many executions of the start marker
-            // before the region's start as are left here (told on every thread: the first to
-            // get there in Sniper tells the script); else here.
-            if w.spec.threads && w.spec.limit - w.left >= w.spec.detail_after {
-                if let Some(p) = w.program.as_mut().filter(|p| !p.in_roi) {
-                    p.in_roi = true;
-                    match w.spec.bounds {
-                        Some(b) => {
-                            let done = self.counts.get(b.start.0 as usize).copied();
-                            let left = b.start.1.saturating_sub(done.unwrap_or(0));
-                            for s in p.streams.values_mut() {
-                                ok &= s.user(region::DETAIL_AT, left).is_ok();
-                            }
-                        }
-                        None => {
-                            let s = p.streams.get_mut(&thread);
-                            ok &= s.is_some_and(|s| s.start_roi().is_ok());
-                        }
-                    }
-                }
-            }
             // A Sniper gone (as it goes at a bounded region's end), or the limit reached.
             if !ok || w.left == 0 {
                 self.close(i, thread);
@@ -678,7 +651,6 @@ mod tests {
             pid: None,
             prefix: PathBuf::from("/nonexistent/t"),
             threads: false,
-            detail_after: 0,
             bounds: None,
         }
     }

@@ -106,10 +106,6 @@ pub mod command {
         pub const HIT_START: u64 = 1;
         /// See [`HIT`].
         pub const HIT_END: u64 = 2;
-        /// The region of interest (detailed simulation) starts once at most N executions of
-        /// the start marker are left (the first of these commands counts): sent on every
-        /// thread where the warmup's cache-only part ends under QEMU's turns.
-        pub const DETAIL_AT: u64 = 0x6276_0004;
     }
 }
 

@@ -484,12 +484,7 @@ impl Relay<'_> {
                     let b = queue.read_spilled(offset, len).map_err(s)?;
                     self.out.write_all(&b).map_err(s)?;
                 }
-                Item::Control(Control::User) => self.owed += 1,
-                Item::Control(c) => {
-                    self.out.flush().map_err(s)?;
-                    self.settle().map_err(|e| e.to_string())?;
-                    self.control(c).map_err(|e| e.to_string())?;
-                }
+                Item::Control(c) => self.control(c).map_err(|e| e.to_string())?,
             }
             self.drain().map_err(|e| e.to_string())?;
         }
@@ -548,6 +543,12 @@ impl Relay<'_> {
     }
 
     fn control(&mut self, c: Control) -> Result<(), SiftError> {
+        // A reply waited for: what was written goes to Sniper, and the user commands'
+        // replies, which come first, are read before it.
+        if !matches!(c, Control::User) {
+            self.out.flush()?;
+            self.settle()?;
+        }
         match c {
             Control::Magic => match self.reply()? {
                 Reply::Magic(_) => Ok(()),

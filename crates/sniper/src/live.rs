@@ -136,13 +136,12 @@ impl Sniper {
             use bbv_sift::command::region as r;
             // Found in Sniper's folder (the working directory), whatever the path holds.
             cmd.arg("-s").arg(format!(
-                "{REGION_SCRIPT}:{}:{}:{}:{}:{}:{}:{REGION_START}:{REGION_END}",
+                "{REGION_SCRIPT}:{}:{}:{}:{}:{}:{REGION_START}:{REGION_END}",
                 r::START_AFTER,
                 r::END_AFTER,
                 r::HIT,
                 r::HIT_START,
                 r::HIT_END,
-                r::DETAIL_AT,
             ));
         }
         cmd.arg("-n")
@@ -284,7 +283,7 @@ impl Live {
         // Once the region script recorded the region's end, Sniper's own summary as it
         // leaves (which fails when its region of interest began late in the stream, a
         // division by a zero time) is not the region's: the two snapshots are.
-        let ended = self.from_marker && self.reached(REGION_END);
+        let ended = self.from_marker && self.reached().1;
         if !status.success() && !ended {
             return Err(self.failed(format!("{status}: {}", self.log_tail())));
         }
@@ -326,7 +325,7 @@ impl Live {
         }
         // The region script logs each bound it records (the tool exits 0 when a snapshot is
         // missing, saying only the first it looked for).
-        let why = match (self.reached(REGION_START), self.reached(REGION_END)) {
+        let why = match self.reached() {
             (true, true) => return Ok(path),
             (false, true) => {
                 "Sniper reached the region's end before its start: the end \
@@ -346,11 +345,14 @@ impl Live {
         Err(self.failed(why.into()))
     }
 
-    /// Whether the region script logged reaching bound `name` (a line of its own, though
-    /// Sniper's output, which shares the log, may cut into the line before it).
-    fn reached(&self, name: &str) -> bool {
+    /// Whether the region script logged reaching the region's start and its end (a line of
+    /// its own each, though Sniper's output, which shares the log, may cut into the line
+    /// before it).
+    fn reached(&self) -> (bool, bool) {
         let log = bbv_files::input::read_bytes(&self.log, 64 << 20).unwrap_or_default();
-        String::from_utf8_lossy(&log).contains(&format!("[BBV] {name}\n"))
+        let log = String::from_utf8_lossy(&log);
+        let logged = |name: &str| log.contains(&format!("[BBV] {name}\n"));
+        (logged(REGION_START), logged(REGION_END))
     }
 
     /// The last lines of Sniper's log, for a message.

@@ -5,8 +5,7 @@
 #
 # The frontend sends, as user commands on the thread that runs them, how many executions of
 # the start and end markers are left from the window's opening to the region's bounds, then
-# one command per execution, and, when the warmup's cache-only part ends under QEMU's turns,
-# how many start executions before the region's start its detailed part begins. Sniper runs each as it simulates the thread that sent it, so the
+# one command per execution. Sniper runs each as it simulates the thread that sent it, so the
 # counts follow simulated time. At each bound the statistics are recorded; at the end Sniper
 # ends (the frontend's streams then stop on their own).
 
@@ -21,28 +20,17 @@ import sim_stats
 class BbvRegion:
     def __init__(self, args):
         a = args.split(':')
-        nums = [int(x, 0) for x in a[:6]]
-        (self.start_after, self.end_after, self.hit, self.hit_start, self.hit_end,
-         self.detail_at) = nums
-        self.start_name, self.end_name = a[6], a[7]
-        # Executions of the start marker left when detailed simulation begins.
-        self.detail_left = None
+        nums = [int(x, 0) for x in a[:5]]
+        (self.start_after, self.end_after, self.hit, self.hit_start, self.hit_end) = nums
+        self.start_name, self.end_name = a[5], a[6]
         self.start_left = None
         self.end_left = None
         self.started = False
         self.ended = False
 
-    def detail(self):
-        if (self.detail_left is not None and self.start_left is not None
-                and self.start_left <= self.detail_left):
-            sim_control.set_roi(True)
-
     def start(self):
         if not self.started and not self.ended:
             self.started = True
-            # Detailed from here at the latest (a no-op when the frontend's start of the
-            # region of interest came first, as it should).
-            sim_control.set_roi(True)
             sim_stats.write(self.start_name)
             # bbv reads its log for which bounds were reached.
             print('[BBV] %s' % self.start_name, flush=True)
@@ -66,17 +54,11 @@ class BbvRegion:
             self.end_left = b
             if b == 0:
                 self.end()
-        elif a == self.detail_at:
-            if self.detail_left is None:
-                self.detail_left = b
-                self.detail()
         elif a == self.hit:
             if b & self.hit_start and self.start_left is not None and self.start_left > 0:
                 self.start_left -= 1
                 if self.start_left == 0:
                     self.start()
-                elif self.start_left == self.detail_left:
-                    self.detail()
             if b & self.hit_end and self.end_left is not None and self.end_left > 0:
                 self.end_left -= 1
                 if self.end_left == 0:

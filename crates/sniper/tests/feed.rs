@@ -7,6 +7,7 @@
 
 use bbv_sift::feed::{Bounds, Code, Feed, Sync, WindowSpec};
 use bbv_sift::Instruction;
+use bbv_sniper::Live;
 
 mod common;
 use common::{iteration, sniper};
@@ -34,6 +35,22 @@ fn codes(base: u64) -> [&'static Code; 4] {
             rep: false,
         }))
     })
+}
+
+/// The window of both tests: opened at WARMUP, its region from REGION to END, two threads
+/// streamed into `live`.
+fn spec(live: &Live, limit: u64, bounds: Option<Bounds>) -> WindowSpec {
+    WindowSpec {
+        start: WARMUP,
+        alt: u32::MAX,
+        end: END,
+        roi: REGION,
+        limit,
+        pid: Some(live.pid()),
+        prefix: live.prefix().to_path_buf(),
+        threads: true,
+        bounds,
+    }
 }
 
 /// Thread `thread` runs `n` iterations of the loop at `base`, the last leaving it.
@@ -67,18 +84,7 @@ fn a_region_of_two_threads_is_fed_as_the_plugin_feeds_it() {
     let s = sniper();
     let work = tempfile::tempdir().unwrap();
     let live = s.start_from_marker(work.path(), 2, None).unwrap();
-    let spec = WindowSpec {
-        start: WARMUP,
-        alt: u32::MAX,
-        end: END,
-        roi: REGION,
-        limit: u64::MAX,
-        pid: Some(live.pid()),
-        prefix: live.prefix().to_path_buf(),
-        threads: true,
-        detail_after: 0,
-        bounds: None,
-    };
+    let spec = spec(&live, u64::MAX, None);
     let mut feed = Feed::new(vec![spec], None, true);
     assert!(feed.arm(WARMUP));
     assert!(feed.busy());
@@ -133,23 +139,11 @@ fn a_region_bounded_by_marker_counts_ends_in_sniper_order() {
     let work = tempfile::tempdir().unwrap();
     let live = s.start_from_marker(work.path(), 2, None).unwrap();
     // The region: the marker's executions 1,001 to 3,000 over both threads.
-    let spec = WindowSpec {
-        start: WARMUP,
-        alt: u32::MAX,
-        end: END,
-        roi: REGION,
-        limit: 100_000,
-        pid: Some(live.pid()),
-        prefix: live.prefix().to_path_buf(),
-        threads: true,
-        // The whole warmup in detail, as bbv sends it (a cache-only start skews the cores'
-        // clocks: docs/sniper.md).
-        detail_after: 0,
-        bounds: Some(Bounds {
-            start: (0, 1_001),
-            end: (0, 3_001),
-        }),
+    let bounds = Bounds {
+        start: (0, 1_001),
+        end: (0, 3_001),
     };
+    let spec = spec(&live, 100_000, Some(bounds));
     let mut feed = Feed::new(vec![spec], None, true);
     // Thread 2 exists before the window opens; both run the same loop.
     feed.sync(1, Sync::Created(2));
