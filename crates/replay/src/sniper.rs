@@ -180,6 +180,24 @@ impl Simulating {
     }
 }
 
+/// Sniper's whole run must have simulated the run's instructions, every thread's: a thread
+/// Sniper left blocked, or streams ended early, would otherwise read as the run's CPI. The
+/// replay of a program whose threads wait with timeouts is not exactly the profile's, hence
+/// the margin.
+fn check_whole(simulated: u64, profiled: u64) -> Result<(), ReplayError> {
+    const MARGIN: f64 = 0.02;
+    let off = (simulated as f64 - profiled as f64) / profiled.max(1) as f64;
+    if off.abs() > MARGIN {
+        return Err(ReplayError::Invalid(format!(
+            "the whole run (--full): Sniper simulated {simulated} instructions of the run's \
+             {profiled} ({:+.1}%): its threads did not all run to their ends there, so its \
+             CPI is not the run's",
+            off * 100.0
+        )));
+    }
+    Ok(())
+}
+
 fn sniper_error(e: bbv_sniper::SniperError) -> ReplayError {
     ReplayError::Invalid(e.to_string())
 }
@@ -256,6 +274,9 @@ pub fn write_simulation(dir: &Path, got: SniperResults) -> Result<Simulation, Re
     let full = full
         .transpose()
         .map_err(|e| ReplayError::Invalid(format!("the whole run (--full): {e}")))?;
+    if let Some(f) = &full {
+        check_whole(f.total_instructions(), s.instructions)?;
+    }
     let full_cpi = full
         .as_ref()
         .map(|f| f.region_cycles(threads) as f64 / f.total_instructions().max(1) as f64);
@@ -288,4 +309,23 @@ pub fn write_simulation(dir: &Path, got: SniperResults) -> Result<Simulation, Re
         Ok::<_, ReplayError>(())
     })?;
     Ok(sim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_run_short_of_the_run_s_instructions_is_refused() {
+        assert!(check_whole(1_000_000, 1_000_000).is_ok());
+        assert!(check_whole(985_000, 1_000_000).is_ok());
+        // lbzip2 -n 4: its main thread's exit ended Sniper after its own 0.2M instructions.
+        let e = check_whole(176_688, 133_334_141).unwrap_err().to_string();
+        assert!(
+            e.contains("176688 instructions of the run's 133334141"),
+            "{e}"
+        );
+        assert!(check_whole(1_030_000, 1_000_000).is_err());
+        assert!(check_whole(0, 0).is_ok());
+    }
 }

@@ -8,8 +8,9 @@
 //! instruction is written when that thread starts its next one (so that whether a branch was
 //! taken is known), to every open window that was open when it started. At a window's end the
 //! thread that ended it ends the region of interest and the application (`exit_group`, so that
-//! Sniper stops threads still waiting), and every stream of it ends. Its relays deliver in the
-//! background; [`Feed::finish`] waits for them.
+//! Sniper stops threads still waiting), and every stream of it ends; at the guest's exit it
+//! first waits, in Sniper, for every other thread's end (the guest ran their last instructions
+//! before its exit). Its relays deliver in the background; [`Feed::finish`] waits for them.
 //!
 //! **A multi-threaded region is bounded in Sniper's order** ([`Bounds`]), as LoopPoint bounds
 //! its regions: the guest's turns interleave the threads in equal slices, Sniper at each
@@ -27,8 +28,11 @@ use std::path::PathBuf;
 use bbv_plugin_contract::events::WHOLE_RUN;
 
 use crate::command::region;
-use crate::relay::{Session, ThreadStream};
+use crate::relay::Session;
+
+mod program;
 use crate::{Instruction, MAX_ADDRESSES, MAX_SIZE};
+use program::Program;
 
 /// What a frontend learns of an instruction when it translates it.
 #[derive(Clone, Debug, Default)]
@@ -131,18 +135,6 @@ enum State {
     Waiting,
     Open,
     Done,
-}
-
-/// The streams of one open window.
-struct Program {
-    session: Session,
-    /// By guest thread number.
-    streams: BTreeMap<u32, ThreadStream>,
-    /// The thread that opened it (Sniper's thread 0).
-    first: u32,
-    in_roi: bool,
-    /// Wakes written to it (a wait ended by a wake before the window opened does not block).
-    wakes: HashSet<u64>,
 }
 
 struct Window {
@@ -314,6 +306,8 @@ impl Feed {
                     first: thread,
                     in_roi: w.spec.threads,
                     wakes: HashSet::new(),
+                    threads: w.spec.threads,
+                    ended: Vec::new(),
                 });
             }
             Err(e) => {
@@ -572,68 +566,21 @@ impl Feed {
         for t in 0..self.pending.len() {
             self.flush(t as u32, None);
         }
-        // The thread that exits ends each window's program, after its own waits for the
-        // others (its joins): in Sniper the others finish first, as in the guest.
+        // The thread that exits ends each window's program, after every other thread's end:
+        // in Sniper the others finish first, as in the guest.
         for i in 0..self.windows.len() {
-            if self.windows[i].state == State::Open {
-                self.close(i, self.last);
+            if self.windows[i].state != State::Open {
+                continue;
             }
+            // A stream that broke: Sniper's own report says why.
+            if let Some(p) = self.windows[i].program.as_mut() {
+                let _ = p.join_all(self.last);
+            }
+            self.close(i, self.last);
         }
         for s in self.closing.drain(..) {
             let _ = s.finish();
         }
-    }
-}
-
-impl Program {
-    /// Writes what `thread`'s system call did to its stream.
-    fn write(
-        &mut self,
-        thread: u32,
-        sync: &Sync,
-        isa: Option<u32>,
-    ) -> Result<(), crate::SiftError> {
-        match sync {
-            Sync::Created(child) => {
-                let Some(parent) = self.streams.get_mut(&thread) else {
-                    return Ok(());
-                };
-                let mut s = parent.new_thread(&mut self.session)?;
-                isa.map_or(Ok(()), |isa| s.isa(isa))?;
-                self.streams.insert(*child, s);
-            }
-            Sync::Waited {
-                addr,
-                val,
-                woken_by,
-            } => {
-                let Some(s) = self.streams.get_mut(&thread) else {
-                    return Ok(());
-                };
-                let partner = woken_by.filter(|id| self.wakes.contains(id));
-                s.futex_wait(*addr, *val, partner)?;
-            }
-            Sync::Woke { addr, woken, id } => {
-                let Some(s) = self.streams.get_mut(&thread) else {
-                    return Ok(());
-                };
-                s.futex_wake(*addr, *woken, *id)?;
-                self.wakes.insert(*id);
-            }
-            Sync::Exited { joiners, id } => {
-                let Some(mut s) = self.streams.remove(&thread) else {
-                    return Ok(());
-                };
-                for &(addr, n) in joiners {
-                    s.futex_wake(addr, n, *id)?;
-                }
-                if !joiners.is_empty() {
-                    self.wakes.insert(*id);
-                }
-                s.end()?;
-            }
-        }
-        Ok(())
     }
 }
 

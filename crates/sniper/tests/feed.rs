@@ -176,3 +176,48 @@ fn a_region_bounded_by_marker_counts_ends_in_sniper_order() {
         assert!(n.abs_diff(4 * 1_000) < 1_000, "{out:?}");
     }
 }
+
+#[test]
+fn the_program_s_exit_waits_in_sniper_for_every_other_thread() {
+    let s = sniper();
+    let work = tempfile::tempdir().unwrap();
+    let live = s.start(work.path(), 3, None).unwrap();
+    // The whole run, as `bbv simulate --full` streams it.
+    let whole = bbv_plugin_contract::events::WHOLE_RUN;
+    let spec = WindowSpec {
+        start: whole,
+        alt: whole,
+        end: u32::MAX,
+        roi: u32::MAX,
+        ..spec(&live, u64::MAX, None)
+    };
+    let mut feed = Feed::new(vec![spec], None, true);
+    // Thread 1 creates threads 2 and 3 and waits for their work in a way Sniper does not
+    // model (a signal, a pipe: nothing in its stream), then exits. Thread 2 works 20,000
+    // iterations and exits unjoined; thread 3 works 30,000 and is still there, blocked, when
+    // thread 1 exits.
+    feed.sync(1, Sync::Created(2));
+    feed.sync(1, Sync::Created(3));
+    run(&mut feed, 1, 0, 1_000);
+    run(&mut feed, 2, 0x10_0000, 20_000);
+    feed.sync(
+        2,
+        Sync::Exited {
+            joiners: vec![],
+            id: 1,
+        },
+    );
+    drive(&mut feed, 3, 0x20_0000, 30_000, false, None);
+    run(&mut feed, 1, 0x30_0000, 1_000);
+    assert!(feed.take_errors().is_empty());
+    feed.finish();
+    assert!(feed.take_errors().is_empty());
+    let out = live.finish().unwrap();
+    // Every thread's work is simulated (before, thread 1's exit ended Sniper after its own
+    // 2,000 iterations), thread 1 idle while the others work.
+    assert_eq!(out.instructions.len(), 3, "{out:?}");
+    assert!(out.instructions[1].abs_diff(4 * 20_000) < 300, "{out:?}");
+    assert!(out.instructions[2].abs_diff(4 * 30_000) < 300, "{out:?}");
+    let idle = out.idle[0].0 / out.idle[0].1;
+    assert!(idle > 0.5, "{out:?}");
+}
