@@ -101,11 +101,71 @@ fn two_threads_regions_and_the_whole_run_are_simulated_on_sniper() {
         let (a, b) = (a["cycles"].as_f64().unwrap(), b["cycles"].as_f64().unwrap());
         assert!((a / b - 1.0).abs() < 0.01, "{a} against {b}");
     }
+    killed_qemu_stops_sniper(work.path(), &prog, &sniper, &run);
     let left = Command::new("pgrep")
         .args(["-f", &work.path().display().to_string()])
         .output()
         .unwrap();
     assert!(left.stdout.is_empty(), "{left:?}");
+}
+
+/// The replay's QEMU killed while its threads stream into Sniper: an error, the previous
+/// simulation.json untouched, and no Sniper left waiting for a stream that will never open.
+fn killed_qemu_stops_sniper(dir: &Path, prog: &Path, sniper: &Path, run: &Path) {
+    let before = std::fs::read(run.join("simulation.json")).unwrap();
+    let s = sniper.to_str().unwrap();
+    let mut child = bbv()
+        .current_dir(dir)
+        .env("OMP_NUM_THREADS", "2")
+        .env("OMP_WAIT_POLICY", "passive")
+        .args([
+            "simulate",
+            "out",
+            "--simulator",
+            "sniper",
+            "--sniper",
+            s,
+            "--full",
+        ])
+        .arg("--")
+        .arg(prog)
+        .arg("2")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let qemu = loop {
+        let o = Command::new("pgrep")
+            .args(["-P", &child.id().to_string(), "qemu"])
+            .output()
+            .unwrap();
+        if let Some(pid) = String::from_utf8_lossy(&o.stdout).split_whitespace().next() {
+            break pid.parse::<i32>().unwrap();
+        }
+        assert!(started.elapsed().as_secs() < 60, "no QEMU started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    // Into the replay: Sniper's threads are streaming.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: a process of this test's own bbv.
+    unsafe { libc::kill(qemu, libc::SIGKILL) };
+    let waited = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if waited.elapsed().as_secs() > 120 {
+            let _ = child.kill();
+            panic!("bbv still waiting 120 s after its QEMU was killed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    // 1: the replay missed its markers (the table says the program was killed); 2: it failed.
+    assert!(matches!(status.code(), Some(1 | 2)), "{status:?}: {err}");
+    assert_eq!(std::fs::read(run.join("simulation.json")).unwrap(), before);
 }
 
 #[test]

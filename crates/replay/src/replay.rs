@@ -457,6 +457,9 @@ fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         crate::checkpoint::same_qemu(&prepared, &s)?;
     }
     let outcome = prepared.run()?;
+    // QEMU gone before the plugin's results (killed): Sniper may wait for a stream that never
+    // opens, so it is stopped rather than waited for.
+    let replay_failed = outcome.collected.is_err();
     let mut events_seen: Option<Events> = None;
     let mut checkpoints = None;
     let report = outcome.collected.map_err(ReplayError::from).and_then(|c| {
@@ -480,7 +483,10 @@ fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         traces,
         checkpoints,
         checkpoints_asked: req.checkpoint.is_some(),
-        sniper: simulating.map(crate::sniper::Simulating::finish),
+        sniper: simulating.map(|sim| match replay_failed {
+            true => sim.abort(),
+            false => sim.finish(),
+        }),
     })
 }
 

@@ -154,6 +154,21 @@ impl Simulating {
         })
     }
 
+    /// Stops every Sniper (none left behind) when the replay failed: its streams may never
+    /// end; each region's result says so.
+    pub fn abort(self) -> SniperResults {
+        let failed = |l: Live| {
+            drop(l);
+            Err(ReplayError::Invalid(
+                "the replay stopped before the program's end, so Sniper was stopped".into(),
+            ))
+        };
+        SniperResults {
+            regions: self.lives.into_iter().map(failed).collect(),
+            full: self.full.map(failed),
+        }
+    }
+
     /// Each region's figures and the whole run's, once the replay ended.
     pub fn finish(self) -> SniperResults {
         let isa = self.isa;

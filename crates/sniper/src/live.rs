@@ -256,8 +256,14 @@ impl Live {
     /// Lets a Sniper still waiting for thread 0's stream (its writer never came) see it end,
     /// so that [`finish`](Self::finish) does not wait forever; nothing happens to one that
     /// read its stream. A Sniper slow to start has not opened its side yet: this waits for it
-    /// to (or to end).
+    /// to (or to end). Likewise every other thread's stream Sniper made and is waiting for
+    /// (a replay whose QEMU was killed before its relays opened them).
     pub fn release(&self) {
+        for t in (1..).take_while(|&t| self.fifo(t, false).exists()) {
+            if let Ok(f) = open_fd(&self.fifo(t, false), libc::O_WRONLY | libc::O_NONBLOCK) {
+                drop(f);
+            }
+        }
         let start = Instant::now();
         loop {
             match open_fd(&self.fifo(0, false), libc::O_WRONLY | libc::O_NONBLOCK) {
