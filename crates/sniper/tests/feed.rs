@@ -212,7 +212,10 @@ fn the_program_s_exit_waits_in_sniper_for_every_other_thread() {
     assert!(feed.take_errors().is_empty());
     feed.finish();
     assert!(feed.take_errors().is_empty());
-    let out = live.finish().unwrap();
+    // Sniper's log with the failure: the folder goes with the test.
+    let log = work.path().join("sniper.log");
+    let out = (live.finish())
+        .unwrap_or_else(|e| panic!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default()));
     // Every thread's work is simulated (before, thread 1's exit ended Sniper after its own
     // 2,000 iterations), thread 1 idle while the others work.
     assert_eq!(out.instructions.len(), 3, "{out:?}");
