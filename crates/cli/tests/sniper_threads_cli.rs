@@ -16,16 +16,20 @@ use crate::sniper_cli::recomputed;
 /// `bbv ARGS -- PROG 2` with two OpenMP threads that sleep when they wait (as LoopPoint runs
 /// them: spinning is the host's pace, not the program's).
 fn omp(dir: &Path, prog: &Path, args: &[&str]) -> Output {
-    bbv()
-        .current_dir(dir)
+    omp_command(dir, prog, args).output().unwrap()
+}
+
+/// The command [`omp`] runs.
+fn omp_command(dir: &Path, prog: &Path, args: &[&str]) -> Command {
+    let mut c = bbv();
+    c.current_dir(dir)
         .env("OMP_NUM_THREADS", "2")
         .env("OMP_WAIT_POLICY", "passive")
         .args(args)
         .arg("--")
         .arg(prog)
-        .arg("2")
-        .output()
-        .unwrap()
+        .arg("2");
+    c
 }
 
 /// LoopPoint regions of `prog` under `schedule`, in `dir/out`.
@@ -114,22 +118,16 @@ fn two_threads_regions_and_the_whole_run_are_simulated_on_sniper() {
 fn killed_qemu_stops_sniper(dir: &Path, prog: &Path, sniper: &Path, run: &Path) {
     let before = std::fs::read(run.join("simulation.json")).unwrap();
     let s = sniper.to_str().unwrap();
-    let mut child = bbv()
-        .current_dir(dir)
-        .env("OMP_NUM_THREADS", "2")
-        .env("OMP_WAIT_POLICY", "passive")
-        .args([
-            "simulate",
-            "out",
-            "--simulator",
-            "sniper",
-            "--sniper",
-            s,
-            "--full",
-        ])
-        .arg("--")
-        .arg(prog)
-        .arg("2")
+    let args = [
+        "simulate",
+        "out",
+        "--simulator",
+        "sniper",
+        "--sniper",
+        s,
+        "--full",
+    ];
+    let mut child = omp_command(dir, prog, &args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -536,10 +536,7 @@ impl Feed {
         let Some(mut p) = program else {
             return;
         };
-        let lead = match p.streams.contains_key(&thread) {
-            true => thread,
-            false => p.first,
-        };
+        let lead = p.lead(thread);
         let others = p.streams.len() > 1;
         if let Some(mut s) = p.streams.remove(&lead) {
             let _ = (|| {

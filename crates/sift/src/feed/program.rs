@@ -79,21 +79,22 @@ impl Program {
                 if !joiners.is_empty() {
                     self.wakes.insert(*id);
                 }
-                self.end_wake(thread, &mut s)?;
+                if self.threads {
+                    end_part(thread, &mut s, &mut self.wakes, &mut self.ended)?;
+                }
                 s.end()?;
             }
         }
         Ok(())
     }
 
-    /// Ends `thread`'s part: the wake of its end word, which the program's exit waits for.
-    fn end_wake(&mut self, thread: u32, s: &mut ThreadStream) -> Result<(), crate::SiftError> {
-        if self.threads {
-            s.futex_wake(end_word(thread), 1, end_wake(thread))?;
-            self.wakes.insert(end_wake(thread));
-            self.ended.push(thread);
+    /// The thread that ends the program when `thread` ran last: `thread`, or the first when
+    /// its stream is not this window's.
+    pub(super) fn lead(&self, thread: u32) -> u32 {
+        match self.streams.contains_key(&thread) {
+            true => thread,
+            false => self.first,
         }
-        Ok(())
     }
 
     /// The guest exits on thread `lead`: in the guest every other thread's last instruction
@@ -105,22 +106,9 @@ impl Program {
         if !self.threads {
             return Ok(());
         }
-        // As `Feed::close` picks it.
-        let lead = match self.streams.contains_key(&lead) {
-            true => lead,
-            false => self.first,
-        };
-        let others: Vec<u32> = self
-            .streams
-            .keys()
-            .copied()
-            .filter(|&t| t != lead)
-            .collect();
-        for t in others {
-            if let Some(mut s) = self.streams.remove(&t) {
-                self.end_wake(t, &mut s)?;
-                self.streams.insert(t, s);
-            }
+        let lead = self.lead(lead);
+        for (&t, s) in self.streams.iter_mut().filter(|(&t, _)| t != lead) {
+            end_part(t, s, &mut self.wakes, &mut self.ended)?;
         }
         let Some(s) = self.streams.get_mut(&lead) else {
             return Ok(());
@@ -130,4 +118,18 @@ impl Program {
         }
         Ok(())
     }
+}
+
+/// Ends thread `t`'s part of a program of several threads: the wake of its end word, which the
+/// program's exit waits for (see [`Program::join_all`]).
+fn end_part(
+    t: u32,
+    s: &mut ThreadStream,
+    wakes: &mut HashSet<u64>,
+    ended: &mut Vec<u32>,
+) -> Result<(), crate::SiftError> {
+    s.futex_wake(end_word(t), 1, end_wake(t))?;
+    wakes.insert(end_wake(t));
+    ended.push(t);
+    Ok(())
 }
