@@ -213,6 +213,11 @@ pub enum BenchCommand {
         /// estimate and error beside ChampSim's.
         #[arg(long)]
         sniper: bool,
+        /// Sniper alone (implies --sniper): ChampSim's half, which costs about as much again,
+        /// is skipped; `bbv run` is deterministic, so a run without this flag gives ChampSim's
+        /// figures for the same regions.
+        #[arg(long = "sniper-only")]
+        sniper_only: bool,
         /// Where to write the runs (a temporary folder is made and removed there).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
@@ -394,6 +399,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             only,
             champsim,
             sniper,
+            sniper_only,
             dir,
         } => simulate::run(
             simulate::Choice {
@@ -404,7 +410,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 every_k,
                 pick,
                 champsim,
-                sniper,
+                sniper: sniper || sniper_only,
+                sniper_only,
             },
             scale,
             &only,

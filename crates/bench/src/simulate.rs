@@ -28,6 +28,8 @@ pub struct Choice {
     pub champsim: Option<std::path::PathBuf>,
     /// The same regions on Sniper too (`bbv simulate --simulator sniper --full`).
     pub sniper: bool,
+    /// Sniper's half only (no trace, no ChampSim).
+    pub sniper_only: bool,
 }
 
 impl Choice {
@@ -91,7 +93,7 @@ pub fn run(choice: Choice, scale: f64, only: &[String], dir: &Path) -> Result<()
                 c.interval = LARGE_INTERVAL;
             }
             let (e, s) = chain(&p.workload, i, &c, root).with_context(|| p.workload.name)?;
-            errors.push(e.abs());
+            errors.extend(e.map(f64::abs));
             sniper_errors.extend(s.map(f64::abs));
         }
         if choice.sniper {
@@ -100,6 +102,9 @@ pub fn run(choice: Choice, scale: f64, only: &[String], dir: &Path) -> Result<()
                 sniper_errors.iter().sum::<f64>() / sniper_errors.len().max(1) as f64,
                 sniper_errors.len()
             );
+        }
+        if choice.sniper_only {
+            return Ok(());
         }
         println!(
             "mean |error| {:.2}% over {} programs (bar: each within 3%){}",
@@ -119,8 +124,13 @@ pub fn run(choice: Choice, scale: f64, only: &[String], dir: &Path) -> Result<()
 pub const LARGE_INTERVAL: u64 = 10_000_000;
 
 /// One workload through the chain; prints its row (and Sniper's) and returns its error in
-/// percent (and Sniper's).
-fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<(f64, Option<f64>)> {
+/// percent (none with `sniper_only`) and Sniper's.
+fn chain(
+    w: &Workload,
+    i: usize,
+    choice: &Choice,
+    root: &Path,
+) -> Result<(Option<f64>, Option<f64>)> {
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let dir = root.join(format!("run-{i}"));
     let d = dir.to_string_lossy().into_owned();
@@ -151,23 +161,29 @@ fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<(f64, O
     } else {
         None
     };
+    let sniper_result = || match &sniper {
+        Some((copy, secs)) => sniper_row(copy, *secs).map(Some),
+        None => Ok(None),
+    };
+    if choice.sniper_only {
+        let summary = read_json(&dir, bbv_rundir::files::SUMMARY)?;
+        println!(
+            "{} | {} | {} | ChampSim skipped (--sniper-only)",
+            w.name, summary["instructions"], summary["k"]
+        );
+        return Ok((None, sniper_result()?));
+    }
     step(vec!["trace".into(), d.clone()])?;
     let mut simulate = vec!["simulate".into(), d.clone(), "--full".into()];
     if let Some(c) = &choice.champsim {
         simulate.extend(["--champsim".into(), c.to_string_lossy().into_owned()]);
     }
     let sim_seconds = step(simulate)?;
-    let read_in = |dir: &Path, name: &str| -> Result<serde_json::Value> {
-        let path = dir.join(name);
-        let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
-        Ok(serde_json::from_str(&text)?)
-    };
-    let read = |name: &str| read_in(&dir, name);
+    let read = |name: &str| read_json(&dir, name);
     let sim = read(bbv_rundir::files::SIMULATION)?;
     let summary = read(bbv_rundir::files::SUMMARY)?;
-    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
     let instructions = summary["instructions"].as_u64().unwrap_or(0);
-    let error = f(&sim["error_pct"]);
+    let error = num(&sim["error_pct"]);
     let validation = read(bbv_rundir::files::VALIDATION)?;
     // The band as a share of the full run's value, for the metrics nearest to what moves CPI.
     let band = |name: &str| -> String {
@@ -177,7 +193,7 @@ fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<(f64, O
         match m {
             Some(m) => format!(
                 "±{:.1}%",
-                100.0 * f(&m["band95"]) / f(&m["full"]).abs().max(1e-12)
+                100.0 * num(&m["band95"]) / num(&m["full"]).abs().max(1e-12)
             ),
             None => "-".into(),
         }
@@ -188,34 +204,45 @@ fn chain(w: &Workload, i: usize, choice: &Choice, root: &Path) -> Result<(f64, O
         instructions,
         summary["k"],
         sim["regions"].as_array().map_or(0, Vec::len),
-        f(&sim["estimate_cpi"]),
-        f(&sim["band_pct"]),
-        f(&sim["full_cpi"]),
+        num(&sim["estimate_cpi"]),
+        num(&sim["band_pct"]),
+        num(&sim["full_cpi"]),
         error,
         band("l2_misses"),
         band("branch_mispredicts"),
-        f(&sim["speedup_instructions"]),
-        f(&sim["speedup_wall"]),
+        num(&sim["speedup_instructions"]),
+        num(&sim["speedup_wall"]),
         instructions as f64 / sim_seconds / 1000.0,
     );
-    let sniper_error = match sniper {
-        Some((copy, secs)) => {
-            let s = read_in(&copy, bbv_rundir::files::SIMULATION)?;
-            let e = f(&s["error_pct"]);
-            println!(
-                "  Sniper | {:.4} | {:.4} | {:+.2}% | {:.1}x, {:.1}x | {:.0} s",
-                f(&s["estimate_cpi"]),
-                f(&s["full_cpi"]),
-                e,
-                f(&s["speedup_instructions"]),
-                f(&s["speedup_cpu"]),
-                secs
-            );
-            Some(e)
-        }
-        None => None,
-    };
-    Ok((error, sniper_error))
+    Ok((Some(error), sniper_result()?))
+}
+
+/// A JSON file of a run folder.
+fn read_json(dir: &Path, name: &str) -> Result<serde_json::Value> {
+    let path = dir.join(name);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// A JSON number (NaN when absent, so that a missing figure reads as such in the table).
+fn num(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// Prints Sniper's row from the copy's simulation.json and returns its error in percent.
+fn sniper_row(copy: &Path, secs: f64) -> Result<f64> {
+    let s = read_json(copy, bbv_rundir::files::SIMULATION)?;
+    let e = num(&s["error_pct"]);
+    println!(
+        "  Sniper | {:.4} | {:.4} | {:+.2}% | {:.1}x, {:.1}x | {:.0} s",
+        num(&s["estimate_cpi"]),
+        num(&s["full_cpi"]),
+        e,
+        num(&s["speedup_instructions"]),
+        num(&s["speedup_cpu"]),
+        secs
+    );
+    Ok(e)
 }
 
 /// Copies a run folder (files and sub-folders) to `to`, which must not exist.
