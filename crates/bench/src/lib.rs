@@ -177,26 +177,9 @@ pub enum BenchCommand {
     /// regions with its 95% band against the whole run's (target: within 3% each), speedups,
     /// ChampSim's speed. Long: about ten minutes per 50 million instructions simulated in full.
     Simulate {
-        /// Instructions per interval.
-        #[arg(long, default_value_t = 2_000_000)]
-        interval: u64,
-        /// Instructions of warmup before each region (xz needs 32 million: docs/champsim.md).
-        #[arg(long, default_value_t = 32_000_000)]
-        warmup: u64,
-        /// Largest k (default: bbv run's, 30, or 100 with --target-error).
-        #[arg(long = "max-k")]
-        max_k: Option<usize>,
-        /// Choose k by `bbv run --target-error PCT` instead of SimPoint's BIC rule.
-        #[arg(long = "target-error", value_name = "PCT")]
-        target_error: Option<f64>,
-        /// `bbv run --every-k`: SimPoint's BIC rule over every k, not its binary search.
-        #[arg(long = "every-k")]
-        every_k: bool,
-        /// How `bbv run` picks each cluster's point (`--pick`): strata (clusters cut into strata
-        /// of like CPI estimate, a point each), metrics (the interval whose L2 misses and
-        /// mispredictions are nearest its cluster's mean) or centroid (SimPoint's).
-        #[arg(long, value_name = "strata|metrics|centroid", default_value = "strata", value_parser = ["strata", "metrics", "centroid"])]
-        pick: String,
+        #[command(flatten)]
+        /// How `bbv run` chooses the regions, and the simulators.
+        choice: simulate::Choice,
         /// Multiplies the inputs (1: about 50 million instructions for gzip).
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
@@ -204,20 +187,6 @@ pub enum BenchCommand {
         /// cc1-large and xz-large, each about 1.5 hours of ChampSim here).
         #[arg(long, value_delimiter = ',', value_parser = study::KEYS)]
         only: Vec<String>,
-        /// `bbv simulate --champsim`: another ChampSim build, e.g. the heartbeat one that
-        /// tools/champsim/intervals.py reads (with BBV_BENCH_KEEP=1 to keep the runs).
-        #[arg(long, value_name = "PATH")]
-        champsim: Option<PathBuf>,
-        /// Also simulate the same regions, and the whole run, on Sniper driven live from the
-        /// replay (`bbv simulate --simulator sniper --full`; scripts/sniper's build): Sniper's
-        /// estimate and error beside ChampSim's.
-        #[arg(long)]
-        sniper: bool,
-        /// Sniper alone (implies --sniper): ChampSim's half, which costs about as much again,
-        /// is skipped; `bbv run` is deterministic, so a run without this flag gives ChampSim's
-        /// figures for the same regions.
-        #[arg(long = "sniper-only")]
-        sniper_only: bool,
         /// Where to write the runs (a temporary folder is made and removed there).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
@@ -389,34 +358,11 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Simpoint { data, runs } => simpoint::simpoint(&data, runs),
         BenchCommand::GpuLive { runs, dir, repo } => gpu_live::run(runs, &dir, &repo),
         BenchCommand::Simulate {
-            interval,
-            warmup,
-            max_k,
-            target_error,
-            every_k,
-            pick,
+            choice,
             scale,
             only,
-            champsim,
-            sniper,
-            sniper_only,
             dir,
-        } => simulate::run(
-            simulate::Choice {
-                interval,
-                warmup,
-                max_k,
-                target_error,
-                every_k,
-                pick,
-                champsim,
-                sniper: sniper || sniper_only,
-                sniper_only,
-            },
-            scale,
-            &only,
-            &dir,
-        ),
+        } => simulate::run(choice, scale, &only, &dir),
         BenchCommand::Trace {
             mb,
             runs,

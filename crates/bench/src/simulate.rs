@@ -4,32 +4,50 @@
 //! ChampSim simulates about 0.1 million instructions a second on this 2-core machine: a
 //! workload of 50 million instructions takes about ten minutes; run it in the background.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
 use crate::measure::{in_temp_root, time, Workload};
 use crate::study;
 
-/// How `bbv run` chooses the regions.
-#[derive(Clone)]
+/// How `bbv run` chooses the regions, and the simulators.
+#[derive(Clone, clap::Args)]
 pub struct Choice {
-    pub interval: u64,
-    pub warmup: u64,
-    /// `--max-k` (None: bbv run's default).
-    pub max_k: Option<usize>,
-    /// `--target-error PCT` instead of the BIC rule.
-    pub target_error: Option<f64>,
-    /// `--every-k`.
-    pub every_k: bool,
-    /// `--pick`: strata, metrics or centroid.
-    pub pick: String,
-    /// `bbv simulate --champsim`.
-    pub champsim: Option<std::path::PathBuf>,
-    /// The same regions on Sniper too (`bbv simulate --simulator sniper --full`).
-    pub sniper: bool,
-    /// Sniper's half only (no trace, no ChampSim).
-    pub sniper_only: bool,
+    /// Instructions per interval.
+    #[arg(long, default_value_t = 2_000_000)]
+    interval: u64,
+    /// Instructions of warmup before each region (xz needs 32 million: docs/champsim.md).
+    #[arg(long, default_value_t = 32_000_000)]
+    warmup: u64,
+    /// Largest k (default: bbv run's, 30, or 100 with --target-error).
+    #[arg(long = "max-k")]
+    max_k: Option<usize>,
+    /// Choose k by `bbv run --target-error PCT` instead of SimPoint's BIC rule.
+    #[arg(long = "target-error", value_name = "PCT")]
+    target_error: Option<f64>,
+    /// `bbv run --every-k`: SimPoint's BIC rule over every k, not its binary search.
+    #[arg(long = "every-k")]
+    every_k: bool,
+    /// How `bbv run` picks each cluster's point (`--pick`): strata (clusters cut into strata
+    /// of like CPI estimate, a point each), metrics (the interval whose L2 misses and
+    /// mispredictions are nearest its cluster's mean) or centroid (SimPoint's).
+    #[arg(long, value_name = "strata|metrics|centroid", default_value = "strata", value_parser = ["strata", "metrics", "centroid"])]
+    pick: String,
+    /// `bbv simulate --champsim`: another ChampSim build, e.g. the heartbeat one that
+    /// tools/champsim/intervals.py reads (with BBV_BENCH_KEEP=1 to keep the runs).
+    #[arg(long, value_name = "PATH")]
+    champsim: Option<PathBuf>,
+    /// Also simulate the same regions, and the whole run, on Sniper driven live from the
+    /// replay (`bbv simulate --simulator sniper --full`; scripts/sniper's build): Sniper's
+    /// estimate and error beside ChampSim's.
+    #[arg(long)]
+    sniper: bool,
+    /// Sniper alone (implies --sniper): ChampSim's half, which costs about as much again,
+    /// is skipped; `bbv run` is deterministic, so a run without this flag gives ChampSim's
+    /// figures for the same regions.
+    #[arg(long = "sniper-only")]
+    sniper_only: bool,
 }
 
 impl Choice {
@@ -62,6 +80,10 @@ impl Choice {
 /// billion instructions) as `choice` says, in `dir`; a program this machine lacks is named and
 /// skipped.
 pub fn run(choice: Choice, scale: f64, only: &[String], dir: &Path) -> Result<()> {
+    let choice = Choice {
+        sniper: choice.sniper || choice.sniper_only,
+        ..choice
+    };
     in_temp_root(dir, "simulate", |root| {
         println!(
             "bbv run {}, bbv trace, bbv simulate --full (programs of a billion instructions \

@@ -11,6 +11,10 @@ use crate::ContractError;
 /// last): `trace=FILE`'s windows number events from 0, never this high.
 pub const WHOLE_RUN: u32 = u32::MAX - 1;
 
+/// An event no window reaches: a whole run's end, or its region of interest's start when it
+/// starts with the run.
+pub const NEVER: u32 = u32::MAX;
+
 /// Each event's first occurrence: its position and its `(block id, count)` pairs.
 pub type Events = HashMap<usize, (u64, Vec<(u32, u64)>)>;
 

@@ -205,8 +205,9 @@ pub fn init(path: &Path, isa: Isa) -> Result<(), String> {
 
 /// Reads the windows of `trace=FILE` (each opens its path when it starts): `window ID START
 /// ALT END TAIL LIMIT PATH` for ChampSim records of thread 1, `sift ID START ALT END ROI LIMIT
-/// PID THREADS PREFIX` for every thread's SIFT streams into the Sniper of process PID whose
-/// FIFOs are named from PREFIX (THREADS: 1 when one thread runs, else 2), the region of
+/// PID THREADS CONDENSE PREFIX` for every thread's SIFT streams into the Sniper of process PID
+/// whose FIFOs are named from PREFIX (THREADS: 1 when one thread runs, else 2; CONDENSE:
+/// [`WindowSpec::condense`]), the region of
 /// interest from event ROI to END (a START of [`bbv_plugin_contract::events::WHOLE_RUN`]: the
 /// whole run, its region of interest from the first instruction to the last). The SIFT
 /// windows are returned, for the feed (feed.rs).
@@ -216,17 +217,17 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<Vec<WindowSpec>, String> {
     let mut sift = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let bad = || format!("{}:{}: malformed window line", file.display(), i + 1);
-        let mut f = line.splitn(10, ' ');
-        let is_sift = match f.next() {
-            Some("window") => false,
-            Some("sift") => true,
+        // The last field, a path, may hold spaces.
+        let (is_sift, mut f) = match line.split_once(' ') {
+            Some(("window", rest)) => (false, rest.splitn(7, ' ')),
+            Some(("sift", rest)) => (true, rest.splitn(10, ' ')),
             _ => return Err(bad()),
         };
         let mut num = || f.next().and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
         let (_id, start, alt, end) = (num()?, num()?, num()?, num()?);
         let event = |n: u64| u32::try_from(n).map_err(|_| bad());
         if is_sift {
-            let (roi, limit, pid, threads) = (num()?, num()?, num()?, num()?);
+            let (roi, limit, pid, threads, condense) = (num()?, num()?, num()?, num()?, num()?);
             let prefix = f.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
             sift.push(WindowSpec {
                 start: event(start)?,
@@ -238,6 +239,7 @@ pub fn init_windows(file: &Path, isa: Isa) -> Result<Vec<WindowSpec>, String> {
                 prefix: PathBuf::from(prefix),
                 threads: threads > 1,
                 bounds: None,
+                condense,
             });
             continue;
         }

@@ -8,8 +8,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use bbv_pipeline::regions::region_id;
-use bbv_plugin_contract::events::WHOLE_RUN;
-use bbv_rundir::{self as rundir, Summary};
+use bbv_plugin_contract::events::{NEVER, WHOLE_RUN};
+use bbv_rundir::{self as rundir, Point, Summary};
+use bbv_sift::feed::warm;
 use bbv_sniper::{Live, SimOut, Sniper};
 
 use crate::ReplayError;
@@ -59,6 +60,46 @@ pub struct SniperResults {
     pub regions: Vec<Result<SimOut, ReplayError>>,
     /// The whole run (`--full`).
     pub full: Option<Result<SimOut, ReplayError>>,
+}
+
+/// How a region's window opens (events), what it may take and what of it is condensed.
+struct Window {
+    start: u32,
+    alt: u32,
+    limit: u64,
+    condense: u64,
+}
+
+/// Region `p`'s window (the `r`th of `n`; events as the replay numbers them: start 2r, end
+/// 2r + 1, warmup 2n + r). A single thread's warmed region opens with the run and is sent
+/// condensed up to the last `warm::DETAIL` instructions before it (every line the run touched
+/// before it, bbv_sift::feed::warm: an 8 MB L3 keeps lines older than any warmup a run
+/// chooses); several threads' opens at its warmup's marker, simulated in detail
+/// (bbv_sift::feed::WindowSpec::threads); a region without a warmup opens at its start.
+fn window(p: &Point, r: usize, n: usize, threads: usize) -> Window {
+    let region = 2 * r as u32;
+    // The other threads' instructions (spinning ones too) come on top of the region's own.
+    let limit = crate::trace::record_limit(p, 0).saturating_mul(threads as u64);
+    match (threads, &p.warmup) {
+        (1, Some(_)) => Window {
+            start: WHOLE_RUN,
+            alt: WHOLE_RUN,
+            limit: limit.saturating_add(p.start_instruction),
+            condense: p.start_instruction.saturating_sub(warm::DETAIL),
+        },
+        (_, Some(_)) => Window {
+            start: (2 * n + r) as u32,
+            alt: region,
+            limit,
+            condense: 0,
+        },
+        (_, None) => Window {
+            start: region,
+            alt: region,
+            limit,
+            condense: 0,
+        },
+    }
 }
 
 /// The Sniper instances of a replay under way, and the plugin's windows file.
@@ -111,18 +152,17 @@ impl Simulating {
                 false => spec.sniper.start(&dir, threads, config),
             }
             .map_err(sniper_error)?;
-            // Events as the replay numbers them: start 2r, end 2r + 1, warmup 2n + r.
-            let start = if p.warmup.is_some() { 2 * n + r } else { 2 * r };
+            let w = window(p, r, n, threads);
             let _ = writeln!(
                 text,
-                "sift {r} {start} {} {} {} {} {} {threads} {}",
-                2 * r,
+                "sift {r} {} {} {} {} {} {} {threads} {} {}",
+                w.start,
+                w.alt,
                 2 * r + 1,
                 2 * r,
-                // The other threads' instructions (spinning ones too) come on top of the
-                // region's own count.
-                crate::trace::record_limit(p, 0).saturating_mul(threads as u64),
+                w.limit,
                 live.pid(),
+                w.condense,
                 live.prefix().display()
             );
             lives.push(live);
@@ -134,10 +174,10 @@ impl Simulating {
                 .sniper
                 .start(&dir, threads, config)
                 .map_err(sniper_error)?;
-            let (whole, never) = (WHOLE_RUN, u32::MAX);
+            let (whole, never) = (WHOLE_RUN, NEVER);
             let _ = writeln!(
                 text,
-                "sift {n} {whole} {whole} {never} {never} {} {} {threads} {}",
+                "sift {n} {whole} {whole} {never} {never} {} {} {threads} 0 {}",
                 u64::MAX,
                 live.pid(),
                 live.prefix().display()

@@ -25,12 +25,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
-use bbv_plugin_contract::events::WHOLE_RUN;
+use bbv_plugin_contract::events::{NEVER, WHOLE_RUN};
 
 use crate::command::region;
 use crate::relay::Session;
 
 mod program;
+pub mod warm;
 use crate::{Instruction, MAX_ADDRESSES, MAX_SIZE};
 use program::Program;
 
@@ -84,6 +85,25 @@ pub struct WindowSpec {
     /// With `threads`, the region's bounds as markers: counted in Sniper's order (see the
     /// module's note). None: at the `roi` and `end` events, in the guest's order.
     pub bounds: Option<Bounds>,
+    /// A single thread's window: its first `condense` instructions are sent as the last touch
+    /// of each of their cache lines ([`warm`]), then it streams whole (0: whole from its
+    /// start).
+    pub condense: u64,
+}
+
+/// Sends `s` a synthetic access to each of `lines`' lines touched since instruction `since`
+/// ([`warm`]); false when Sniper is gone.
+fn send_lines(
+    s: &mut crate::relay::ThreadStream,
+    lines: Option<&warm::Lines>,
+    since: u64,
+    isa: Option<u32>,
+) -> bool {
+    let lines = lines.map(|l| l.since(since)).unwrap_or_default();
+    (lines.into_iter()).all(|(a, write)| {
+        s.instruction(&warm::touch_instruction(isa, a, write))
+            .is_ok()
+    })
 }
 
 /// A multi-threaded region's bounds: each a marker (the frontend's number for it) and the
@@ -147,6 +167,8 @@ struct Window {
     /// Past its end in the guest, streaming until Sniper is gone (its region script ends it
     /// at the region's end in Sniper's order: see [`Bounds`]) or the limit again.
     overrun: bool,
+    /// Instructions still to condense ([`WindowSpec::condense`]).
+    condensing: u64,
     program: Option<Program>,
 }
 
@@ -159,6 +181,8 @@ struct Pending {
     n_addresses: u8,
     n_loads: u8,
     n_stores: u8,
+    /// Which of `addresses` were written (bit k: the k-th).
+    written: u8,
     /// A later iteration of the same rep instruction runs: its accesses are not recorded.
     merging: bool,
 }
@@ -183,12 +207,15 @@ pub struct Feed {
     /// Sessions of closed windows whose relays may still be delivering.
     closing: Vec<Session>,
     errors: Vec<String>,
+    /// The newest lines' last touches, kept while a window condenses.
+    lines: Option<warm::Lines>,
 }
 
 impl Feed {
     /// A feed of `windows` for a program of instruction set `isa` (None: x86; else one of
     /// [`crate::isa`]), its thread 1 running; `merge_rep`: a rep string instruction's
-    /// iterations make one instruction. A window whose start is [`WHOLE_RUN`] opens at once.
+    /// iterations make one instruction. A window whose start is [`WHOLE_RUN`] opens at once,
+    /// its region of interest with it when its `roi` is [`NEVER`].
     pub fn new(windows: Vec<WindowSpec>, isa: Option<u32>, merge_rep: bool) -> Feed {
         let mut f = Feed {
             windows: (windows.into_iter())
@@ -199,6 +226,7 @@ impl Feed {
                     opened: 0,
                     armed: false,
                     overrun: false,
+                    condensing: 0,
                     program: None,
                 })
                 .collect(),
@@ -212,11 +240,16 @@ impl Feed {
             busy: false,
             closing: Vec::new(),
             errors: Vec::new(),
+            lines: None,
         };
         for i in 0..f.windows.len() {
             if f.windows[i].spec.start == WHOLE_RUN {
                 f.open(i, 1);
-                if let Some(p) = f.windows[i].program.as_mut().filter(|p| !p.in_roi) {
+                // Its region of interest from the first instruction too, unless an event
+                // starts it (a region warmed from the run's start).
+                let whole = f.windows[i].spec.roi == NEVER;
+                let p = f.windows[i].program.as_mut();
+                if let Some(p) = p.filter(|p| !p.in_roi && whole) {
                     p.in_roi = p.streams.get_mut(&1).is_some_and(|s| s.start_roi().is_ok());
                 }
             }
@@ -300,6 +333,10 @@ impl Feed {
                 w.state = State::Open;
                 // The instruction pending on `thread` (the marker's) is the window's first.
                 w.opened = at;
+                w.condensing = if w.spec.threads { 0 } else { w.spec.condense };
+                if w.condensing > 0 && self.lines.is_none() {
+                    self.lines = Some(warm::Lines::new(warm::LINES));
+                }
                 w.program = Some(Program {
                     session,
                     streams,
@@ -339,6 +376,17 @@ impl Feed {
                 continue;
             }
             let (threads, bounded) = (w.spec.threads, w.spec.bounds.is_some());
+            if w.spec.roi == event && w.condensing > 0 {
+                // The replay reached the region before the profile's warmup length (it
+                // diverged): the lines so far, and the region whole.
+                w.condensing = 0;
+                let s = w.program.as_mut().and_then(|p| p.streams.get_mut(&thread));
+                if !s.is_some_and(|s| send_lines(s, self.lines.as_ref(), w.opened, self.isa)) {
+                    self.close(i, thread);
+                    continue;
+                }
+            }
+            let w = &mut self.windows[i];
             if w.spec.roi == event {
                 // Before the pending instruction (the region's first) is written.
                 let started = match w.program.as_mut() {
@@ -431,6 +479,7 @@ impl Feed {
             n_addresses: 0,
             n_loads: 0,
             n_stores: 0,
+            written: 0,
             merging: false,
         });
     }
@@ -449,13 +498,18 @@ impl Feed {
         };
         // A new operand (or any access of an instruction whose operands the decoder does not
         // know); a further access is a part of one already seen (a wide access split).
+        let seen = &p.addresses[..usize::from(p.n_addresses)];
+        let mut at = seen.iter().position(|&a| a == vaddr);
         if *n < operands || operands == 0 {
             *n = n.saturating_add(1);
-            let seen = &p.addresses[..usize::from(p.n_addresses)];
-            if !seen.contains(&vaddr) && usize::from(p.n_addresses) < MAX_ADDRESSES {
+            if at.is_none() && usize::from(p.n_addresses) < MAX_ADDRESSES {
+                at = Some(usize::from(p.n_addresses));
                 p.addresses[usize::from(p.n_addresses)] = vaddr;
                 p.n_addresses += 1;
             }
+        }
+        if let Some(k) = at.filter(|_| store) {
+            p.written |= 1 << k;
         }
     }
 
@@ -474,6 +528,15 @@ impl Feed {
             usize::from(c.loads + c.stores),
             (c.branch, taken),
         );
+        let condensing = self.condensing();
+        if let Some(lines) = self.lines.as_mut().filter(|_| condensing) {
+            lines.touch(c.ip, p.seq, false);
+            for (k, &a) in p.addresses[..usize::from(p.n_addresses)].iter().enumerate() {
+                lines.touch(a, p.seq, p.written & (1 << k) != 0);
+            }
+        } else if !condensing {
+            self.lines = None;
+        }
         for i in 0..self.windows.len() {
             let w = &mut self.windows[i];
             if w.state != State::Open || p.seq < w.opened {
@@ -482,13 +545,25 @@ impl Feed {
             let Some(s) = w.program.as_mut().and_then(|p| p.streams.get_mut(&thread)) else {
                 continue;
             };
-            let ok = s.instruction(&insn).is_ok();
+            let ok = match w.condensing {
+                0 => s.instruction(&insn).is_ok(),
+                _ => {
+                    w.condensing -= 1;
+                    // The window's lines since it opened, then its stream from the next.
+                    w.condensing > 0 || send_lines(s, self.lines.as_ref(), w.opened, self.isa)
+                }
+            };
             w.left = w.left.saturating_sub(1);
             // A Sniper gone (as it goes at a bounded region's end), or the limit reached.
             if !ok || w.left == 0 {
                 self.close(i, thread);
             }
         }
+    }
+
+    /// Whether a window is condensing its instructions.
+    fn condensing(&self) -> bool {
+        (self.windows.iter()).any(|w| w.state == State::Open && w.condensing > 0)
     }
 
     /// Guest thread `thread`'s system call ended as `sync` says.
@@ -596,6 +671,7 @@ mod tests {
             prefix: PathBuf::from("/nonexistent/t"),
             threads: false,
             bounds: None,
+            condense: 0,
         }
     }
 

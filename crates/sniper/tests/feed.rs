@@ -3,7 +3,8 @@
 //! a third; thread 1 creates thread 2 at a `clone`'s return, both run, thread 2's exit wakes
 //! thread 1's join. Sniper retires each thread's region instructions on its own core, and
 //! keeps thread 1 idle while it waits for thread 2. A region bounded by its marker's
-//! executions is bounded in Sniper's order of them, not in the feed's.
+//! executions is bounded in Sniper's order of them, not in the feed's. A single thread's
+//! warmup condensed to its lines' last touches leaves Sniper's caches as the whole warmup does.
 
 use bbv_sift::feed::{Bounds, Code, Feed, Sync, WindowSpec};
 use bbv_sift::Instruction;
@@ -50,6 +51,7 @@ fn spec(live: &Live, limit: u64, bounds: Option<Bounds>) -> WindowSpec {
         prefix: live.prefix().to_path_buf(),
         threads: true,
         bounds,
+        condense: 0,
     }
 }
 
@@ -223,4 +225,64 @@ fn the_program_s_exit_waits_in_sniper_for_every_other_thread() {
     assert!(out.instructions[2].abs_diff(4 * 30_000) < 300, "{out:?}");
     let idle = out.idle[0].0 / out.idle[0].1;
     assert!(idle > 0.5, "{out:?}");
+}
+
+/// One thread's region (a walk of 512 KiB) after a warmup that walked the same 512 KiB and
+/// then another 512 KiB (which leaves the first in Sniper's 8 MB L3, not in its 256 KB L2),
+/// in three Snipers at once: the warmup condensed, the warmup whole, and no warmup. Returns
+/// each region's cycles.
+fn warmed_three_ways() -> [u64; 3] {
+    let s = sniper();
+    let work: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let lives: Vec<Live> = (work.iter())
+        .map(|w| s.start(w.path(), 1, None).unwrap())
+        .collect();
+    let (cold, warmup) = (13, 8_192 * 4 * 2);
+    let window = |live: &Live, start: u32, condense: u64| WindowSpec {
+        start,
+        threads: false,
+        condense,
+        ..spec(live, u64::MAX, None)
+    };
+    let specs = vec![
+        window(&lives[0], WARMUP, warmup),
+        window(&lives[1], WARMUP, 0),
+        window(&lives[2], cold, 0),
+    ];
+    let mut feed = Feed::new(specs, None, true);
+    let first = codes(0);
+    assert!(feed.arm(WARMUP));
+    feed.exec(1, first[0]);
+    feed.event(1, WARMUP);
+    run(&mut feed, 1, 0, 8_192);
+    run(&mut feed, 1, 0x100_0000, 8_192);
+    assert!(feed.arm(cold));
+    feed.exec(1, first[0]);
+    feed.event(1, cold);
+    feed.event(1, REGION);
+    run(&mut feed, 1, 0, 8_192);
+    feed.exec(1, first[0]);
+    feed.event(1, END);
+    assert!(feed.take_errors().is_empty());
+    feed.finish();
+    let cycles = lives.into_iter().map(|l| {
+        let out = l.finish().unwrap();
+        // The region's own instructions (less what the reorder buffer held).
+        assert!(out.instructions[0].abs_diff(4 * 8_192) < 300, "{out:?}");
+        out.region_cycles(false)
+    });
+    let cycles: Vec<u64> = cycles.collect();
+    cycles.try_into().unwrap()
+}
+
+#[test]
+fn a_condensed_warmup_warms_sniper_s_caches_as_the_whole_warmup_does() {
+    let [condensed, whole, cold] = warmed_three_ways();
+    let diff = condensed.abs_diff(whole) as f64 / whole as f64;
+    assert!(diff < 0.02, "condensed {condensed}, whole {whole} cycles");
+    // Without a warmup every load of the region goes to DRAM.
+    assert!(
+        cold as f64 > 1.5 * whole as f64,
+        "cold {cold}, warmed {whole} cycles"
+    );
 }
