@@ -84,8 +84,8 @@ fn window(p: &Point, r: usize, n: usize, threads: usize) -> Window {
         (1, Some(_)) => Window {
             start: WHOLE_RUN,
             alt: WHOLE_RUN,
-            limit: limit.saturating_add(p.start_instruction),
-            condense: p.start_instruction.saturating_sub(warm::DETAIL),
+            limit: limit.saturating_add(p.start_position),
+            condense: p.start_position.saturating_sub(warm::DETAIL),
         },
         (_, Some(_)) => Window {
             start: (2 * n + r) as u32,
@@ -100,6 +100,17 @@ fn window(p: &Point, r: usize, n: usize, threads: usize) -> Window {
             condense: 0,
         },
     }
+}
+
+/// The instructions Sniper takes in for region `p` through window `w`: the region and its
+/// warmup, a condensed stretch counted as its lines (at most `warm::LINES`, at most one per
+/// instruction: a bound, since the lines' number is the plugin's to know).
+fn simulated(p: &Point, w: &Window) -> u64 {
+    let whole = match w.condense {
+        0 => p.warmup_length,
+        c => p.start_position.saturating_sub(c) + c.min(warm::LINES as u64),
+    };
+    whole + p.length
 }
 
 /// The Sniper instances of a replay under way, and the plugin's windows file.
@@ -335,7 +346,10 @@ pub fn write_simulation(dir: &Path, got: SniperResults) -> Result<Simulation, Re
     let full_cpi = full
         .as_ref()
         .map(|f| f.region_cycles(threads) as f64 / f.total_instructions().max(1) as f64);
-    let sampled: u64 = s.points.iter().map(|p| p.warmup_length + p.length).sum();
+    let n = s.points.len();
+    let sampled: u64 = (s.points.iter().enumerate())
+        .map(|(r, p)| simulated(p, &window(p, r, n, s.threads.len().max(1))))
+        .sum();
     let speedup_cpu = full.as_ref().and_then(|f| {
         let spent: Option<f64> = regions.iter().map(|r| r.cpu_seconds).sum();
         Some(f.cpu_seconds? / spent?.max(1e-9))
@@ -369,6 +383,47 @@ pub fn write_simulation(dir: &Path, got: SniperResults) -> Result<Simulation, Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn point(start: u64, warmup: Option<u64>) -> Point {
+        let marker = serde_json::json!({"image": "p", "offset": "0x10", "count": 1});
+        serde_json::from_value(serde_json::json!({
+            "cluster": 0, "interval": start / 1_000_000, "weight": 1.0,
+            "start_instruction": start, "start": marker, "end": marker,
+            "warmup": warmup.map(|_| marker.clone()), "length": 1_000_000,
+            "start_position": start, "warmup_length": warmup.unwrap_or(0),
+            "multiplier": 1.0, "end_relative": 1
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_single_thread_s_region_is_warmed_from_the_run_s_start_condensed() {
+        let p = point(50_000_000, Some(8_000_000));
+        let w = window(&p, 3, 5, 1);
+        assert_eq!((w.start, w.alt), (WHOLE_RUN, WHOLE_RUN));
+        assert_eq!(w.condense, 50_000_000 - warm::DETAIL);
+        assert!(w.limit > 50_000_000 + 1_000_000);
+        // Its lines (at most warm::LINES), the last 2M whole, the region.
+        let taken = warm::DETAIL + warm::LINES as u64 + 1_000_000;
+        assert_eq!(simulated(&p, &w), taken);
+        // Near the start, nothing condensed: the stretch before the region whole.
+        let early = point(1_500_000, Some(1_000_000));
+        let w = window(&early, 0, 5, 1);
+        assert_eq!((w.start, w.condense), (WHOLE_RUN, 0));
+        assert_eq!(simulated(&early, &w), 1_000_000 + 1_000_000);
+    }
+
+    #[test]
+    fn threads_warm_from_the_warmup_marker_and_no_warmup_means_cold() {
+        let p = point(50_000_000, Some(8_000_000));
+        let w = window(&p, 3, 5, 2);
+        assert_eq!((w.start, w.alt, w.condense), (2 * 5 + 3, 6, 0));
+        assert_eq!(simulated(&p, &w), 9_000_000);
+        let cold = point(50_000_000, None);
+        let w = window(&cold, 3, 5, 1);
+        assert_eq!((w.start, w.alt, w.condense), (6, 6, 0));
+        assert_eq!(simulated(&cold, &w), 1_000_000);
+    }
 
     #[test]
     fn a_whole_run_short_of_the_run_s_instructions_is_refused() {
