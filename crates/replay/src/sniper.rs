@@ -72,7 +72,8 @@ struct Window {
 
 /// Region `p`'s window (the `r`th of `n`; events as the replay numbers them: start 2r, end
 /// 2r + 1, warmup 2n + r). A single thread's warmed region opens with the run and is sent
-/// condensed up to the last `warm::DETAIL` instructions before it (every line the run touched
+/// condensed up to the last `warm::DETAIL` instructions before it, or its warmup's when shorter
+/// (every line the run touched
 /// before it, bbv_sift::feed::warm: an 8 MB L3 keeps lines older than any warmup a run
 /// chooses); several threads' opens at its warmup's marker, simulated in detail
 /// (bbv_sift::feed::WindowSpec::threads); a region without a warmup opens at its start.
@@ -85,7 +86,9 @@ fn window(p: &Point, r: usize, n: usize, threads: usize) -> Window {
             start: WHOLE_RUN,
             alt: WHOLE_RUN,
             limit: limit.saturating_add(p.start_position),
-            condense: p.start_position.saturating_sub(warm::DETAIL),
+            // The run's own warmup whole when it is shorter: a short run's regions would
+            // otherwise cost Sniper more than the run.
+            condense: (p.start_position).saturating_sub(p.warmup_length.min(warm::DETAIL)),
         },
         (_, Some(_)) => Window {
             start: (2 * n + r) as u32,
@@ -406,11 +409,17 @@ mod tests {
         // Its lines (at most warm::LINES), the last 2M whole, the region.
         let taken = warm::DETAIL + warm::LINES as u64 + 1_000_000;
         assert_eq!(simulated(&p, &w), taken);
+        // A warmup shorter than warm::DETAIL is the part sent whole.
+        let short = point(1_500_000, Some(400_000));
+        let w = window(&short, 0, 5, 1);
+        assert_eq!((w.start, w.condense), (WHOLE_RUN, 1_100_000));
+        let lines = warm::LINES as u64;
+        assert_eq!(simulated(&short, &w), 400_000 + lines + 1_000_000);
         // Near the start, nothing condensed: the stretch before the region whole.
-        let early = point(1_500_000, Some(1_000_000));
+        let early = point(1_500_000, Some(1_500_000));
         let w = window(&early, 0, 5, 1);
         assert_eq!((w.start, w.condense), (WHOLE_RUN, 0));
-        assert_eq!(simulated(&early, &w), 1_000_000 + 1_000_000);
+        assert_eq!(simulated(&early, &w), 1_500_000 + 1_000_000);
     }
 
     #[test]
