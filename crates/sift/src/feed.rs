@@ -521,21 +521,24 @@ impl Feed {
         };
         let c = p.code;
         let taken = c.always_taken || next.is_some_and(|n| n != c.fallthrough);
-        let insn = Instruction::from_accesses(
-            c.ip,
-            &c.bytes[..usize::from(c.len)],
-            &p.addresses[..usize::from(p.n_addresses)],
-            usize::from(c.loads + c.stores),
-            (c.branch, taken),
-        );
-        let condensing = self.condensing();
-        if let Some(lines) = self.lines.as_mut().filter(|_| condensing) {
+        // Built once a window streams it: while every window condenses, none does.
+        let mut insn = None;
+        let build = || {
+            Instruction::from_accesses(
+                c.ip,
+                &c.bytes[..usize::from(c.len)],
+                &p.addresses[..usize::from(p.n_addresses)],
+                usize::from(c.loads + c.stores),
+                (c.branch, taken),
+            )
+        };
+        if !self.condensing() {
+            self.lines = None;
+        } else if let Some(lines) = self.lines.as_mut() {
             lines.touch(c.ip, p.seq, false);
             for (k, &a) in p.addresses[..usize::from(p.n_addresses)].iter().enumerate() {
                 lines.touch(a, p.seq, p.written & (1 << k) != 0);
             }
-        } else if !condensing {
-            self.lines = None;
         }
         for i in 0..self.windows.len() {
             let w = &mut self.windows[i];
@@ -546,7 +549,7 @@ impl Feed {
                 continue;
             };
             let ok = match w.condensing {
-                0 => s.instruction(&insn).is_ok(),
+                0 => s.instruction(insn.get_or_insert_with(build)).is_ok(),
                 _ => {
                     w.condensing -= 1;
                     // The window's lines since it opened, then its stream from the next.
