@@ -3,7 +3,8 @@
 //! Sniper of a core per thread (creations, futex waits and wakes as the guest's turns saw
 //! them); `simulation.json` checked against the run and the estimate recomputed from the
 //! regions' figures; the same simulation again reads the same cycles to within Sniper's own
-//! variation; a run whose threads followed the host's schedule is refused.
+//! variation; a replay whose QEMU is killed, and a bbv killed itself, leave no Sniper behind;
+//! a run whose threads followed the host's schedule is refused.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -106,6 +107,7 @@ fn two_threads_regions_and_the_whole_run_are_simulated_on_sniper() {
         assert!((a / b - 1.0).abs() < 0.01, "{a} against {b}");
     }
     killed_qemu_stops_sniper(work.path(), &prog, &sniper, &run);
+    killed_bbv_leaves_no_sniper(work.path(), &prog, &sniper);
     let left = Command::new("pgrep")
         .args(["-f", &work.path().display().to_string()])
         .output()
@@ -164,6 +166,42 @@ fn killed_qemu_stops_sniper(dir: &Path, prog: &Path, sniper: &Path, run: &Path) 
     // 1: the replay missed its markers (the table says the program was killed); 2: it failed.
     assert!(matches!(status.code(), Some(1 | 2)), "{status:?}: {err}");
     assert_eq!(std::fs::read(run.join("simulation.json")).unwrap(), before);
+}
+
+/// bbv itself SIGKILLed while its Snipers simulate: run-sniper dies with bbv, and the
+/// simulator run-sniper started dies with run-sniper (none left reading FIFOs nobody writes).
+fn killed_bbv_leaves_no_sniper(dir: &Path, prog: &Path, sniper: &Path) {
+    let s = sniper.to_str().unwrap();
+    let args = ["simulate", "out", "--simulator", "sniper", "--sniper", s];
+    let mut child = omp_command(dir, prog, &args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Each Sniper works in bbv's replay folder, named after bbv's process id.
+    let pattern = format!("lib/sniper .*bbv-replay-{}-", child.id());
+    let simulators = || {
+        let o = Command::new("pgrep")
+            .args(["-f", &pattern])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).lines().count()
+    };
+    let started = std::time::Instant::now();
+    while simulators() == 0 {
+        assert!(started.elapsed().as_secs() < 60, "no Sniper started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while simulators() > 0 {
+        assert!(
+            killed.elapsed().as_secs() < 30,
+            "Sniper still running 30 s after bbv was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 #[test]

@@ -457,9 +457,11 @@ fn replay_staged(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         crate::checkpoint::same_qemu(&prepared, &s)?;
     }
     let outcome = prepared.run()?;
-    // QEMU gone before the plugin's results (killed): Sniper may wait for a stream that never
-    // opens, so it is stopped rather than waited for.
-    let replay_failed = outcome.collected.is_err();
+    // QEMU gone before the plugin's results, or killed outright (SIGKILL: its exit path, which
+    // ends every thread's stream, never ran): Sniper may wait for a stream that never opens,
+    // or a simulated thread for a wake that never comes, so it is stopped, not waited for.
+    let replay_failed = outcome.collected.is_err()
+        || outcome.status == bbv_collect::GuestStatus::Signaled(libc::SIGKILL);
     let mut events_seen: Option<Events> = None;
     let mut checkpoints = None;
     let report = outcome.collected.map_err(ReplayError::from).and_then(|c| {

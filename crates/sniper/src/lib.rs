@@ -12,9 +12,11 @@
 
 mod live;
 mod simout;
+mod wait;
 
 pub use live::{Live, Replies};
 pub use simout::SimOut;
+pub use wait::STALL;
 
 use std::path::{Path, PathBuf};
 

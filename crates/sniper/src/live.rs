@@ -50,6 +50,12 @@ fn mkfifo(path: &Path) -> Result<(), SniperError> {
     Ok(())
 }
 
+/// Writes Sniper script `name` (`name.py`) into Sniper's folder `dir`.
+fn write_script(dir: &Path, name: &str, text: &str) -> Result<(), SniperError> {
+    let path = dir.join(format!("{name}.py"));
+    std::fs::write(&path, text).map_err(SniperError::io(format!("cannot write {}", path.display())))
+}
+
 /// Opens `path` with `flags`, then clears O_NONBLOCK (kept only for the open).
 fn open_fd(path: &Path, flags: i32) -> std::io::Result<File> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
@@ -65,6 +71,10 @@ fn open_fd(path: &Path, flags: i32) -> std::io::Result<File> {
         Ok(File::from_raw_fd(fd))
     }
 }
+
+/// The guard script's name (guard.py, written to Sniper's folder): the simulator dies with
+/// run-sniper, which dies with bbv.
+const GUARD_SCRIPT: &str = "bbv_guard";
 
 /// The region script's name (region.py, written to Sniper's folder) and its snapshots.
 const REGION_SCRIPT: &str = "bbv_region";
@@ -128,13 +138,13 @@ impl Sniper {
         if let Some(c) = config {
             cmd.args(["-c", c]);
         }
+        // Scripts are found in Sniper's folder (the working directory), whatever the path
+        // holds; the guard first, so that no later failure leaves the simulator behind.
+        write_script(&live.dir, GUARD_SCRIPT, include_str!("guard.py"))?;
+        cmd.args(["-s", GUARD_SCRIPT]);
         if from_marker {
-            let script = live.dir.join(format!("{REGION_SCRIPT}.py"));
-            std::fs::write(&script, include_str!("region.py")).map_err(SniperError::io(
-                format!("cannot write {}", script.display()),
-            ))?;
+            write_script(&live.dir, REGION_SCRIPT, include_str!("region.py"))?;
             use bbv_sift::command::region as r;
-            // Found in Sniper's folder (the working directory), whatever the path holds.
             cmd.arg("-s").arg(format!(
                 "{REGION_SCRIPT}:{}:{}:{}:{}:{}:{REGION_START}:{REGION_END}",
                 r::START_AFTER,
@@ -284,8 +294,17 @@ impl Live {
         let Some(child) = self.child.take() else {
             return Err(self.failed("not started".into()));
         };
-        let (status, cpu) =
-            wait_with_cpu(child).map_err(SniperError::io("cannot wait for Sniper"))?;
+        let waited = crate::wait::wait(child, crate::STALL)
+            .map_err(SniperError::io("cannot wait for Sniper"))?;
+        let cpu = waited.cpu;
+        let Some(status) = waited.status else {
+            return Err(self.failed(format!(
+                "it used no CPU for {} s after its streams ended, its simulated threads \
+                 waiting for one another (streams cut short?), and was stopped: {}",
+                crate::STALL.as_secs(),
+                self.log_tail()
+            )));
+        };
         // Once the region script recorded the region's end, Sniper's own summary as it
         // leaves (which fails when its region of interest began late in the stream, a
         // division by a zero time) is not the region's: the two snapshots are.
@@ -402,30 +421,4 @@ impl Read for Replies {
             }
         }
     }
-}
-
-/// Waits for `child` (run-sniper); its exit status and the CPU seconds it and the processes
-/// it waited for (the backend) used.
-fn wait_with_cpu(child: Child) -> std::io::Result<(std::process::ExitStatus, f64)> {
-    use std::os::unix::process::ExitStatusExt;
-    let pid = child.id() as i32;
-    let mut status = 0;
-    // SAFETY: a zeroed rusage for wait4 to fill.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: our own child, waited for once (std's Child is not waited after this).
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-        if r == pid {
-            break;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Ok((
-        std::process::ExitStatus::from_raw(status),
-        secs(ru.ru_utime) + secs(ru.ru_stime),
-    ))
 }
