@@ -53,6 +53,35 @@ fn replay(dir: &Path, run: &Path, args: &[&str], prog: &[&str]) -> Output {
 }
 
 #[test]
+fn bbv_s_own_settings_do_not_reach_the_guest() {
+    // A guest that prints its environment: bbv's BBV_* settings are left out (others kept),
+    // so the guest runs the same instructions with and without them.
+    let dir = tempfile::tempdir().unwrap();
+    let count = |env: &[(&str, &str)]| {
+        let out = bbv()
+            .current_dir(dir.path())
+            .args(["collect", "--instr-count-only", "--", "/usr/bin/env"])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert_status(&out, 0);
+        let total = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("#   Total instructions: ")
+                    .map(str::to_owned)
+            })
+            .expect("a total");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), total)
+    };
+    let (printed, with) = count(&[("BBV_SETTING_FOR_BBV", "1"), ("KEPT_FOR_THE_GUEST", "1")]);
+    assert!(printed.contains("KEPT_FOR_THE_GUEST=1"), "{printed}");
+    assert!(!printed.contains("BBV_"), "{printed}");
+    let (_, with_only_kept) = count(&[("KEPT_FOR_THE_GUEST", "1")]);
+    assert_eq!(with, with_only_kept);
+}
+
+#[test]
 fn markers_are_reached_on_replay_in_another_environment() {
     let dir = tempfile::tempdir().unwrap();
     let (out, run) = gzip_run(dir.path(), &[]);

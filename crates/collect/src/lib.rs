@@ -364,7 +364,15 @@ impl Prepared {
         if let Some(root) = &r.guest.launch.sysroot {
             v.extend(["-L".into(), root.into()]);
         }
-        v.extend(["-plugin".into(), plugin, "--".into()]);
+        v.extend(["-plugin".into(), plugin]);
+        // bbv's own settings (BBV_*) are not the guest's: a run with one and its replay
+        // without would start from stacks of other sizes, and so count other instructions.
+        for (name, _) in std::env::vars_os() {
+            if name.as_encoded_bytes().starts_with(b"BBV_") {
+                v.extend(["-U".into(), name]);
+            }
+        }
+        v.push("--".into());
         v.push(self.program.clone().into_os_string());
         v.extend(r.guest.args.iter().cloned());
         v
