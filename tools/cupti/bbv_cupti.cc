@@ -11,6 +11,8 @@
 //   BBV_GPU_DIR       folder for launches.txt, metrics.txt and cubins/ (required)
 //   BBV_GPU_KERNELS   ECMAScript regex: only launches of kernels whose mangled name matches
 //   BBV_GPU_LAUNCHES  A:B: only launches A (inclusive) to B (exclusive), 0-based, B optional
+//   BBV_GPU_TIMES     1: a timing run: nothing counted, no launch synchronised, and every
+//                     kernel's start and end on the GPU from CUPTI's activity records
 //
 // launches.txt (text, one record per line, fields separated by one space):
 //   bbv-cupti 1
@@ -24,6 +26,12 @@
 //   graph N                            a graph launch (its kernels are not counted)
 //   error TEXT                         CUPTI refused something: counts after it are missing
 //   done LAUNCHES COUNTED              written at exit: the file is complete
+//   timing                             (after the header) a timing run: every launch is skipped
+//   corr N CORRELATION                 CUPTI's correlation id of launch N (timing runs)
+//   graph N CORRELATION                (timing runs: with the graph launch's correlation id)
+//   kernel CORRELATION START END REGISTERS STATIC_SHMEM DYNAMIC_SHMEM
+//                                      a kernel's run on the GPU (ns, GPU clock), its registers
+//                                      per thread and shared memory per block (timing runs)
 #include <cuda.h>
 #include <cupti.h>
 #include <cupti_pcsampling.h>
@@ -73,6 +81,7 @@ struct State {
   // every launch (a range per launch costs a patching per launch).
   std::set<CUcontext> enabled;
   double current_start = 0;
+  bool times = false;
   CUresult (*ctx_synchronize)(void) = nullptr;
 };
 
@@ -283,12 +292,25 @@ bool chosen(uint64_t n, const char *name) {
 void on_launch(const CUpti_CallbackData *cb, CUpti_CallbackId cbid) {
   if (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch ||
       cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz) {
-    if (cb->callbackSite == CUPTI_API_ENTER) fprintf(g->out, "graph %" PRIu64 "\n", g->launches);
+    if (cb->callbackSite != CUPTI_API_ENTER) return;
+    if (g->times)
+      fprintf(g->out, "graph %" PRIu64 " %" PRIu32 "\n", g->launches, cb->correlationId);
+    else
+      fprintf(g->out, "graph %" PRIu64 "\n", g->launches);
     return;
   }
   Launch l;
   if (!launch_of(cbid, cb->functionParams, &l)) return;
   const char *name = cb->symbolName ? cb->symbolName : "?";
+  if (g->times) {
+    // Timed as it runs: no synchronisation, no counting; the activity records give the times.
+    if (cb->callbackSite != CUPTI_API_EXIT) return;
+    uint64_t n = g->launches++;
+    fprintf(g->out, "corr %" PRIu64 " %" PRIu32 "\n", n, cb->correlationId);
+    fprintf(g->out, "skipped %" PRIu64 " %u %u %u %u %u %u %s\n", n, l.grid[0], l.grid[1],
+            l.grid[2], l.block[0], l.block[1], l.block[2], name);
+    return;
+  }
   if (cb->callbackSite == CUPTI_API_ENTER) {
     g->current_selected = !g->failed && chosen(g->launches, name) && enable_context(cb->context);
     // Earlier work must not be timed with this launch.
@@ -320,13 +342,44 @@ void CUPTIAPI callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId cbi
                        const void *data) {
   std::lock_guard<std::mutex> lock(g->mu);
   if (domain == CUPTI_CB_DOMAIN_RESOURCE && cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED) {
-    on_module_loaded(static_cast<const CUpti_ResourceData *>(data));
+    // A timing run's cubins are the counted run's: not written again.
+    if (!g->times) on_module_loaded(static_cast<const CUpti_ResourceData *>(data));
   } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
     on_launch(static_cast<const CUpti_CallbackData *>(data), cbid);
   }
 }
 
+// Activity buffers (timing runs): CUPTI fills them and hands them back, on its own thread or,
+// when flushed, on the flushing one (never while g->mu is held: the handler takes it).
+void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+  *size = 8 << 20;
+  *buffer = static_cast<uint8_t *>(aligned_alloc(8, *size));
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t,
+                               size_t valid) {
+  std::lock_guard<std::mutex> lock(g->mu);
+  CUpti_Activity *rec = nullptr;
+  while (buffer && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+      continue;
+    // The fields read are laid out alike in every version of the kernel record.
+    auto *k = reinterpret_cast<const CUpti_ActivityKernel10 *>(rec);
+    if (g->out)
+      fprintf(g->out, "kernel %" PRIu32 " %" PRIu64 " %" PRIu64 " %u %d %d\n", k->correlationId,
+              (uint64_t)k->start, (uint64_t)k->end, (unsigned)k->registersPerThread,
+              (int)k->staticSharedMemory, (int)k->dynamicSharedMemory);
+  }
+  size_t dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped && g->out)
+    fprintf(g->out, "error CUPTI dropped %zu activity records\n", dropped);
+  free(buffer);
+}
+
 void at_exit() {
+  // Outside the lock: the flush hands the last buffers to buffer_completed on this thread.
+  if (g->times) cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(g->mu);
   if (!g->out) return;
   fprintf(g->out, "done %" PRIu64 " %" PRIu64 "\n", g->launches, g->counted);
@@ -375,6 +428,16 @@ extern "C" int InitializeInjection(void) {
   if (const char *r = getenv("BBV_GPU_LAUNCHES")) {
     if (!parse_range(r)) {
       fprintf(g->out, "error BBV_GPU_LAUNCHES must be A:B\n");
+      return 0;
+    }
+  }
+  if (const char *t = getenv("BBV_GPU_TIMES")) g->times = strcmp(t, "1") == 0;
+  if (g->times) {
+    fprintf(g->out, "timing\n");
+    CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r == CUPTI_SUCCESS) r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    if (r != CUPTI_SUCCESS) {
+      fail("cuptiActivityEnable", r);
       return 0;
     }
   }

@@ -27,27 +27,7 @@ pub enum GpuCommand {
     /// every SASS instruction's executions, NVBit instr_count_bb's lines, basic-block vectors
     /// over the kernels' static blocks. Exits with the program's status (2: bbv refused, 1:
     /// CUPTI refused and counts are missing).
-    Run {
-        /// Output folder: raw/ (per-PC counts, cubins), counts.txt, bbv.bb, blocks.tsv,
-        /// summary.json.
-        #[arg(short = 'o', value_name = "DIR", default_value = "bbv-gpu")]
-        output: PathBuf,
-        /// Count only kernels whose mangled name matches this regular expression (ECMAScript).
-        #[arg(long)]
-        kernels: Option<String>,
-        /// Count only launches A (inclusive) to B (exclusive), 0-based; B may be left out.
-        #[arg(long, value_name = "A:B", value_parser = bbv_cuda::tools::launch_range)]
-        launches: Option<(u64, Option<u64>)>,
-        /// counts.txt per thread (active lanes) instead of per warp (NVBit COUNT_WARP_LEVEL=0).
-        #[arg(long = "thread-level")]
-        thread_level: bool,
-        /// counts.txt without predicated-off instructions (NVBit EXCLUDE_PRED_OFF=1).
-        #[arg(long = "exclude-pred-off")]
-        exclude_pred_off: bool,
-        /// The program and its arguments.
-        #[arg(last = true, required = true, value_name = "PROGRAM")]
-        command: Vec<String>,
-    },
+    Run(RunArgs),
     /// Static control-flow graphs of every kernel and device function: NVIDIA cubins, fat
     /// binaries and executables or libraries with CUDA device code (nvdisasm, cuobjdump), AMDGPU
     /// code objects and object files (llvm-objdump). Blocks as `nvdisasm -bbcfg` draws them.
@@ -112,6 +92,34 @@ pub enum GpuCommand {
         #[arg(long)]
         cfg: Vec<PathBuf>,
     },
+}
+
+/// `bbv gpu run`'s options.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Output folder: raw/ (per-PC counts, cubins), counts.txt, bbv.bb, blocks.tsv,
+    /// launches.tsv, summary.json; times.tsv with --repeat.
+    #[arg(short = 'o', value_name = "DIR", default_value = "bbv-gpu")]
+    output: PathBuf,
+    /// Count only kernels whose mangled name matches this regular expression (ECMAScript).
+    #[arg(long)]
+    kernels: Option<String>,
+    /// Count only launches A (inclusive) to B (exclusive), 0-based; B may be left out.
+    #[arg(long, value_name = "A:B", value_parser = bbv_cuda::tools::launch_range)]
+    launches: Option<(u64, Option<u64>)>,
+    /// counts.txt per thread (active lanes) instead of per warp (NVBit COUNT_WARP_LEVEL=0).
+    #[arg(long = "thread-level")]
+    thread_level: bool,
+    /// counts.txt without predicated-off instructions (NVBit EXCLUDE_PRED_OFF=1).
+    #[arg(long = "exclude-pred-off")]
+    exclude_pred_off: bool,
+    /// Then run the program N more times uncounted, each launch timed on the GPU (CUPTI's
+    /// activity records): times.tsv, a time per launch and run, and their spread.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    repeat: u32,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    command: Vec<String>,
 }
 
 /// `bbv gpu count`'s options.
@@ -207,20 +215,21 @@ impl GpuCommand {
 }
 
 /// `bbv gpu run`: the program's exit status, 1 when CUPTI refused.
-fn live_run(
-    output: PathBuf,
-    kernels: Option<String>,
-    launches: Option<(u64, Option<u64>)>,
-    mode: CountMode,
-    command: Vec<String>,
-) -> Result<u8> {
+fn live_run(a: RunArgs) -> Result<u8> {
     let exe = std::env::current_exe()?;
     let exe_dir = exe.parent().map(PathBuf::from).unwrap_or_default();
     let run = bbv_gpujob::GpuRun {
-        output,
-        command,
-        mode,
-        selection: bbv_cuda::tools::Selection { kernels, launches },
+        output: a.output,
+        command: a.command,
+        mode: CountMode {
+            thread_level: a.thread_level,
+            exclude_pred_off: a.exclude_pred_off,
+        },
+        selection: bbv_cuda::tools::Selection {
+            kernels: a.kernels,
+            launches: a.launches,
+        },
+        repeat: a.repeat,
         exe_dir,
     };
     let o = bbv_gpujob::gpu_run(&run)?;
@@ -231,20 +240,7 @@ fn live_run(
 /// Runs a `bbv gpu` command; returns the exit status.
 pub fn run(cmd: GpuCommand) -> Result<u8> {
     match cmd {
-        GpuCommand::Run {
-            output,
-            kernels,
-            launches,
-            thread_level,
-            exclude_pred_off,
-            command,
-        } => {
-            let mode = CountMode {
-                thread_level,
-                exclude_pred_off,
-            };
-            live_run(output, kernels, launches, mode, command)
-        }
+        GpuCommand::Run(a) => live_run(a),
         GpuCommand::Cfg {
             files,
             output,

@@ -47,7 +47,7 @@ fn without_a_driver_nothing_runs() {
     let marker = t.path().join("ran");
     let out = bbv()
         .env("BBV_NVIDIA_DEV", t.path().join("no-dev"))
-        .args(["gpu", "run", "-o"])
+        .args(["gpu", "run", "--repeat", "3", "-o"])
         .arg(t.path().join("out"))
         .args(["--", "sh", "-c"])
         .arg(format!("touch {}", marker.display()))
@@ -66,6 +66,8 @@ fn bad_run_options_are_refused() {
         (&["--launches", "5:2"][..], "B must be greater than A"),
         (&["--launches", "x"][..], "expected A:B"),
         (&["--launches", "1:2:3"][..], "expected A:B"),
+        (&["--repeat", "101"][..], "101 is not in 0..=100"),
+        (&["--repeat", "-1"][..], "unexpected argument '-1'"),
     ] {
         let out = bbv()
             .args(["gpu", "run"])

@@ -7,6 +7,7 @@
 pub mod aggregate;
 pub mod job;
 pub mod live;
+pub mod times;
 pub mod tools;
 
 use std::path::PathBuf;

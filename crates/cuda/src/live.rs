@@ -46,6 +46,37 @@ pub struct Launch {
     pub pcs: Vec<PcCount>,
 }
 
+/// A launch run but not counted (outside --launches or --kernels, or any launch of a timing
+/// run).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// 0-based launch number in the process.
+    pub number: u64,
+    /// Grid dimensions.
+    pub grid: [u32; 3],
+    /// Block dimensions.
+    pub block: [u32; 3],
+    /// Kernel name, mangled.
+    pub name: String,
+}
+
+/// A kernel's run on the GPU, from CUPTI's activity records (timing runs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelTime {
+    /// CUPTI's correlation id: the launch's (or, for a graph's kernels, the graph launch's).
+    pub correlation: u32,
+    /// Start and end on the GPU's clock, in nanoseconds.
+    pub start: u64,
+    /// See `start`.
+    pub end: u64,
+    /// Registers per thread.
+    pub registers: u32,
+    /// Static shared memory per block, in bytes.
+    pub static_shared: u64,
+    /// Dynamic shared memory per block, in bytes.
+    pub dynamic_shared: u64,
+}
+
 /// Everything one `bbv gpu run` collected.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveRun {
@@ -55,10 +86,18 @@ pub struct LiveRun {
     pub metrics: Vec<String>,
     /// Counted launches in order.
     pub launches: Vec<Launch>,
-    /// Launches run but not counted (outside --launches or --kernels): number and name.
-    pub skipped: Vec<(u64, String)>,
+    /// Launches run but not counted (outside --launches or --kernels; in a timing run, all).
+    pub skipped: Vec<Skipped>,
     /// Graph launches seen (their kernels are not counted).
     pub graphs: u64,
+    /// A timing run (`BBV_GPU_TIMES=1`): nothing counted, every kernel timed.
+    pub timing: bool,
+    /// Launch numbers and their CUPTI correlation ids (timing runs).
+    pub correlations: Vec<(u64, u32)>,
+    /// Graph launches' correlation ids (timing runs).
+    pub graph_correlations: Vec<u32>,
+    /// Kernels' runs on the GPU (timing runs), in the order CUPTI delivered them.
+    pub kernels: Vec<KernelTime>,
     /// Modules loaded: cubin CRC and size.
     pub modules: Vec<(u32, u64)>,
     /// What CUPTI refused, in order.
@@ -191,14 +230,22 @@ fn record(
             }
             run.launches.push(l);
         }
-        "skipped" => {
-            let n = f.num()?;
-            for _ in 0..6 {
-                f.num::<u32>()?;
+        "skipped" => run.skipped.push(Skipped {
+            number: f.num()?,
+            grid: [f.num()?, f.num()?, f.num()?],
+            block: [f.num()?, f.num()?, f.num()?],
+            name: f.rest()?.to_string(),
+        }),
+        "graph" => {
+            f.num::<u64>()?;
+            if !f.is_empty() {
+                run.graph_correlations.push(f.num()?);
             }
-            run.skipped.push((n, f.rest()?.to_string()));
+            run.graphs += 1;
         }
-        "graph" => run.graphs += 1,
+        "timing" => run.timing = true,
+        "corr" => run.correlations.push((f.num()?, f.num()?)),
+        "kernel" => run.kernels.push(kernel_time(&mut f, err)?),
         "error" => run.errors.push(rest.to_string()),
         "done" => run.complete = true,
         _ => {
@@ -209,6 +256,28 @@ fn record(
         }
     }
     Ok(())
+}
+
+/// A `kernel` record's fields.
+fn kernel_time<E: Fn(String) -> CudaError>(
+    f: &mut Fields<'_, E>,
+    err: &E,
+) -> Result<KernelTime, CudaError> {
+    let k = KernelTime {
+        correlation: f.num()?,
+        start: f.num()?,
+        end: f.num()?,
+        registers: f.num()?,
+        static_shared: f.num()?,
+        dynamic_shared: f.num()?,
+    };
+    if k.end < k.start {
+        return Err(err(format!(
+            "kernel of correlation {} ends ({}) before it starts ({})",
+            k.correlation, k.end, k.start
+        )));
+    }
+    Ok(k)
 }
 
 /// Space-separated fields of one record.
@@ -249,6 +318,10 @@ impl<'a, E: Fn(String) -> CudaError> Fields<'a, E> {
                 bbv_files::input::quote(w.as_bytes())
             ))
         })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rest.is_empty()
     }
 
     fn rest(&mut self) -> Result<&'a str, CudaError> {

@@ -120,12 +120,14 @@ pub fn launch_range(s: &str) -> Result<(u64, Option<u64>), String> {
 }
 
 /// Runs `program args` with the injection library writing into `raw`; returns its status.
+/// `timing`: a timing run (every launch timed, nothing counted, the selection ignored).
 pub fn run_program(
     inj: &Injection,
     raw: &Path,
     program: &str,
     args: &[String],
     sel: &Selection,
+    timing: bool,
 ) -> Result<ExitStatus, CudaError> {
     let mut cmd = Command::new(program);
     cmd.args(args)
@@ -141,6 +143,12 @@ pub fn run_program(
             preload.push(old);
         }
         cmd.env("LD_PRELOAD", preload);
+    }
+    if timing {
+        cmd.env("BBV_GPU_TIMES", "1");
+        return cmd
+            .status()
+            .map_err(|e| CudaError::Tool(format!("cannot start {program}: {e}")));
     }
     if let Some(k) = &sel.kernels {
         cmd.env("BBV_GPU_KERNELS", k);

@@ -305,3 +305,61 @@ fn a_run_cut_off_inside_a_launch_keeps_the_launches_before() {
     assert_eq!(counts[0].pcs.counts.values().sum::<u64>(), 153);
     assert_eq!(counts[0].unplaced, 0);
 }
+
+/// A timing run's file as the injection library writes it with BBV_GPU_TIMES=1 (launch lines
+/// at the API's exit, kernel records as CUPTI hands its buffers back, out of launch order).
+const TIMING: &str = "bbv-cupti 1
+timing
+corr 0 11
+skipped 0 2 1 1 64 1 1 _Z4fillPfi
+module 4e5b5de8 9000
+corr 1 12
+skipped 1 8 1 1 256 1 1 _Z6reducePKfPfi
+graph 2 13
+kernel 12 5000 9500 40 2048 512
+kernel 11 1000 2000 16 0 0
+kernel 13 9600 9700 8 0 0
+done 2 0
+";
+
+#[test]
+fn timing_runs_give_each_launch_its_gpu_time() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("launches.txt");
+    std::fs::write(&p, TIMING).unwrap();
+    let run = live::read(&p).unwrap();
+    assert!(run.timing && run.complete);
+    assert_eq!(run.correlations, [(0, 11), (1, 12)]);
+    assert_eq!(run.graph_correlations, [13]);
+    let times = bbv_cuda::times::join(&[run.clone(), run]).unwrap();
+    let l = &times.launches[1];
+    assert_eq!(
+        (l.name.as_str(), l.ns.as_slice()),
+        ("_Z6reducePKfPfi", &[4500, 4500][..])
+    );
+    assert_eq!(
+        (l.grid, l.block, l.registers, l.shared),
+        ([8, 1, 1], [256, 1, 1], 40, 2560)
+    );
+    assert_eq!(times.totals(), [5500, 5500]);
+    assert_eq!(times.unattributed_ns, [100, 100]);
+    // A kernel record that ends before it starts is refused at its line.
+    std::fs::write(
+        &p,
+        TIMING.replace("kernel 11 1000 2000", "kernel 11 3000 2000"),
+    )
+    .unwrap();
+    let e = live::read(&p).unwrap_err().to_string();
+    assert!(
+        e.contains(":10: kernel of correlation 11 ends (2000) before it starts"),
+        "{e}"
+    );
+    // A launch CUPTI gave no record for has no duration: refused, not counted as 0.
+    std::fs::write(&p, TIMING.replace("kernel 11 1000 2000 16 0 0\n", "")).unwrap();
+    let e = bbv_cuda::times::join(&[live::read(&p).unwrap()]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("launch 0 (_Z4fillPfi) has no duration"),
+        "{e}"
+    );
+}

@@ -104,6 +104,8 @@ pub struct GpuRun {
     pub mode: CountMode,
     /// Which launches to count.
     pub selection: Selection,
+    /// Timing runs after the counted one (`--repeat`): each launch's time on the GPU.
+    pub repeat: u32,
     /// The folder of the bbv binary (the injection library sits beside it).
     pub exe_dir: PathBuf,
 }
@@ -161,8 +163,9 @@ fn run_into(r: &GpuRun) -> Result<GpuRunOutcome, GpuJobError> {
     let _ = std::fs::remove_dir_all(&fresh);
     std::fs::create_dir_all(&fresh).map_err(|e| GpuJobError::io(&fresh, e))?;
     let start = Instant::now();
-    let status = tools::run_program(&injection, &fresh, program, args, &r.selection)?;
+    let status = tools::run_program(&injection, &fresh, program, args, &r.selection, false)?;
     let wall = start.elapsed().as_secs_f64();
+    let timing = crate::gpu_times::timing_runs(&injection, &fresh, &r.command, r.repeat, status)?;
     let target = raw(&r.output);
     let _ = std::fs::remove_dir_all(&target);
     std::fs::rename(&fresh, &target).map_err(|e| GpuJobError::io(&target, e))?;
@@ -172,13 +175,21 @@ fn run_into(r: &GpuRun) -> Result<GpuRunOutcome, GpuJobError> {
         )),
         None => e.into(),
     })?;
-    let extra = serde_json::json!({
+    let times = crate::gpu_times::join(&live, timing)?;
+    let mut extra = serde_json::json!({
         "command": r.command,
         "exit_status": status.code(),
         "wall_seconds": wall,
     });
+    if let Some(t) = &times {
+        extra["timing"] = crate::gpu_times::summary(t);
+    }
     live.write(r.mode, extra)?;
-    let report = outcome_report(&live, wall, &r.output);
+    let mut report = outcome_report(&live, wall, &r.output);
+    if let Some(t) = &times {
+        crate::gpu_times::write(t, &r.output)?;
+        report.push_str(&crate::gpu_times::report(t));
+    }
     Ok(GpuRunOutcome {
         status,
         report,

@@ -17,6 +17,7 @@ mod gpu_count;
 mod gpu_job;
 mod gpu_simulate;
 mod gpu_simulate_doc;
+mod gpu_times;
 
 pub use gpu_count::{gpu_bbv, gpu_count, GpuCount};
 pub use gpu_job::{gpu_run, gpu_sample, GpuRun, GpuRunOutcome};

@@ -1,0 +1,297 @@
+//! Per-launch hardware figures from timing runs (`bbv gpu run --repeat N`): each launch's time
+//! on the GPU in every run (CUPTI's activity records, not host timers), its grid and block, its
+//! registers per thread and shared memory per block; `times.tsv` in the run folder.
+//!
+//! A timing run counts nothing and synchronises nothing, so its kernels run as they do without
+//! bbv. Launches are matched across runs by number: every run must launch the same kernels in
+//! the same order (another program's records, or a program whose launches depend on the run,
+//! are refused). A launch's time is its kernel's end minus start; the kernels of a graph launch
+//! (not numbered launches) are summed apart, as time no launch accounts for.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use crate::live::LiveRun;
+use crate::CudaError;
+
+/// One launch over every timing run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimedLaunch {
+    /// 0-based launch number.
+    pub number: u64,
+    /// Kernel name, mangled.
+    pub name: String,
+    /// Grid dimensions.
+    pub grid: [u32; 3],
+    /// Block dimensions.
+    pub block: [u32; 3],
+    /// Registers per thread.
+    pub registers: u32,
+    /// Shared memory per block (static and dynamic), in bytes.
+    pub shared: u64,
+    /// Its time on the GPU in each run, in nanoseconds.
+    pub ns: Vec<u64>,
+}
+
+impl TimedLaunch {
+    /// The mean time over the runs, in nanoseconds.
+    pub fn mean_ns(&self) -> f64 {
+        self.ns.iter().sum::<u64>() as f64 / self.ns.len().max(1) as f64
+    }
+}
+
+/// Every launch's figures, and what the runs say of their own spread.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Times {
+    /// Launches in order.
+    pub launches: Vec<TimedLaunch>,
+    /// Per run: nanoseconds of kernels no numbered launch accounts for (graph launches').
+    pub unattributed_ns: Vec<u64>,
+}
+
+impl Times {
+    /// Per run: the total time of the numbered launches, in nanoseconds.
+    pub fn totals(&self) -> Vec<u64> {
+        let runs = self.unattributed_ns.len();
+        (0..runs)
+            .map(|r| self.launches.iter().map(|l| l.ns[r]).sum())
+            .collect()
+    }
+
+    /// The relative spread of the runs' totals: (largest - smallest) / mean (0 for one run).
+    pub fn total_spread(&self) -> f64 {
+        spread(&self.totals())
+    }
+
+    /// The median over launches of each launch's relative spread across the runs.
+    pub fn median_launch_spread(&self) -> f64 {
+        let mut s: Vec<f64> = self.launches.iter().map(|l| spread(&l.ns)).collect();
+        if s.is_empty() {
+            return 0.0;
+        }
+        s.sort_by(f64::total_cmp);
+        s[s.len() / 2]
+    }
+
+    /// Writes `times.tsv`: a line per launch, a time column per run.
+    pub fn write_tsv(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        write!(w, "launch\tkernel\tgrid\tblock\tregisters\tshared_bytes")?;
+        for r in 0..self.unattributed_ns.len() {
+            write!(w, "\tns_{}", r + 1)?;
+        }
+        writeln!(w)?;
+        for l in &self.launches {
+            let [g, b] = [l.grid, l.block];
+            write!(
+                w,
+                "{}\t{}\t{},{},{}\t{},{},{}\t{}\t{}",
+                l.number, l.name, g[0], g[1], g[2], b[0], b[1], b[2], l.registers, l.shared
+            )?;
+            for ns in &l.ns {
+                write!(w, "\t{ns}")?;
+            }
+            writeln!(w)?;
+        }
+        Ok(())
+    }
+}
+
+/// (largest - smallest) / mean of `v` (0 when empty or all 0).
+fn spread(v: &[u64]) -> f64 {
+    let (Some(lo), Some(hi)) = (v.iter().min(), v.iter().max()) else {
+        return 0.0;
+    };
+    let mean = v.iter().sum::<u64>() as f64 / v.len() as f64;
+    if mean == 0.0 {
+        0.0
+    } else {
+        (hi - lo) as f64 / mean
+    }
+}
+
+/// Joins the timing runs' launches and kernel records.
+pub fn join(runs: &[LiveRun]) -> Result<Times, CudaError> {
+    let Some(first) = runs.first() else {
+        return Err(CudaError::Tool("no timing run".into()));
+    };
+    let mut launches: Vec<TimedLaunch> = first
+        .skipped
+        .iter()
+        .map(|s| TimedLaunch {
+            number: s.number,
+            name: s.name.clone(),
+            grid: s.grid,
+            block: s.block,
+            registers: 0,
+            shared: 0,
+            ns: Vec::new(),
+        })
+        .collect();
+    let mut unattributed = Vec::new();
+    for (r, run) in runs.iter().enumerate() {
+        let which = format!("timing run {}", r + 1);
+        if !run.timing {
+            return Err(CudaError::Tool(format!("{which} is not a timing run")));
+        }
+        if !run.complete {
+            return Err(CudaError::Tool(format!(
+                "{which} did not finish (its program died, or CUPTI refused: {})",
+                run.errors.join("; ")
+            )));
+        }
+        if run.skipped.len() != launches.len() {
+            return Err(CudaError::Tool(format!(
+                "{which} launched {} kernels, run 1 {}: the runs are not of one program, or its \
+                 launches depend on the run",
+                run.skipped.len(),
+                launches.len()
+            )));
+        }
+        for (l, s) in launches.iter().zip(&run.skipped) {
+            if s.number != l.number || s.name != l.name {
+                return Err(CudaError::Tool(format!(
+                    "launch {} is {} in {which} but {} in run 1: the runs are not of one program",
+                    l.number, s.name, l.name
+                )));
+            }
+        }
+        let by_corr: HashMap<u32, u64> = run.correlations.iter().map(|&(n, c)| (c, n)).collect();
+        let mut seen: HashMap<u64, &crate::live::KernelTime> = HashMap::new();
+        let mut other = 0;
+        for k in &run.kernels {
+            match by_corr.get(&k.correlation) {
+                Some(&n) => {
+                    if seen.insert(n, k).is_some() {
+                        return Err(CudaError::Tool(format!(
+                            "{which}: launch {n} has two kernel records"
+                        )));
+                    }
+                }
+                None => other += k.end - k.start,
+            }
+        }
+        for l in &mut launches {
+            let k = seen.get(&l.number).ok_or_else(|| {
+                CudaError::Tool(format!(
+                    "{which}: launch {} ({}) has no duration (CUPTI gave no kernel record for \
+                     it)",
+                    l.number, l.name
+                ))
+            })?;
+            l.ns.push(k.end - k.start);
+            l.registers = k.registers;
+            l.shared = k.static_shared + k.dynamic_shared;
+        }
+        unattributed.push(other);
+    }
+    Ok(Times {
+        launches,
+        unattributed_ns: unattributed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::{KernelTime, Skipped};
+
+    /// A timing run of launches (name, ns), correlation ids 100 + n, plus a graph kernel.
+    fn run(launches: &[(&str, u64)]) -> LiveRun {
+        let mut r = LiveRun {
+            timing: true,
+            complete: true,
+            ..LiveRun::default()
+        };
+        for (n, &(name, ns)) in launches.iter().enumerate() {
+            let n = n as u64;
+            r.skipped.push(Skipped {
+                number: n,
+                grid: [4, 1, 1],
+                block: [128, 1, 1],
+                name: name.into(),
+            });
+            r.correlations.push((n, 100 + n as u32));
+            r.kernels.push(KernelTime {
+                correlation: 100 + n as u32,
+                start: 1000 * n,
+                end: 1000 * n + ns,
+                registers: 32,
+                static_shared: 1024,
+                dynamic_shared: 512,
+            });
+        }
+        r.graph_correlations.push(7);
+        r.kernels.push(KernelTime {
+            correlation: 7,
+            start: 0,
+            end: 50,
+            ..KernelTime::default()
+        });
+        r
+    }
+
+    #[test]
+    fn runs_join_by_launch_and_their_spread_is_reported() {
+        let t = join(&[
+            run(&[("a", 100), ("b", 300)]),
+            run(&[("a", 110), ("b", 290)]),
+        ])
+        .unwrap();
+        assert_eq!(t.launches.len(), 2);
+        assert_eq!(t.launches[0].ns, [100, 110]);
+        assert_eq!(t.launches[1].registers, 32);
+        assert_eq!(t.launches[1].shared, 1536);
+        assert_eq!(t.totals(), [400, 400]);
+        assert_eq!(t.total_spread(), 0.0);
+        assert_eq!(t.unattributed_ns, [50, 50]);
+        assert!((t.launches[0].mean_ns() - 105.0).abs() < 1e-9);
+        // Launch a: 10/105; launch b: 10/295; the median of two is the larger.
+        assert!((t.median_launch_spread() - 10.0 / 105.0).abs() < 1e-9);
+        let mut tsv = Vec::new();
+        t.write_tsv(&mut tsv).unwrap();
+        let tsv = String::from_utf8(tsv).unwrap();
+        assert_eq!(
+            tsv.lines().next().unwrap(),
+            "launch\tkernel\tgrid\tblock\tregisters\tshared_bytes\tns_1\tns_2"
+        );
+        assert_eq!(
+            tsv.lines().nth(1).unwrap(),
+            "0\ta\t4,1,1\t128,1,1\t32\t1536\t100\t110"
+        );
+    }
+
+    #[test]
+    fn runs_of_other_programs_and_missing_durations_are_refused() {
+        let e = join(&[run(&[("a", 1)]), run(&[("b", 1)])]).unwrap_err();
+        assert!(
+            e.to_string().contains("launch 0 is b in timing run 2"),
+            "{e}"
+        );
+        let e = join(&[run(&[("a", 1)]), run(&[("a", 1), ("a", 1)])]).unwrap_err();
+        assert!(e.to_string().contains("launched 2 kernels, run 1 1"), "{e}");
+        let mut r = run(&[("a", 1), ("b", 2)]);
+        r.kernels.remove(1);
+        let e = join(&[r]).unwrap_err();
+        assert!(
+            e.to_string().contains("launch 1 (b) has no duration"),
+            "{e}"
+        );
+        let mut r = run(&[("a", 1)]);
+        r.kernels.push(r.kernels[0]);
+        let e = join(&[r]).unwrap_err();
+        assert!(e.to_string().contains("two kernel records"), "{e}");
+        let mut r = run(&[("a", 1)]);
+        r.complete = false;
+        assert!(join(&[r])
+            .unwrap_err()
+            .to_string()
+            .contains("did not finish"));
+        let mut r = run(&[("a", 1)]);
+        r.timing = false;
+        assert!(join(&[r])
+            .unwrap_err()
+            .to_string()
+            .contains("not a timing run"));
+        assert!(join(&[]).is_err());
+    }
+}
