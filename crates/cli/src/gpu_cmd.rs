@@ -70,6 +70,14 @@ pub enum GpuCommand {
         #[arg(long, default_value_t = 0.1)]
         spread: f64,
     },
+    /// Launch sampling scored against the hardware: on each `bbv gpu run --repeat` folder,
+    /// bbv's rule (clusters of basic-block vectors), Sieve's, PKA's and STEM's picks, chosen
+    /// on the first timing run, estimate the other runs' total GPU time (docs/gpu-live.md).
+    Score {
+        /// `bbv gpu run --repeat N` folders (times.tsv, launches.tsv, bbv.bb).
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
     /// Accel-Sim on the launches `bbv gpu sample` picked (each in a process of its own, after
     /// the launches that preceded it in the trace): the whole run's cycles estimated from the
     /// picks' weights, and with --full the error against simulating every launch. Writes
@@ -287,6 +295,11 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
             Ok(0)
         }
         GpuCommand::Count(a) => count(a),
+        GpuCommand::Score { dirs } => {
+            // bbv gpu sample's defaults, so that the picks scored are those it makes.
+            print!("{}", bbv_gpujob::gpu_score(&dirs, 20, 0.1)?);
+            Ok(0)
+        }
         GpuCommand::Simulate(a) => {
             let job = bbv_gpujob::GpuSimulate {
                 dir: a.dir,

@@ -198,3 +198,84 @@ fn cfg_lists_the_blocks_of_every_kernel() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
+
+/// A timed run folder as `bbv gpu run --repeat 3` leaves it (times.tsv, launches.tsv, bbv.bb):
+/// 10 launches of kernel a (1,000 warp instructions, 100 ns in every run) and 20 of b (4,000
+/// warp instructions; 400, 410 and 390 ns in runs 1 to 3, alike within a run).
+fn timed_folder(dir: &Path) -> PathBuf {
+    let run = dir.join("timed");
+    std::fs::create_dir_all(&run).unwrap();
+    let mut launches = String::from("launch\tkernel\tgrid\tblock\twarp\twarp_pred_on\tthread\tthread_pred_on\tmicros\tunplaced\tuneven_blocks\n");
+    let mut times =
+        String::from("launch\tkernel\tgrid\tblock\tregisters\tshared_bytes\tns_1\tns_2\tns_3\n");
+    let mut bb = String::new();
+    for i in 0..30 {
+        let (k, warp, ns) = match i % 3 {
+            0 => ("_Z1av", 1000, [100, 100, 100]),
+            _ => ("_Z1bv", 4000, [400, 410, 390]),
+        };
+        launches.push_str(&format!(
+            "{i}\t{k}\t4,1,1\t128,1,1\t{warp}\t{warp}\t{}\t{}\t7\t0\t0\n",
+            32 * warp,
+            32 * warp
+        ));
+        times.push_str(&format!(
+            "{i}\t{k}\t4,1,1\t128,1,1\t32\t0\t{}\t{}\t{}\n",
+            ns[0], ns[1], ns[2]
+        ));
+        bb.push_str(&format!("T:{}:{warp} \n", if i % 3 == 0 { 1 } else { 2 }));
+    }
+    std::fs::write(run.join("launches.tsv"), launches).unwrap();
+    std::fs::write(run.join("times.tsv"), times).unwrap();
+    std::fs::write(run.join("bbv.bb"), bb).unwrap();
+    run
+}
+
+#[test]
+fn timed_runs_are_scored_rule_by_rule() {
+    let t = tempfile::tempdir().unwrap();
+    let run = timed_folder(t.path());
+    let out = bbv().args(["gpu", "score"]).arg(&run).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .filter(|l| l.starts_with(&run.display().to_string()))
+        .map(|l| l.split('\t').collect())
+        .collect();
+    let rules: Vec<&str> = rows.iter().map(|r| r[4]).collect();
+    assert_eq!(rules, ["bbv", "sieve", "pka", "stem"], "{table}");
+    // Recomputed from the files: scored on runs 2 and 3, each 10 x 100 + 20 x 410 (or 390).
+    let measured = (10.0 * 100.0 + 20.0 * 400.0) / 1e6;
+    for r in &rows {
+        assert_eq!(r[1], "30", "{table}");
+        assert_eq!(r[2], "3", "{table}");
+        // Runs 1 to 3 total 9,000, 9,200 and 8,800 ns: 4.44% apart.
+        assert_eq!(r[3], "4.44%", "{table}");
+        assert_eq!(r[7].parse::<f64>().unwrap(), measured, "{table}");
+    }
+    // Sieve's strata (a; b) pick one launch each, standing for 10 and 20: exact here.
+    let sieve = &rows[1];
+    assert_eq!((sieve[5], sieve[8]), ("2", "+0.00%"), "{table}");
+    assert!(table.contains("sieve: mean |error| 0.00%"), "{table}");
+
+    // Bad input: a folder never timed, another run's times, a damaged times.tsv.
+    let other = t.path().join("untimed");
+    std::fs::create_dir_all(&other).unwrap();
+    let o = bbv().args(["gpu", "score"]).arg(&other).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("has no times.tsv: record the run with `bbv gpu run --repeat N`"));
+    let tsv = std::fs::read_to_string(run.join("times.tsv")).unwrap();
+    for (bad, want) in [
+        (tsv.replacen("_Z1bv", "_Z1cv", 1), "records of another run"),
+        (
+            tsv.replacen("\t410\t", "\t-4\t", 1),
+            "times.tsv:3: -4 is not a number",
+        ),
+    ] {
+        std::fs::write(run.join("times.tsv"), bad).unwrap();
+        let o = bbv().args(["gpu", "score"]).arg(&run).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains(want), "{}", text(&o));
+    }
+}

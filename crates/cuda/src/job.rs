@@ -14,6 +14,73 @@ use crate::aggregate::{aggregate, Code, LaunchCounts, WARP_PRED_ON};
 use crate::live::{self, LiveRun};
 use crate::CudaError;
 
+/// `launches.tsv`'s columns.
+const LAUNCHES_COLUMNS: [&str; 11] = [
+    "launch",
+    "kernel",
+    "grid",
+    "block",
+    "warp",
+    "warp_pred_on",
+    "thread",
+    "thread_pred_on",
+    "micros",
+    "unplaced",
+    "uneven_blocks",
+];
+
+/// One line of `launches.tsv` as [`read_launches`] gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountedLaunch {
+    /// 0-based launch number.
+    pub number: u64,
+    /// Kernel name, mangled.
+    pub kernel: String,
+    /// Warp-level instructions.
+    pub warp: u64,
+}
+
+/// Reads a run folder's `launches.tsv` (its launch, kernel and warp columns).
+pub fn read_launches(path: &Path) -> Result<Vec<CountedLaunch>, CudaError> {
+    let mut lines = bbv_files::input::Lines::open(path, 1 << 20)?;
+    let mut out = Vec::new();
+    while let Some((no, line)) = lines.next_line()? {
+        let err = |message: String| CudaError::Parse {
+            path: path.to_path_buf(),
+            line: no,
+            message,
+        };
+        let f: Vec<&str> = line.split('\t').collect();
+        if no == 1 {
+            if f[..] != LAUNCHES_COLUMNS {
+                return Err(err("not a launches.tsv header".into()));
+            }
+            continue;
+        }
+        if f.len() != LAUNCHES_COLUMNS.len() {
+            return Err(err(format!(
+                "{} columns, not {}",
+                f.len(),
+                LAUNCHES_COLUMNS.len()
+            )));
+        }
+        let num = |s: &str| {
+            s.parse::<u64>().map_err(|_| {
+                err(format!(
+                    "{} is not a number",
+                    bbv_files::input::quote(s.as_bytes())
+                ))
+            })
+        };
+        out.push(CountedLaunch {
+            number: num(f[0])?,
+            kernel: f[1].to_string(),
+            warp: num(f[4])?,
+        });
+    }
+    Ok(out)
+}
+
 /// A live run read back and aggregated.
 pub struct Live {
     /// The folder.
@@ -130,10 +197,7 @@ impl Live {
 
     /// One line per counted launch with its count in every mode CUPTI gave.
     fn write_launches(&self, w: &mut dyn Write) -> std::io::Result<()> {
-        writeln!(
-            w,
-            "launch\tkernel\tgrid\tblock\twarp\twarp_pred_on\tthread\tthread_pred_on\tmicros\tunplaced\tuneven_blocks"
-        )?;
+        writeln!(w, "{}", LAUNCHES_COLUMNS.join("\t"))?;
         for (l, raw) in self.launches.iter().zip(&self.run.launches) {
             let c = &l.count;
             let g = c.header.grid;

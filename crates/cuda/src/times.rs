@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::path::Path;
 
 use crate::live::LiveRun;
 use crate::CudaError;
@@ -75,7 +76,7 @@ impl Times {
 
     /// Writes `times.tsv`: a line per launch, a time column per run.
     pub fn write_tsv(&self, w: &mut dyn Write) -> std::io::Result<()> {
-        write!(w, "launch\tkernel\tgrid\tblock\tregisters\tshared_bytes")?;
+        write!(w, "{}", TSV_COLUMNS.join("\t"))?;
         for r in 0..self.unattributed_ns.len() {
             write!(w, "\tns_{}", r + 1)?;
         }
@@ -94,6 +95,83 @@ impl Times {
         }
         Ok(())
     }
+}
+
+/// The longest line of `times.tsv` accepted (a kernel name can be long).
+const MAX_LINE: usize = 1 << 20;
+
+/// `times.tsv`'s columns before the times.
+const TSV_COLUMNS: [&str; 6] = [
+    "launch",
+    "kernel",
+    "grid",
+    "block",
+    "registers",
+    "shared_bytes",
+];
+
+/// Reads `times.tsv` back ([`Times::write_tsv`]'s columns).
+pub fn read_tsv(path: &Path) -> Result<Vec<TimedLaunch>, CudaError> {
+    let mut lines = bbv_files::input::Lines::open(path, MAX_LINE)?;
+    let mut runs = None;
+    let mut out = Vec::new();
+    while let Some((no, line)) = lines.next_line()? {
+        let err = |message: String| CudaError::Parse {
+            path: path.to_path_buf(),
+            line: no,
+            message,
+        };
+        let f: Vec<&str> = line.split('\t').collect();
+        let Some(n) = runs else {
+            let times = f
+                .iter()
+                .skip(6)
+                .take_while(|c| c.starts_with("ns_"))
+                .count();
+            if f.len() < 7 || f[..6] != TSV_COLUMNS || times != f.len() - 6 {
+                return Err(err("not a times.tsv header".into()));
+            }
+            runs = Some(times);
+            continue;
+        };
+        if f.len() != 6 + n {
+            return Err(err(format!(
+                "{} columns, the header has {}",
+                f.len(),
+                6 + n
+            )));
+        }
+        let quote = |s: &str| bbv_files::input::quote(s.as_bytes());
+        let num = |s: &str| -> Result<u64, CudaError> {
+            s.parse()
+                .map_err(|_| err(format!("{} is not a number", quote(s))))
+        };
+        let dims = |s: &str| -> Result<[u32; 3], CudaError> {
+            let v: Vec<&str> = s.split(',').collect();
+            let d = |x: &str| u32::try_from(num(x)?).map_err(|_| err(format!("{x} is too large")));
+            match v[..] {
+                [x, y, z] => Ok([d(x)?, d(y)?, d(z)?]),
+                _ => Err(err(format!("{} is not X,Y,Z", quote(s)))),
+            }
+        };
+        out.push(TimedLaunch {
+            number: num(f[0])?,
+            name: f[1].to_string(),
+            grid: dims(f[2])?,
+            block: dims(f[3])?,
+            registers: u32::try_from(num(f[4])?).map_err(|_| err("registers too large".into()))?,
+            shared: num(f[5])?,
+            ns: f[6..].iter().map(|c| num(c)).collect::<Result<_, _>>()?,
+        });
+    }
+    if runs.is_none() {
+        return Err(CudaError::Parse {
+            path: path.to_path_buf(),
+            line: 0,
+            message: "empty file".into(),
+        });
+    }
+    Ok(out)
 }
 
 /// (largest - smallest) / mean of `v` (0 when empty or all 0).
@@ -258,6 +336,25 @@ mod tests {
             tsv.lines().nth(1).unwrap(),
             "0\ta\t4,1,1\t128,1,1\t32\t1536\t100\t110"
         );
+        // Read back as written; damaged files name their line.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("times.tsv");
+        std::fs::write(&p, &tsv).unwrap();
+        assert_eq!(read_tsv(&p).unwrap(), t.launches);
+        for (bad, want) in [
+            (
+                tsv.replace("\t110\n", "\n"),
+                ":2: 7 columns, the header has 8",
+            ),
+            (tsv.replacen("4,1,1", "4,1", 1), ":2: 4,1 is not X,Y,Z"),
+            (tsv.replacen("\t100\t", "\tx\t", 1), ":2: x is not a number"),
+            (tsv.replace("ns_2", "time"), ":1: not a times.tsv header"),
+            (String::new(), ": empty file"),
+        ] {
+            std::fs::write(&p, bad).unwrap();
+            let e = read_tsv(&p).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     #[test]

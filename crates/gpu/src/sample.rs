@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use bbv_simpoint::{cluster, KChoice, Options, PostResult, Prepared, Projection, Quiet};
 
-use crate::blocks::BlockVectors;
+use crate::blocks::{BlockVectors, Vector};
 use crate::{GpuError, KernelCount};
 
 /// How launches are grouped.
@@ -86,8 +86,13 @@ pub fn pick_scored(
         ));
     }
     let (groups, scores) = match method {
-        Method::Stratified { spread } => (strata(counts, spread), Vec::new()),
-        Method::Cluster { max_k } => clusters(bv, max_k.clamp(1, n))?,
+        Method::Stratified { spread } => {
+            let keys: Vec<(&str, u64)> = (counts.iter())
+                .map(|c| (c.header.name.as_str(), c.warp_insts))
+                .collect();
+            (strata(&keys, spread), Vec::new())
+        }
+        Method::Cluster { max_k } => clusters(&bv.vectors, max_k.clamp(1, n))?,
     };
     let picks = groups
         .into_iter()
@@ -105,31 +110,29 @@ pub fn pick_scored(
 }
 
 /// Launches in groups: (the representative, the members).
-type Groups = Vec<(usize, Vec<usize>)>;
+pub(crate) type Groups = Vec<(usize, Vec<usize>)>;
 
-/// Strata by kernel name and instruction count (within `spread` of the stratum's first).
-fn strata(counts: &[KernelCount], spread: f64) -> Groups {
-    let mut strata: Vec<(String, f64, usize, Vec<usize>)> = Vec::new();
-    for (i, c) in counts.iter().enumerate() {
-        let insts = c.warp_insts as f64;
+/// Strata of launches by kernel name and instruction count (`keys`: each launch's; within
+/// `spread` of the stratum's first).
+pub(crate) fn strata(keys: &[(&str, u64)], spread: f64) -> Groups {
+    let mut strata: Vec<(&str, f64, usize, Vec<usize>)> = Vec::new();
+    for (i, &(kernel, n)) in keys.iter().enumerate() {
+        let insts = n as f64;
         let found = strata.iter_mut().find(|(name, base, _, _)| {
-            *name == c.header.name && (insts - base).abs() <= spread * base.max(1.0)
+            *name == kernel && (insts - base).abs() <= spread * base.max(1.0)
         });
         match found {
             Some(s) => s.3.push(i),
-            None => strata.push((c.header.name.clone(), insts, i, vec![i])),
+            None => strata.push((kernel, insts, i, vec![i])),
         }
     }
     strata
         .into_iter()
         .map(|(_, _, _, members)| {
             // The member closest to the stratum's mean instruction count represents it.
-            let mean = members
-                .iter()
-                .map(|&m| counts[m].warp_insts as f64)
-                .sum::<f64>()
-                / members.len() as f64;
-            let distance = |m: usize| (counts[m].warp_insts as f64 - mean).abs();
+            let mean =
+                members.iter().map(|&m| keys[m].1 as f64).sum::<f64>() / members.len() as f64;
+            let distance = |m: usize| (keys[m].1 as f64 - mean).abs();
             let best = members
                 .iter()
                 .map(|&m| distance(m))
@@ -145,10 +148,13 @@ fn strata(counts: &[KernelCount], spread: f64) -> Groups {
 }
 
 /// Clusters of the launches' vectors (SimPoint's search up to `max_k`), and each k's BIC.
-fn clusters(bv: &BlockVectors, max_k: usize) -> Result<(Groups, Vec<KScore>), GpuError> {
+pub(crate) fn clusters(
+    vectors: &[Vector],
+    max_k: usize,
+) -> Result<(Groups, Vec<KScore>), GpuError> {
     // The vectors go through SimPoint exactly as a .bb file would.
     let mut w = bbv_profile::BbvWriter::new(Vec::new());
-    for v in &bv.vectors {
+    for v in vectors {
         if v.is_empty() {
             return Err(GpuError::Unsupported(
                 "a launch executed no instruction: it has no basic-block vector".into(),
@@ -193,7 +199,7 @@ fn clusters(bv: &BlockVectors, max_k: usize) -> Result<(Groups, Vec<KScore>), Gp
             let tied: Vec<usize> = members
                 .iter()
                 .copied()
-                .filter(|&m| bv.vectors[m] == bv.vectors[rep])
+                .filter(|&m| vectors[m] == vectors[rep])
                 .collect();
             (middle(&tied), members)
         })

@@ -121,3 +121,136 @@ pub(crate) fn report(t: &Times) -> String {
     }
     s
 }
+
+/// `bbv gpu score DIR...`: on each timed run folder, bbv's rule and the published ones side by
+/// side (picks chosen on the first timing run, scored on the others): a table, then each
+/// rule's mean and worst error over the folders.
+pub fn gpu_score(
+    dirs: &[std::path::PathBuf],
+    max_k: usize,
+    spread: f64,
+) -> Result<String, GpuJobError> {
+    use bbv_gpu::timed::{score, Rule};
+    let rules = [
+        Rule::Bbv { max_k },
+        Rule::Sieve { spread },
+        Rule::Pka { max_k },
+        Rule::Stem,
+    ];
+    let mut out = String::from(
+        "folder\tlaunches\truns\truns_apart\trule\tpicked\testimate_ms\tmeasured_ms\terror\tworst\n",
+    );
+    let mut by_rule: Vec<Vec<(f64, usize)>> = vec![Vec::new(); rules.len()];
+    for dir in dirs {
+        let (launches, vectors) = records(dir)?;
+        let totals: Vec<u64> = (0..launches[0].ns.len())
+            .map(|r| launches.iter().map(|l| l.ns[r]).sum())
+            .collect();
+        let (lo, hi) = (totals.iter().min(), totals.iter().max());
+        let mean = totals.iter().sum::<u64>() as f64 / totals.len() as f64;
+        let apart = match (lo, hi) {
+            (Some(lo), Some(hi)) if mean > 0.0 => (hi - lo) as f64 / mean,
+            _ => 0.0,
+        };
+        for (i, &rule) in rules.iter().enumerate() {
+            let s = score(&launches, Some(&vectors), rule)?;
+            by_rule[i].push((s.error, s.picked));
+            out.push_str(&format!(
+                "{}\t{}\t{}\t{:.2}%\t{}\t{}\t{:.4}\t{:.4}\t{:+.2}%{}\t{:.2}%\n",
+                dir.display(),
+                launches.len(),
+                totals.len(),
+                100.0 * apart,
+                rule.name(),
+                s.picked,
+                s.estimate_ns / 1e6,
+                s.actual_ns / 1e6,
+                100.0 * s.error,
+                if s.in_sample { " (in-sample)" } else { "" },
+                100.0 * s.worst
+            ));
+        }
+    }
+    for (rule, scores) in rules.iter().zip(&by_rule) {
+        let n = scores.len().max(1) as f64;
+        let mean = scores.iter().map(|s| s.0.abs()).sum::<f64>() / n;
+        let worst = scores.iter().map(|s| s.0.abs()).fold(0.0, f64::max);
+        let picked = scores.iter().map(|s| s.1).sum::<usize>();
+        out.push_str(&format!(
+            "{}: mean |error| {:.2}%, worst {:.2}%, {picked} launches picked in all\n",
+            rule.name(),
+            100.0 * mean,
+            100.0 * worst
+        ));
+    }
+    Ok(out)
+}
+
+/// A timed run folder's launches (times, counts, geometry) and basic-block vectors.
+fn records(
+    dir: &Path,
+) -> Result<
+    (
+        Vec<bbv_gpu::timed::TimedLaunch>,
+        Vec<bbv_gpu::blocks::Vector>,
+    ),
+    GpuJobError,
+> {
+    let tsv = dir.join("times.tsv");
+    if !tsv.is_file() {
+        return Err(GpuJobError::Invalid(format!(
+            "{} has no times.tsv: record the run with `bbv gpu run --repeat N`",
+            dir.display()
+        )));
+    }
+    let timed = times::read_tsv(&tsv)?;
+    let counted = bbv_cuda::job::read_launches(&dir.join("launches.tsv"))?;
+    let vectors = read_vectors(&dir.join("bbv.bb"))?;
+    if counted.len() != timed.len() || vectors.len() != timed.len() {
+        return Err(GpuJobError::Invalid(format!(
+            "{}: {} launches timed, {} counted, {} vectors: score a run that counted every \
+             launch (no --launches or --kernels)",
+            dir.display(),
+            timed.len(),
+            counted.len(),
+            vectors.len()
+        )));
+    }
+    let launches = (timed.into_iter().zip(counted))
+        .map(|(t, c)| {
+            if t.number != c.number || t.name != c.kernel {
+                return Err(GpuJobError::Invalid(format!(
+                    "{}: launch {} is {} in times.tsv but launch {} is {} in launches.tsv: \
+                     records of another run",
+                    dir.display(),
+                    t.number,
+                    t.name,
+                    c.number,
+                    c.kernel
+                )));
+            }
+            Ok(bbv_gpu::timed::TimedLaunch {
+                kernel: t.name,
+                grid: t.grid,
+                block: t.block,
+                registers: t.registers,
+                shared: t.shared,
+                warp_insts: c.warp,
+                ns: t.ns,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((launches, vectors))
+}
+
+/// A run folder's `bbv.bb`: one vector per counted launch.
+fn read_vectors(path: &Path) -> Result<Vec<bbv_gpu::blocks::Vector>, GpuJobError> {
+    let bad = |e: bbv_profile::ProfileError| GpuJobError::Invalid(e.to_string());
+    let mut reader = bbv_profile::BbvReader::open(path).map_err(bad)?;
+    let mut tokens = Vec::new();
+    let mut out = Vec::new();
+    while reader.next_vector(&mut tokens).map_err(bad)? {
+        out.push(tokens.iter().map(|t| (t.id, t.value as u64)).collect());
+    }
+    Ok(out)
+}

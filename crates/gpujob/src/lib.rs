@@ -22,6 +22,7 @@ mod gpu_times;
 pub use gpu_count::{gpu_bbv, gpu_count, GpuCount};
 pub use gpu_job::{gpu_run, gpu_sample, GpuRun, GpuRunOutcome};
 pub use gpu_simulate::{gpu_simulate, GpuSimulate, GpuSimulation};
+pub use gpu_times::gpu_score;
 
 use std::path::PathBuf;
 

@@ -147,12 +147,40 @@ fn no_slurm(cmd: &str, e: std::io::Error) -> SuiteError {
     ))
 }
 
+/// Whether a Slurm client's error is the controller being busy or briefly away (a query
+/// asked again then answers), not a wrong request.
+fn transient(stderr: &str) -> bool {
+    [
+        "Socket timed out",
+        "Unable to contact slurm controller",
+        "Slurm backup controller in standby mode",
+    ]
+    .iter()
+    .any(|m| stderr.contains(m))
+}
+
+/// How long a query keeps asking a controller that does not answer.
+const PATIENCE: Duration = Duration::from_secs(120);
+
 /// The array's tasks still in the queue: manifest index → Slurm state (PENDING, RUNNING, ...).
+/// A controller too busy to answer (seen on a loaded single-node Slurm) is asked again, with
+/// growing pauses, for up to [`PATIENCE`].
 pub fn queued(job_id: &str) -> Result<BTreeMap<usize, String>, SuiteError> {
-    let output = Command::new("squeue")
-        .args(["-h", "-r", "-j", job_id, "-o", "%K %T"])
-        .output()
-        .map_err(|e| no_slurm("squeue", e))?;
+    let start = std::time::Instant::now();
+    let mut pause = Duration::from_millis(500);
+    let output = loop {
+        let output = Command::new("squeue")
+            .args(["-h", "-r", "-j", job_id, "-o", "%K %T"])
+            .output()
+            .map_err(|e| no_slurm("squeue", e))?;
+        let err = String::from_utf8_lossy(&output.stderr);
+        let stopped = bbv_files::interrupt::received().is_some();
+        if output.status.success() || !transient(&err) || start.elapsed() > PATIENCE || stopped {
+            break output;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_secs(10));
+    };
     let mut tasks = BTreeMap::new();
     if !output.status.success() {
         // Slurm forgets a finished job after MinJobAge: "Invalid job id specified".
@@ -235,4 +263,23 @@ pub fn last_job_id(out: &Path) -> Option<String> {
 /// A path for `sh`, single-quoted.
 fn quote(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_controller_is_asked_again_and_a_wrong_request_is_not() {
+        assert!(transient(
+            "slurm_load_jobs error: Socket timed out on send/recv operation"
+        ));
+        assert!(transient(
+            "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+        ));
+        assert!(!transient(
+            "slurm_load_jobs error: Invalid job id specified"
+        ));
+        assert!(!transient("squeue: error: Invalid user: nobody2"));
+    }
 }
