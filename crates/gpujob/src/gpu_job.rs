@@ -165,7 +165,10 @@ fn run_into(r: &GpuRun) -> Result<GpuRunOutcome, GpuJobError> {
     let start = Instant::now();
     let status = tools::run_program(&injection, &fresh, program, args, &r.selection, false)?;
     let wall = start.elapsed().as_secs_f64();
-    let timing = crate::gpu_times::timing_runs(&injection, &fresh, &r.command, r.repeat, status)?;
+    // A program that failed is not timed: its counts are kept, and its times would be those
+    // of a run cut short.
+    let repeat = if status.success() { r.repeat } else { 0 };
+    let timing = crate::gpu_times::timing_runs(&injection, &fresh, &r.command, repeat, status)?;
     let target = raw(&r.output);
     let _ = std::fs::remove_dir_all(&target);
     std::fs::rename(&fresh, &target).map_err(|e| GpuJobError::io(&target, e))?;
@@ -186,6 +189,11 @@ fn run_into(r: &GpuRun) -> Result<GpuRunOutcome, GpuJobError> {
     }
     live.write(r.mode, extra)?;
     let mut report = outcome_report(&live, wall, &r.output);
+    if repeat < r.repeat {
+        report.push_str(&format!(
+            "note: {program} ended with {status}, so it was not timed (--repeat)\n"
+        ));
+    }
     if let Some(t) = &times {
         crate::gpu_times::write(t, &r.output)?;
         report.push_str(&crate::gpu_times::report(t));
