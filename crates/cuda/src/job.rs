@@ -42,43 +42,24 @@ pub struct CountedLaunch {
 
 /// Reads a run folder's `launches.tsv` (its launch, kernel and warp columns).
 pub fn read_launches(path: &Path) -> Result<Vec<CountedLaunch>, CudaError> {
-    let mut lines = bbv_files::input::Lines::open(path, 1 << 20)?;
-    let mut out = Vec::new();
-    while let Some((no, line)) = lines.next_line()? {
-        let err = |message: String| CudaError::Parse {
-            path: path.to_path_buf(),
-            line: no,
-            message,
-        };
-        let f: Vec<&str> = line.split('\t').collect();
-        if no == 1 {
-            if f[..] != LAUNCHES_COLUMNS {
-                return Err(err("not a launches.tsv header".into()));
+    let n = LAUNCHES_COLUMNS.len();
+    crate::tsv::read(
+        path,
+        |r, cells| match cells == LAUNCHES_COLUMNS {
+            true => Ok(()),
+            false => Err(r.err("not a launches.tsv header".into())),
+        },
+        |r, f| {
+            if f.len() != n {
+                return Err(r.err(format!("{} columns, not {n}", f.len())));
             }
-            continue;
-        }
-        if f.len() != LAUNCHES_COLUMNS.len() {
-            return Err(err(format!(
-                "{} columns, not {}",
-                f.len(),
-                LAUNCHES_COLUMNS.len()
-            )));
-        }
-        let num = |s: &str| {
-            s.parse::<u64>().map_err(|_| {
-                err(format!(
-                    "{} is not a number",
-                    bbv_files::input::quote(s.as_bytes())
-                ))
+            Ok(CountedLaunch {
+                number: r.num(f[0])?,
+                kernel: f[1].to_string(),
+                warp: r.num(f[4])?,
             })
-        };
-        out.push(CountedLaunch {
-            number: num(f[0])?,
-            kernel: f[1].to_string(),
-            warp: num(f[4])?,
-        });
-    }
-    Ok(out)
+        },
+    )
 }
 
 /// A live run read back and aggregated.

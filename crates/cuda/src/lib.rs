@@ -9,6 +9,7 @@ pub mod job;
 pub mod live;
 pub mod times;
 pub mod tools;
+mod tsv;
 
 use std::path::PathBuf;
 

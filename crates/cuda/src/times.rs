@@ -13,6 +13,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::live::LiveRun;
+use crate::tsv::Row;
 use crate::CudaError;
 
 /// One launch over every timing run.
@@ -32,13 +33,6 @@ pub struct TimedLaunch {
     pub shared: u64,
     /// Its time on the GPU in each run, in nanoseconds.
     pub ns: Vec<u64>,
-}
-
-impl TimedLaunch {
-    /// The mean time over the runs, in nanoseconds.
-    pub fn mean_ns(&self) -> f64 {
-        self.ns.iter().sum::<u64>() as f64 / self.ns.len().max(1) as f64
-    }
 }
 
 /// Every launch's figures, and what the runs say of their own spread.
@@ -97,9 +91,6 @@ impl Times {
     }
 }
 
-/// The longest line of `times.tsv` accepted (a kernel name can be long).
-const MAX_LINE: usize = 1 << 20;
-
 /// `times.tsv`'s columns before the times.
 const TSV_COLUMNS: [&str; 6] = [
     "launch",
@@ -112,70 +103,48 @@ const TSV_COLUMNS: [&str; 6] = [
 
 /// Reads `times.tsv` back ([`Times::write_tsv`]'s columns).
 pub fn read_tsv(path: &Path) -> Result<Vec<TimedLaunch>, CudaError> {
-    let mut lines = bbv_files::input::Lines::open(path, MAX_LINE)?;
-    let mut runs = None;
-    let mut out = Vec::new();
-    while let Some((no, line)) = lines.next_line()? {
-        let err = |message: String| CudaError::Parse {
-            path: path.to_path_buf(),
-            line: no,
-            message,
-        };
-        let f: Vec<&str> = line.split('\t').collect();
-        let Some(n) = runs else {
-            let times = f
-                .iter()
+    // The time columns the header names (it comes first).
+    let runs = std::cell::Cell::new(0);
+    let header = |r: &Row, f: &[&str]| {
+        runs.set(
+            f.iter()
                 .skip(6)
                 .take_while(|c| c.starts_with("ns_"))
-                .count();
-            if f.len() < 7 || f[..6] != TSV_COLUMNS || times != f.len() - 6 {
-                return Err(err("not a times.tsv header".into()));
-            }
-            runs = Some(times);
-            continue;
-        };
-        if f.len() != 6 + n {
-            return Err(err(format!(
-                "{} columns, the header has {}",
-                f.len(),
-                6 + n
-            )));
+                .count(),
+        );
+        match f.len() >= 7 && f[..6] == TSV_COLUMNS && runs.get() == f.len() - 6 {
+            true => Ok(()),
+            false => Err(r.err("not a times.tsv header".into())),
         }
-        let quote = |s: &str| bbv_files::input::quote(s.as_bytes());
-        let num = |s: &str| -> Result<u64, CudaError> {
-            s.parse()
-                .map_err(|_| err(format!("{} is not a number", quote(s))))
-        };
+    };
+    crate::tsv::read(path, header, |r, f| {
+        let n = 6 + runs.get();
+        if f.len() != n {
+            return Err(r.err(format!("{} columns, the header has {n}", f.len())));
+        }
         let dims = |s: &str| -> Result<[u32; 3], CudaError> {
-            let v: Vec<&str> = s.split(',').collect();
-            let d = |x: &str| u32::try_from(num(x)?).map_err(|_| err(format!("{x} is too large")));
-            match v[..] {
-                [x, y, z] => Ok([d(x)?, d(y)?, d(z)?]),
-                _ => Err(err(format!("{} is not X,Y,Z", quote(s)))),
+            match s.split(',').collect::<Vec<_>>()[..] {
+                [x, y, z] => Ok([r.num(x)?, r.num(y)?, r.num(z)?]),
+                _ => Err(r.err(format!(
+                    "{} is not X,Y,Z",
+                    bbv_files::input::quote(s.as_bytes())
+                ))),
             }
         };
-        out.push(TimedLaunch {
-            number: num(f[0])?,
+        Ok(TimedLaunch {
+            number: r.num(f[0])?,
             name: f[1].to_string(),
             grid: dims(f[2])?,
             block: dims(f[3])?,
-            registers: u32::try_from(num(f[4])?).map_err(|_| err("registers too large".into()))?,
-            shared: num(f[5])?,
-            ns: f[6..].iter().map(|c| num(c)).collect::<Result<_, _>>()?,
-        });
-    }
-    if runs.is_none() {
-        return Err(CudaError::Parse {
-            path: path.to_path_buf(),
-            line: 0,
-            message: "empty file".into(),
-        });
-    }
-    Ok(out)
+            registers: r.num(f[4])?,
+            shared: r.num(f[5])?,
+            ns: f[6..].iter().map(|c| r.num(c)).collect::<Result<_, _>>()?,
+        })
+    })
 }
 
-/// (largest - smallest) / mean of `v` (0 when empty or all 0).
-fn spread(v: &[u64]) -> f64 {
+/// (largest - smallest) / mean of `v` (0 when empty or all 0): how far apart runs are.
+pub fn spread(v: &[u64]) -> f64 {
     let (Some(lo), Some(hi)) = (v.iter().min(), v.iter().max()) else {
         return 0.0;
     };
@@ -322,7 +291,6 @@ mod tests {
         assert_eq!(t.totals(), [400, 400]);
         assert_eq!(t.total_spread(), 0.0);
         assert_eq!(t.unattributed_ns, [50, 50]);
-        assert!((t.launches[0].mean_ns() - 105.0).abs() < 1e-9);
         // Launch a: 10/105; launch b: 10/295; the median of two is the larger.
         assert!((t.median_launch_spread() - 10.0 / 105.0).abs() < 1e-9);
         let mut tsv = Vec::new();

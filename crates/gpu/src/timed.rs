@@ -172,8 +172,9 @@ pub fn score(
     vectors: Option<&[Vector]>,
     rule: Rule,
 ) -> Result<Score, GpuError> {
-    let runs = check(launches, vectors)?;
+    // select checks the records: every launch has as many times as the first.
     let selection = select(launches, vectors, rule)?;
+    let runs = launches[0].ns.len();
     let scored: Vec<usize> = if runs > 1 {
         (1..runs).collect()
     } else {

@@ -143,15 +143,11 @@ pub fn gpu_score(
     let mut by_rule: Vec<Vec<(f64, usize)>> = vec![Vec::new(); rules.len()];
     for dir in dirs {
         let (launches, vectors) = records(dir)?;
-        let totals: Vec<u64> = (0..launches[0].ns.len())
+        // A folder with no launch is refused by the scoring below, not here.
+        let totals: Vec<u64> = (0..launches.first().map_or(0, |l| l.ns.len()))
             .map(|r| launches.iter().map(|l| l.ns[r]).sum())
             .collect();
-        let (lo, hi) = (totals.iter().min(), totals.iter().max());
-        let mean = totals.iter().sum::<u64>() as f64 / totals.len() as f64;
-        let apart = match (lo, hi) {
-            (Some(lo), Some(hi)) if mean > 0.0 => (hi - lo) as f64 / mean,
-            _ => 0.0,
-        };
+        let apart = times::spread(&totals);
         for (i, &rule) in rules.iter().enumerate() {
             let s = score(&launches, Some(&vectors), rule)?;
             by_rule[i].push((s.error, s.picked));
