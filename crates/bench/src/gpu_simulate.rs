@@ -87,19 +87,17 @@ fn bbv(args: &[&str]) -> Result<()> {
 /// Runs the benchmark with traces from `data`, `warmup` launches before each pick.
 pub fn run(data: &Path, warmup: usize, dir: &Path) -> Result<()> {
     in_temp_root(dir, "gpu-simulate", |root| {
-        println!("bbv gpu sample [--stratified], bbv gpu simulate --warmup-launches {warmup} --full (Accel-Sim)");
+        println!("bbv gpu sample --method bbv|sieve, bbv gpu simulate --warmup-launches {warmup} --full (Accel-Sim)");
         println!("list | launches | method | picks | cycles estimate | cycles full | error | IPC error | speedup (launches, instructions, simulation time)");
         let mut errors = Vec::new();
         for (i, p) in patterns().iter().enumerate() {
             let list_dir = root.join(format!("list-{i}"));
             let list = build_list(data, p, &list_dir)?;
             let l = list.to_string_lossy().into_owned();
-            for (method, extra) in [("clustered", None), ("stratified", Some("--stratified"))] {
+            for method in ["bbv", "sieve"] {
                 let out = root.join(format!("sample-{i}-{method}"));
                 let o = out.to_string_lossy().into_owned();
-                let mut args = vec!["gpu", "sample", &l, "-o", &o];
-                args.extend(extra);
-                bbv(&args)?;
+                bbv(&["gpu", "sample", &l, "-o", &o, "--method", method])?;
                 let w = warmup.to_string();
                 bbv(&["gpu", "simulate", &o, "--full", &l, "--warmup-launches", &w])?;
                 let v = GpuSimulationFile::read(&out)?

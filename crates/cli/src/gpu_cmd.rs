@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use bbv_gpu::output::{CountFormat, SampleOptions};
+use bbv_gpu::output::CountFormat;
+use bbv_gpu::select::{Rule, SampleOptions};
 use bbv_gpu::CountMode;
 use clap::{Subcommand, ValueEnum};
 
@@ -60,23 +61,18 @@ pub enum GpuCommand {
         /// summary.json.
         #[arg(short = 'o', value_name = "DIR")]
         output: PathBuf,
-        /// Cluster the launches' basic-block vectors, trying k up to K.
-        #[arg(long = "max-k", default_value_t = 20, conflicts_with = "stratified")]
-        max_k: usize,
-        /// Sieve-style strata by kernel name and instruction count instead of clustering.
-        #[arg(long)]
-        stratified: bool,
-        /// Relative width of an instruction-count stratum (with --stratified).
-        #[arg(long, default_value_t = 0.1)]
-        spread: f64,
+        #[command(flatten)]
+        how: SampleArgs,
     },
     /// Launch sampling scored against the hardware: on each `bbv gpu run --repeat` folder,
-    /// bbv's rule (clusters of basic-block vectors), Sieve's, PKA's and STEM's picks, chosen
-    /// on the first timing run, estimate the other runs' total GPU time (docs/gpu-live.md).
+    /// every --method's picks, chosen on the first timing run, estimate the other runs' total
+    /// GPU time (docs/gpu-live.md; --method itself is ignored).
     Score {
         /// `bbv gpu run --repeat N` folders (times.tsv, launches.tsv, bbv.bb).
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
+        #[command(flatten)]
+        how: SampleArgs,
     },
     /// Accel-Sim on the launches `bbv gpu sample` picked (each in a process of its own, after
     /// the launches that preceded it in the trace): the whole run's cycles estimated from the
@@ -100,6 +96,32 @@ pub enum GpuCommand {
         #[arg(long)]
         cfg: Vec<PathBuf>,
     },
+}
+
+/// How `bbv gpu sample` picks launches.
+#[derive(clap::Args)]
+pub struct SampleArgs {
+    /// bbv (Sieve's strata split by basic-block mix), sieve (by kernel and instruction count),
+    /// pka or stem (these two need `bbv gpu run --repeat`'s times): docs/gpu-live.md.
+    #[arg(long, default_value = "bbv")]
+    method: Rule,
+    /// Largest k tried (pka).
+    #[arg(long = "max-k", default_value_t = SampleOptions::default().max_k)]
+    max_k: usize,
+    /// How far apart in instruction count (relative) and, with bbv, in basic-block mix
+    /// (fraction of instructions placed differently) launches standing for each other may be.
+    #[arg(long, default_value_t = SampleOptions::default().spread)]
+    spread: f64,
+}
+
+impl SampleArgs {
+    fn options(&self) -> SampleOptions {
+        SampleOptions {
+            rule: self.method,
+            max_k: self.max_k,
+            spread: self.spread,
+        }
+    }
 }
 
 /// `bbv gpu run`'s options.
@@ -204,19 +226,8 @@ impl From<Format> for CountFormat {
 impl GpuCommand {
     /// `bbv gpu sample`'s options, checked (a suite's GPU jobs are checked before any runs).
     pub fn check(&self) -> Result<()> {
-        if let GpuCommand::Sample {
-            max_k,
-            stratified,
-            spread,
-            ..
-        } = self
-        {
-            SampleOptions {
-                max_k: *max_k,
-                stratified: *stratified,
-                spread: *spread,
-            }
-            .check()?;
+        if let GpuCommand::Sample { how, .. } = self {
+            how.options().check()?;
         }
         Ok(())
     }
@@ -268,19 +279,8 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
             }
             Ok(0)
         }
-        GpuCommand::Sample {
-            list,
-            output,
-            max_k,
-            stratified,
-            spread,
-        } => {
-            let options = SampleOptions {
-                max_k,
-                stratified,
-                spread,
-            };
-            print!("{}", bbv_gpujob::gpu_sample(&list, &output, options)?);
+        GpuCommand::Sample { list, output, how } => {
+            print!("{}", bbv_gpujob::gpu_sample(&list, &output, how.options())?);
             Ok(0)
         }
         GpuCommand::Bbv {
@@ -295,9 +295,8 @@ pub fn run(cmd: GpuCommand) -> Result<u8> {
             Ok(0)
         }
         GpuCommand::Count(a) => count(a),
-        GpuCommand::Score { dirs } => {
-            // bbv gpu sample's defaults, so that the picks scored are those it makes.
-            print!("{}", bbv_gpujob::gpu_score(&dirs, 20, 0.1)?);
+        GpuCommand::Score { dirs, how } => {
+            print!("{}", bbv_gpujob::gpu_score(&dirs, &how.options())?);
             Ok(0)
         }
         GpuCommand::Simulate(a) => {

@@ -279,3 +279,148 @@ fn timed_runs_are_scored_rule_by_rule() {
         assert!(text(&o).contains(want), "{}", text(&o));
     }
 }
+
+/// The real run's folder with a times.tsv of three timing runs: launch N takes 1,000 + 100 N
+/// ns in run 1, 2 % more in run 2 and 1 % less in run 3.
+fn timed_live_folder(dir: &Path) -> (PathBuf, Vec<[u64; 3]>) {
+    let run = run_folder(dir);
+    let raw = std::fs::read_to_string(run.join("raw/launches.txt")).unwrap();
+    let mut tsv =
+        String::from("launch\tkernel\tgrid\tblock\tregisters\tshared_bytes\tns_1\tns_2\tns_3\n");
+    let mut ns = Vec::new();
+    for l in raw.lines().filter(|l| l.starts_with("launch ")) {
+        let f: Vec<&str> = l.split(' ').collect();
+        let n: u64 = f[1].parse().unwrap();
+        let t = [
+            1000 + 100 * n,
+            (1000 + 100 * n) * 102 / 100,
+            (1000 + 100 * n) * 99 / 100,
+        ];
+        tsv.push_str(&format!(
+            "{n}\t{}\t{},{},{}\t{},{},{}\t32\t0\t{}\t{}\t{}\n",
+            f.last().unwrap(),
+            f[2],
+            f[3],
+            f[4],
+            f[5],
+            f[6],
+            f[7],
+            t[0],
+            t[1],
+            t[2]
+        ));
+        ns.push(t);
+    }
+    std::fs::write(run.join("times.tsv"), tsv).unwrap();
+    (run, ns)
+}
+
+#[test]
+fn every_method_picks_from_a_timed_run_and_estimates_its_gpu_time() {
+    let t = tempfile::tempdir().unwrap();
+    let (run, ns) = timed_live_folder(t.path());
+    assert_eq!(ns.len(), 16);
+    for method in ["bbv", "sieve", "pka", "stem"] {
+        let out_dir = t.path().join(method);
+        let o = bbv()
+            .args(["gpu", "sample", "--method", method])
+            .arg(&run)
+            .arg("-o")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{method}: {}", text(&o));
+        let report = String::from_utf8_lossy(&o.stdout);
+        assert!(report.contains("GPU time |"), "{report}");
+        assert!(
+            report.contains("timing runs 2 to 3, chosen from run 1"),
+            "{report}"
+        );
+        // The estimate recomputed from the files: weights.csv's picks times their times.
+        let weights = std::fs::read_to_string(out_dir.join("weights.csv")).unwrap();
+        let mut estimate = [0.0f64; 2];
+        for line in weights.lines().skip(1) {
+            let f: Vec<&str> = line.split(',').collect();
+            let (launch, w): (usize, f64) = (f[0].parse().unwrap(), f[2].parse().unwrap());
+            for (r, e) in estimate.iter_mut().enumerate() {
+                *e += w * ns[launch][r + 1] as f64;
+            }
+        }
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap())
+                .unwrap();
+        let g = &s["gpu_time"];
+        assert_eq!(s["rule"], method, "{s}");
+        assert_eq!(g["scored_runs"], serde_json::json!([2, 3]), "{s}");
+        for r in 0..2 {
+            let measured: u64 = ns.iter().map(|t| t[r + 1]).sum();
+            assert_eq!(
+                g["measured_ns"][r].as_f64().unwrap(),
+                measured as f64,
+                "{s}"
+            );
+            let got = g["estimate_ns"][r].as_f64().unwrap();
+            assert!((got - estimate[r]).abs() < 1e-6 * got, "{got} {estimate:?}");
+        }
+        let page = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+        assert!(page.contains("GPU time, ns"), "{method}");
+    }
+
+    // Bad input: an unknown method, rules that need times on a run never timed, another
+    // run's times, a counted launch without a time: exit 2, no output folder.
+    let untimed = t.path().join("untimed");
+    std::fs::create_dir_all(&untimed).unwrap();
+    let plain = run_folder(&untimed);
+    let tsv = std::fs::read_to_string(run.join("times.tsv")).unwrap();
+    let dropped: String = (tsv.lines())
+        .filter(|l| !l.starts_with("7\t"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (args, folder, times, want) in [
+        (
+            "simpoint",
+            &run,
+            None,
+            "unknown method \"simpoint\": one of bbv, sieve, pka, stem",
+        ),
+        (
+            "pka",
+            &plain,
+            None,
+            "--method pka needs the launches' GPU times",
+        ),
+        (
+            "stem",
+            &plain,
+            None,
+            "--method stem needs the launches' GPU times",
+        ),
+        (
+            "bbv",
+            &run,
+            Some(tsv.replacen("_Z7divergePKiPii", "_Z5otherv", 1)),
+            "records of another run",
+        ),
+        (
+            "sieve",
+            &run,
+            Some(dropped),
+            "counted launch 7 (_Z6callerPKiPii) has no time",
+        ),
+    ] {
+        if let Some(times) = times {
+            std::fs::write(folder.join("times.tsv"), times).unwrap();
+        }
+        let out_dir = t.path().join("refused");
+        let o = bbv()
+            .args(["gpu", "sample", "--method", args])
+            .arg(folder)
+            .arg("-o")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args}: {}", text(&o));
+        assert!(text(&o).contains(want), "{args}: {}", text(&o));
+        assert!(!out_dir.exists(), "{args}");
+    }
+}

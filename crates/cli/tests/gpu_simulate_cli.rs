@@ -149,7 +149,7 @@ fn picks_and_the_full_list_are_simulated_and_the_estimate_recomputed() {
 
 #[test]
 fn bad_input_is_refused_and_nothing_is_written() {
-    let (a, work, _list, s) = sampled(&["--stratified"]);
+    let (a, work, _list, s) = sampled(&["--method", "sieve"]);
     let (a, sd) = (a.as_str(), s.to_str().unwrap());
     let page = std::fs::read_to_string(s.join("report.html")).unwrap();
     let short = work.path().join("short.g");

@@ -13,6 +13,7 @@ pub mod blocks;
 pub mod control;
 pub mod output;
 pub mod sample;
+pub mod select;
 pub mod timed;
 
 use accelsim_trace::{Event, KernelHeader, KernelList, TraceError, TraceReader};

@@ -9,7 +9,8 @@ use accelsim_trace::{Command, KernelList};
 use bbv_files::AtomicFiles;
 
 use crate::blocks::{Block, BlockVectors};
-use crate::sample::{estimate, pick_scored, Estimate, KScore, Method, Pick};
+use crate::sample::{estimate, Estimate, Pick};
+use crate::select::{score_picks, select, Rule, SampleOptions, Score, TimedLaunch};
 use crate::{CountMode, GpuError, KernelCount};
 
 /// Layouts of per-launch counts.
@@ -261,12 +262,32 @@ pub struct Sampled {
     pub vectors: BlockVectors,
     /// The representative launches with their weights.
     pub picks: Vec<Pick>,
-    /// BIC per k tried (empty when stratified).
-    pub bic: Vec<KScore>,
     /// Every metric estimated from the picks, against the full trace.
     pub estimates: Vec<Estimate>,
+    /// The picks' estimate of the run's GPU time against the measured one (a timed live run).
+    pub gpu_time: Option<Score>,
+    /// The rule that made the picks.
+    pub rule: Rule,
     /// How the picks were made, in words.
     pub how: &'static str,
+}
+
+/// The report's line on the picks' estimate of a timed run's GPU time.
+fn gpu_time_line(t: &Score) -> String {
+    let runs = match t.in_sample {
+        true => "the one timing run, which they were chosen from: in-sample".to_string(),
+        false => format!(
+            "timing runs 2 to {}, chosen from run 1",
+            t.actual_ns.len() + 1
+        ),
+    };
+    format!(
+        "GPU time | {:.0} ns | {:.1} | {:+.4}% (worst {:.4}%; mean over {runs})\n",
+        t.mean_actual_ns(),
+        t.mean_estimate_ns(),
+        100.0 * t.error,
+        100.0 * t.worst
+    )
 }
 
 /// Where a sampling job's launches come from.
@@ -288,42 +309,6 @@ pub enum Source {
 /// the traces of the chosen launches.
 pub const TRACE_BYTES_PER_WARP_INSTRUCTION: f64 = 40.0;
 
-/// How `bbv gpu sample` picks its launches.
-#[derive(Clone, Copy, Debug)]
-pub struct SampleOptions {
-    /// Cluster the launches' vectors trying k up to this.
-    pub max_k: usize,
-    /// Strata by kernel name and instruction count instead of clustering.
-    pub stratified: bool,
-    /// Relative width of an instruction-count stratum.
-    pub spread: f64,
-}
-
-impl SampleOptions {
-    /// Refuses options out of range (checked before a trace is read, and for every GPU job of
-    /// a suite before any job runs).
-    pub fn check(&self) -> Result<(), GpuError> {
-        if self.max_k == 0 {
-            return Err(GpuError::Unsupported("--max-k must be at least 1".into()));
-        }
-        if self.max_k > MAX_K {
-            return Err(GpuError::Unsupported(format!(
-                "--max-k {}: at most {MAX_K} (k is also limited to the launches)",
-                self.max_k
-            )));
-        }
-        if !(self.spread.is_finite() && self.spread >= 0.0) {
-            return Err(GpuError::Unsupported(
-                "--spread must be a non-negative number".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// The largest `--max-k` (as `bbv run`'s).
-pub const MAX_K: usize = 1 << 20;
-
 /// Scans the trace of `list` and picks its representative launches.
 pub fn sample(list: &Path, o: SampleOptions) -> Result<Sampled, GpuError> {
     o.check()?;
@@ -335,36 +320,51 @@ pub fn sample(list: &Path, o: SampleOptions) -> Result<Sampled, GpuError> {
             list.display()
         )));
     }
-    sample_counts(Source::Trace(kl), counts, vectors, o)
+    sample_counts(Source::Trace(kl), counts, vectors, None, o)
 }
 
-/// Picks the representative launches among counted ones (from a trace or a live run).
+/// Picks the representative launches among counted ones (from a trace or a live run; `ns`:
+/// each launch's GPU time per timing run, when the run was timed).
 pub fn sample_counts(
     source: Source,
     counts: Vec<KernelCount>,
     vectors: BlockVectors,
+    ns: Option<Vec<Vec<u64>>>,
     o: SampleOptions,
 ) -> Result<Sampled, GpuError> {
     o.check()?;
-    let method = if o.stratified {
-        Method::Stratified { spread: o.spread }
-    } else {
-        Method::Cluster { max_k: o.max_k }
+    let launches: Vec<TimedLaunch> = match ns {
+        Some(ns) if ns.len() == counts.len() => (counts.iter().zip(ns))
+            .map(|(c, ns)| TimedLaunch::new(c, ns))
+            .collect(),
+        Some(ns) => {
+            return Err(GpuError::Unsupported(format!(
+                "{} launches timed, {} counted",
+                ns.len(),
+                counts.len()
+            )))
+        }
+        None => counts
+            .iter()
+            .map(|c| TimedLaunch::new(c, Vec::new()))
+            .collect(),
     };
-    let (picks, bic) = pick_scored(&counts, &vectors, method)?;
+    let picks = select(&launches, Some(&vectors.vectors), &o)?;
     let estimates = estimate(&counts, &picks);
-    let how = match method {
-        Method::Stratified { .. } => "stratified by kernel name and instruction count",
-        Method::Cluster { .. } => "clustered basic-block vectors",
+    let timed = launches.first().is_some_and(|l| !l.ns.is_empty());
+    let gpu_time = match timed {
+        true => Some(score_picks(&launches, &picks, o.rule)?),
+        false => None,
     };
     Ok(Sampled {
         source,
         counts,
         vectors,
         picks,
-        bic,
         estimates,
-        how,
+        gpu_time,
+        rule: o.rule,
+        how: o.rule.how(),
     })
 }
 
@@ -386,6 +386,9 @@ impl Sampled {
                 e.estimate,
                 100.0 * e.relative_error()
             ));
+        }
+        if let Some(t) = &self.gpu_time {
+            report.push_str(&gpu_time_line(t));
         }
         report
     }
@@ -432,9 +435,21 @@ impl Sampled {
                 "weight": p.weight,
             })).collect::<Vec<_>>(),
             "method": self.how,
+            "rule": self.rule.name(),
             "trace_bytes_expected": saved.0,
             "trace_bytes_saved": saved.1,
         });
+        if let Some(t) = &self.gpu_time {
+            summary["gpu_time"] = serde_json::json!({
+                "source": "CUPTI activity records of the timing runs (times.tsv)",
+                "chosen_on_run": 1,
+                "scored_runs": if t.in_sample { vec![1] } else { (2..=t.actual_ns.len() + 1).collect() },
+                "measured_ns": t.actual_ns,
+                "estimate_ns": t.estimate_ns,
+                "error": t.error,
+                "worst": t.worst,
+            });
+        }
         if let Source::Trace(list) = &self.source {
             // Where `bbv gpu simulate` takes the launches that warm each pick.
             let abs = std::fs::canonicalize(&list.path).unwrap_or_else(|_| list.path.clone());

@@ -3,29 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use bbv_simpoint::{cluster, KChoice, Options, PostResult, Prepared, Projection, Quiet};
-
-use crate::blocks::{BlockVectors, Vector};
-use crate::{GpuError, KernelCount};
-
-/// How launches are grouped.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Method {
-    /// Cluster the launches' basic-block vectors (SimPoint, k searched up to `max_k`).
-    Cluster {
-        /// Largest k tried.
-        max_k: usize,
-    },
-    /// Sieve-style strata: same kernel name, and instruction counts within `spread` (relative)
-    /// of the stratum's first launch.
-    Stratified {
-        /// Relative width of an instruction-count stratum.
-        spread: f64,
-    },
-}
-
-/// A k tried by [`Method::Cluster`] and its BIC.
-pub type KScore = (usize, f64);
+use crate::blocks::Vector;
+use crate::KernelCount;
 
 /// A chosen launch and what it stands for.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,7 +13,8 @@ pub struct Pick {
     pub launch: usize,
     /// Launches it represents (itself included).
     pub members: Vec<usize>,
-    /// Multiplier of its metrics in the estimate: the members' warp instructions over its own.
+    /// Multiplier of its metrics in the estimate: the members' warp instructions over its own
+    /// (bbv's and Sieve's rules), the launches it stands for (PKA's and STEM's).
     pub weight: f64,
 }
 
@@ -64,51 +44,6 @@ impl Estimate {
     }
 }
 
-/// Picks representative launches.
-pub fn pick(
-    counts: &[KernelCount],
-    bv: &BlockVectors,
-    method: Method,
-) -> Result<Vec<Pick>, GpuError> {
-    pick_scored(counts, bv, method).map(|(picks, _)| picks)
-}
-
-/// [`pick`], and with [`Method::Cluster`] also every k tried and its BIC (ascending k).
-pub fn pick_scored(
-    counts: &[KernelCount],
-    bv: &BlockVectors,
-    method: Method,
-) -> Result<(Vec<Pick>, Vec<KScore>), GpuError> {
-    let n = counts.len();
-    if n == 0 {
-        return Err(GpuError::Unsupported(
-            "the kernel list launches no kernel".into(),
-        ));
-    }
-    let (groups, scores) = match method {
-        Method::Stratified { spread } => {
-            let keys: Vec<(&str, u64)> = (counts.iter())
-                .map(|c| (c.header.name.as_str(), c.warp_insts))
-                .collect();
-            (strata(&keys, spread), Vec::new())
-        }
-        Method::Cluster { max_k } => clusters(&bv.vectors, max_k.clamp(1, n))?,
-    };
-    let picks = groups
-        .into_iter()
-        .map(|(rep, members)| {
-            let total: u64 = members.iter().map(|&m| counts[m].warp_insts).sum();
-            let own = counts[rep].warp_insts.max(1);
-            Pick {
-                launch: rep,
-                members,
-                weight: total as f64 / own as f64,
-            }
-        })
-        .collect();
-    Ok((picks, scores))
-}
-
 /// Launches in groups: (the representative, the members).
 pub(crate) type Groups = Vec<(usize, Vec<usize>)>;
 
@@ -128,83 +63,66 @@ pub(crate) fn strata(keys: &[(&str, u64)], spread: f64) -> Groups {
     }
     strata
         .into_iter()
-        .map(|(_, _, _, members)| {
-            // The member closest to the stratum's mean instruction count represents it.
-            let mean =
-                members.iter().map(|&m| keys[m].1 as f64).sum::<f64>() / members.len() as f64;
-            let distance = |m: usize| (keys[m].1 as f64 - mean).abs();
-            let best = members
-                .iter()
-                .map(|&m| distance(m))
-                .fold(f64::INFINITY, f64::min);
-            let tied: Vec<usize> = members
-                .iter()
-                .copied()
-                .filter(|&m| distance(m) == best)
-                .collect();
-            (middle(&tied), members)
-        })
+        .map(|(_, _, _, members)| (nearest_mean(&members, |m| keys[m].1), members))
         .collect()
 }
 
-/// Clusters of the launches' vectors (SimPoint's search up to `max_k`), and each k's BIC.
-pub(crate) fn clusters(
-    vectors: &[Vector],
-    max_k: usize,
-) -> Result<(Groups, Vec<KScore>), GpuError> {
-    // The vectors go through SimPoint exactly as a .bb file would.
-    let mut w = bbv_profile::BbvWriter::new(Vec::new());
-    for v in vectors {
-        if v.is_empty() {
-            return Err(GpuError::Unsupported(
-                "a launch executed no instruction: it has no basic-block vector".into(),
-            ));
-        }
-        w.write_vector(v)
-            .map_err(|e| GpuError::Unsupported(e.to_string()))?;
-    }
-    let text = w
-        .finish()
-        .map_err(|e| GpuError::Unsupported(e.to_string()))?;
-    let mut reader = bbv_profile::BbvReader::new(&text[..], "launch vectors");
-    let loaded = bbv_simpoint::load_vectors(
-        &mut reader,
-        &Projection::Random {
-            dim: bbv_simpoint::DEFAULT_DIM,
-            seed: i64::from(bbv_simpoint::DEFAULT_SEED_PROJ),
-        },
-        |_| {},
-    )
-    .map_err(|e| GpuError::Unsupported(e.to_string()))?;
-    // Weighted by instruction count (SimPoint's -fixedLength off).
-    let data = loaded.vectors;
-    let opts = Options {
-        k: KChoice::Search { max_k },
-        ..Options::default()
-    };
-    let prep = Prepared::new(&data, &opts).map_err(|e| GpuError::Unsupported(e.to_string()))?;
-    let result = cluster(&prep, &opts, &Quiet).map_err(|e| GpuError::Unsupported(e.to_string()))?;
-    let mut scores: Vec<KScore> = result.runs.iter().map(|r| (r.k, r.bic)).collect();
-    scores.sort_by_key(|s| s.0);
-    let post = PostResult::new(&data, &result.runs[result.best].centres);
-    let mut by_cluster: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-    for (i, &l) in post.labels.iter().enumerate() {
-        by_cluster.entry(l).or_default().push(i);
-    }
-    let groups = by_cluster
-        .into_iter()
-        .map(|(c, members)| {
-            let rep = post.simpoints[c as usize] as usize;
-            // Launches with the representative's very vector are as near the centre as it is.
-            let tied: Vec<usize> = members
-                .iter()
-                .copied()
-                .filter(|&m| vectors[m] == vectors[rep])
-                .collect();
-            (middle(&tied), members)
-        })
+/// The member whose instruction count (`insts`) is nearest the group's mean (the middle one in
+/// launch order among ties). Time and cycles grow about as a fixed cost plus a cost per
+/// instruction: scaled by the group's instructions over its own, such a launch's time is the
+/// group's, the fixed costs included, where a smaller one's would count its fixed cost too
+/// often and a larger one's too rarely.
+fn nearest_mean(members: &[usize], insts: impl Fn(usize) -> u64) -> usize {
+    let mean = members.iter().map(|&m| insts(m) as f64).sum::<f64>() / members.len() as f64;
+    let distance = |m: usize| (insts(m) as f64 - mean).abs();
+    let best = (members.iter())
+        .map(|&m| distance(m))
+        .fold(f64::INFINITY, f64::min);
+    let tied: Vec<usize> = (members.iter().copied())
+        .filter(|&m| distance(m) == best)
         .collect();
-    Ok((groups, scores))
+    middle(&tied)
+}
+
+/// bbv's groups: Sieve's strata (`keys`: each launch's kernel and instruction count, within
+/// `spread`), so that a launch never stands for another kernel's nor for a launch of another
+/// size (a launch's time is not its instructions times a constant: small grids leave the GPU
+/// idle), each split further where its launches' basic-block vectors place more than `spread`
+/// of their instructions differently (a launch joins the first group whose first launch's mix
+/// is within `spread` of its own); each group represented by its launch nearest its mean
+/// instruction count.
+pub(crate) fn stratified_clusters(keys: &[(&str, u64)], vectors: &[Vector], spread: f64) -> Groups {
+    let mut groups = Groups::new();
+    for (rep, members) in strata(keys, spread) {
+        if members
+            .iter()
+            .all(|&m| apart(&vectors[m], &vectors[rep]) <= spread)
+        {
+            groups.push((rep, members));
+            continue;
+        }
+        let mut mixes: Vec<Vec<usize>> = Vec::new();
+        for m in members {
+            match (mixes.iter_mut()).find(|g| apart(&vectors[g[0]], &vectors[m]) <= spread) {
+                Some(g) => g.push(m),
+                None => mixes.push(vec![m]),
+            }
+        }
+        groups.extend((mixes.into_iter()).map(|g| (nearest_mean(&g, |m| keys[m].1), g)));
+    }
+    groups
+}
+
+/// The fraction of their instructions two vectors place in different blocks (0: the same mix,
+/// 1: no block in common).
+fn apart(a: &Vector, b: &Vector) -> f64 {
+    let total = |v: &Vector| v.iter().map(|&(_, n)| n as f64).sum::<f64>().max(1.0);
+    let (ta, tb) = (total(a), total(b));
+    let mut d: BTreeMap<u32, f64> = a.iter().map(|&(i, n)| (i, n as f64 / ta)).collect();
+    for &(i, n) in b {
+        *d.entry(i).or_insert(0.0) -= n as f64 / tb;
+    }
+    d.values().map(|x| x.abs()).sum::<f64>() / 2.0
 }
 
 /// Among launches the sampler cannot tell apart, the middle one in launch order: they differ

@@ -297,8 +297,9 @@ fn planted_launch(path: &Path, id: u64, phase: usize, blocks: u32, extra_trip: u
 }
 
 #[test]
-fn sampling_picks_one_launch_per_planted_phase_within_one_percent() {
-    use bbv_gpu::sample::{estimate, pick, Method};
+fn sampling_keeps_planted_phases_apart_within_one_percent() {
+    use bbv_gpu::sample::estimate;
+    use bbv_gpu::select::{select, Rule, SampleOptions, TimedLaunch};
     let dir = tempfile::tempdir().unwrap();
     let mut list = String::new();
     let mut phases = Vec::new();
@@ -336,15 +337,23 @@ fn sampling_picks_one_launch_per_planted_phase_within_one_percent() {
         }
         assert_eq!(&sum.into_iter().collect::<Vec<_>>(), v);
     }
-    for method in [
-        Method::Cluster { max_k: 10 },
-        Method::Stratified { spread: 0.5 },
-    ] {
-        let picks = pick(&counts, &bv, method).unwrap();
+    let launches: Vec<TimedLaunch> = (counts.iter())
+        .map(|c| TimedLaunch::new(c, Vec::new()))
+        .collect();
+    // bbv's rule: a launch of each phase (more where sizes differ), none standing for another
+    // phase; Sieve's does not see phases.
+    for (rule, spread) in [(Rule::Bbv, 0.1), (Rule::Sieve, 0.5)] {
+        let o = SampleOptions {
+            rule,
+            max_k: 10,
+            spread,
+        };
+        let picks = select(&launches, Some(&bv.vectors), &o).unwrap();
         let mut picked: Vec<usize> = picks.iter().map(|p| phases[p.launch]).collect();
         picked.sort();
-        if let Method::Cluster { .. } = method {
-            assert_eq!(picked, vec![0, 1, 2], "one launch per planted phase");
+        if rule == Rule::Bbv {
+            picked.dedup();
+            assert_eq!(picked, vec![0, 1, 2], "every planted phase picked");
             for p in &picks {
                 assert!(p.members.iter().all(|&m| phases[m] == phases[p.launch]));
             }
@@ -355,10 +364,10 @@ fn sampling_picks_one_launch_per_planted_phase_within_one_percent() {
             "every launch represented once"
         );
         for e in estimate(&counts, &picks) {
-            if let Method::Cluster { .. } = method {
+            if rule == Rule::Bbv {
                 assert!(
                     e.relative_error() < 0.01,
-                    "{method:?}: {} estimated {} for {}",
+                    "{rule:?}: {} estimated {} for {}",
                     e.metric,
                     e.estimate,
                     e.actual

@@ -10,7 +10,8 @@ use std::time::Instant;
 use bbv_cuda::job::{is_live, raw, Live};
 use bbv_cuda::tools::{self, Injection, Selection};
 use bbv_files::AtomicFiles;
-use bbv_gpu::output::{sample, sample_counts, SampleOptions, Source};
+use bbv_gpu::output::{sample, sample_counts, Source};
+use bbv_gpu::select::SampleOptions;
 use bbv_gpu::CountMode;
 
 use crate::GpuJobError;
@@ -38,7 +39,7 @@ fn sample_into(list: &Path, output: &Path, options: SampleOptions) -> Result<Str
             )));
         }
         let live = Live::load(list, &bbv_gpucfg::tools::nvdisasm()?)?;
-        let counts = live.counts(CountMode::default())?;
+        let mut counts = live.counts(CountMode::default())?;
         if counts.is_empty() {
             return Err(GpuJobError::Invalid(format!(
                 "{}: the run counted no kernel launch: nothing to sample",
@@ -55,7 +56,8 @@ fn sample_into(list: &Path, output: &Path, options: SampleOptions) -> Result<Str
             dir: list.to_path_buf(),
             command,
         };
-        sample_counts(source, counts, live.vectors, options)?
+        let ns = crate::gpu_times::of_counted(&live, &mut counts)?;
+        sample_counts(source, counts, live.vectors, ns, options)?
     } else {
         sample(list, options)?
     };
@@ -63,12 +65,7 @@ fn sample_into(list: &Path, output: &Path, options: SampleOptions) -> Result<Str
     s.write(output, &mut files)?;
     let page = bbv_report::html(&bbv_report::from_gpu_sample(
         &list.display().to_string(),
-        &s.counts,
-        &s.vectors,
-        &s.picks,
-        &s.estimates,
-        &s.bic,
-        s.how,
+        &s,
     ));
     files.write(&output.join(bbv_rundir::files::REPORT), |w| {
         w.write_all(page.as_bytes())

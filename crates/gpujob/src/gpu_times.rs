@@ -79,6 +79,45 @@ pub(crate) fn join(live: &Live, runs: u32) -> Result<Option<Times>, GpuJobError>
     Ok(Some(t))
 }
 
+/// The GPU times of `live`'s counted launches (`counts`, in its order), from its folder's
+/// `times.tsv` (`bbv gpu run --repeat`), None when the run was not timed; each count's
+/// registers come from there too (the counted run's records have none).
+pub(crate) fn of_counted(
+    live: &Live,
+    counts: &mut [bbv_gpu::KernelCount],
+) -> Result<Option<Vec<Vec<u64>>>, GpuJobError> {
+    let tsv = live.dir.join("times.tsv");
+    if !tsv.exists() {
+        return Ok(None);
+    }
+    let mut timed: std::collections::HashMap<u64, times::TimedLaunch> = (times::read_tsv(&tsv)?)
+        .into_iter()
+        .map(|l| (l.number, l))
+        .collect();
+    let ns = (live.run.launches.iter().zip(counts))
+        .map(|(c, count)| match timed.remove(&c.number) {
+            Some(t) if t.name == c.name => {
+                count.header.nregs = t.registers;
+                Ok(t.ns)
+            }
+            Some(t) => Err(GpuJobError::Invalid(format!(
+                "{}: launch {} is {} there but {} in the counted run: records of another run",
+                tsv.display(),
+                c.number,
+                t.name,
+                c.name
+            ))),
+            None => Err(GpuJobError::Invalid(format!(
+                "{}: counted launch {} ({}) has no time: records of another run",
+                tsv.display(),
+                c.number,
+                c.name
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(ns))
+}
+
 /// The summary's `timing` object.
 pub(crate) fn summary(t: &Times) -> serde_json::Value {
     serde_json::json!({
@@ -127,16 +166,10 @@ pub(crate) fn report(t: &Times) -> String {
 /// rule's mean and worst error over the folders.
 pub fn gpu_score(
     dirs: &[std::path::PathBuf],
-    max_k: usize,
-    spread: f64,
+    options: &bbv_gpu::select::SampleOptions,
 ) -> Result<String, GpuJobError> {
-    use bbv_gpu::timed::{score, Rule};
-    let rules = [
-        Rule::Bbv { max_k },
-        Rule::Sieve { spread },
-        Rule::Pka { max_k },
-        Rule::Stem,
-    ];
+    use bbv_gpu::select::{score, Rule, SampleOptions};
+    let rules = Rule::ALL;
     let mut out = String::from(
         "folder\tlaunches\truns\truns_apart\trule\tpicked\testimate_ms\tmeasured_ms\terror\tworst\n",
     );
@@ -149,7 +182,8 @@ pub fn gpu_score(
             .collect();
         let apart = times::spread(&totals);
         for (i, &rule) in rules.iter().enumerate() {
-            let s = score(&launches, Some(&vectors), rule)?;
+            let o = SampleOptions { rule, ..*options };
+            let s = score(&launches, Some(&vectors), &o)?;
             by_rule[i].push((s.error, s.picked));
             out.push_str(&format!(
                 "{}\t{}\t{}\t{:.2}%\t{}\t{}\t{:.4}\t{:.4}\t{:+.2}%{}\t{:.2}%\n",
@@ -159,8 +193,8 @@ pub fn gpu_score(
                 100.0 * apart,
                 rule.name(),
                 s.picked,
-                s.estimate_ns / 1e6,
-                s.actual_ns / 1e6,
+                s.mean_estimate_ns() / 1e6,
+                s.mean_actual_ns() / 1e6,
                 100.0 * s.error,
                 if s.in_sample { " (in-sample)" } else { "" },
                 100.0 * s.worst

@@ -1,22 +1,16 @@
 //! A [`Report`] of a GPU sample: launches instead of intervals.
 
-use bbv_gpu::blocks::BlockVectors;
-use bbv_gpu::sample::{Estimate, Pick};
+use bbv_gpu::output::Sampled;
+use bbv_gpu::sample::Pick;
 use bbv_gpu::KernelCount;
 
-use crate::{Curve, ErrorRow, KScore, MatrixBuilder, Point, Report};
+use crate::{Curve, ErrorRow, MatrixBuilder, Point, Report};
 
-/// Builds the report of `bbv gpu sample`: `picks` in their group order (group i is cluster i),
-/// `bic` every k tried when the launches were clustered, `method` how they were grouped.
-pub fn from_gpu_sample(
-    list: &str,
-    counts: &[KernelCount],
-    bv: &BlockVectors,
-    picks: &[Pick],
-    estimates: &[Estimate],
-    bic: &[(usize, f64)],
-    method: &str,
-) -> Report {
+/// Builds the report of `bbv gpu sample` on `list`: the picks in their group order (group i is
+/// cluster i), every k tried when the launches were clustered, every metric's estimate and, for
+/// a timed run, the GPU time's.
+pub fn from_gpu_sample(list: &str, s: &Sampled) -> Report {
+    let (counts, picks, method) = (&s.counts, &s.picks, s.how);
     let n = counts.len();
     let mut labels = vec![0usize; n];
     for (g, p) in picks.iter().enumerate() {
@@ -51,7 +45,7 @@ pub fn from_gpu_sample(
         .collect();
     points.sort_by(|a, b| b.weight.total_cmp(&a.weight).then(a.unit.cmp(&b.unit)));
     let mut matrix = MatrixBuilder::new(&labels);
-    for v in &bv.vectors {
+    for v in &s.vectors.vectors {
         matrix.add(v.iter().map(|&(id, c)| (id, c as f64)));
     }
     Report {
@@ -70,36 +64,28 @@ pub fn from_gpu_sample(
         curves_note: String::new(),
         matrix: Some(matrix.finish()),
         matrix_note: String::new(),
-        errors: estimates
-            .iter()
+        errors: (s.estimates.iter())
             .map(|e| ErrorRow::new(&e.metric, e.actual, e.estimate, None))
+            .chain(s.gpu_time.iter().map(|t| {
+                ErrorRow::new("GPU time, ns", t.mean_actual_ns(), t.mean_estimate_ns(), None)
+            }))
             .collect(),
-        errors_note: "Totals over the whole trace against the chosen launches' values times their multipliers (no band: one launch per group is measured).".into(),
-        by_k: scores(bic),
-        chosen_k: (!bic.is_empty()).then_some(picks.len()),
-        bic_note: if bic.is_empty() {
-            "The launches were stratified, not clustered: there is no k search.".into()
-        } else {
-            "SimPoint 3.2's rule on the launches' vectors (weighted by instructions): the smallest k whose BIC reaches 90% of the range.".into()
-        },
+        errors_note: format!(
+            "Totals over the whole trace against the chosen launches' values times their multipliers (no band: one launch per group is measured).{}",
+            s.gpu_time.as_ref().map_or(String::new(), |t| format!(
+                " GPU time: the mean over {} timing run(s) {}.",
+                t.actual_ns.len(),
+                if t.in_sample { "the picks were chosen from" } else { "after the first, which the picks were chosen from" }
+            ))
+        ),
+        by_k: Vec::new(),
+        chosen_k: None,
+        bic_note: "Launches are grouped by rule (kernel, instruction count, basic-block mix; docs/gpu-live.md), not by a search over k.".into(),
         simulation: None,
         simulation_note: "GPU launches are simulated with Accel-Sim (`bbv gpu sample` writes its kernel list), not ChampSim.".into(),
         labels,
         points,
     }
-}
-
-fn scores(bic: &[(usize, f64)]) -> Vec<KScore> {
-    let lo = bic.iter().map(|b| b.1).fold(f64::INFINITY, f64::min);
-    let hi = bic.iter().map(|b| b.1).fold(f64::NEG_INFINITY, f64::max);
-    bic.iter()
-        .map(|&(k, b)| KScore {
-            k,
-            bic_fraction: if hi > lo { (b - lo) / (hi - lo) } else { 1.0 },
-            worst_rel_error: None,
-            bbv_error: None,
-        })
-        .collect()
 }
 
 /// Per launch: warp instructions, memory instructions per 1000 and active lanes per warp

@@ -125,7 +125,7 @@ const CPU_OPTIONS: [(&str, Ty); 20] = [
 /// `bbv gpu sample`'s options a GPU job may set.
 const GPU_OPTIONS: [(&str, Ty); 3] = [
     ("max-k", Ty::Int),
-    ("stratified", Ty::Bool),
+    ("method", Ty::Str),
     ("spread", Ty::Float),
 ];
 
