@@ -258,6 +258,39 @@ fn timed_runs_are_scored_rule_by_rule() {
     let sieve = &rows[1];
     assert_eq!((sieve[5], sieve[8]), ("2", "+0.00%"), "{table}");
     assert!(table.contains("sieve: mean |error| 0.00%"), "{table}");
+    // bbv's rule groups as Sieve's here (one block mix per kernel): the same two picks.
+    assert_eq!((rows[0][5], rows[0][8]), ("2", "+0.00%"), "{table}");
+    // The default against each other rule, no difference claimed below the runs' spread.
+    assert!(
+        table.contains(&format!(
+            "the runs' own totals are up to 4.44% apart ({}): smaller differences are not claimed",
+            run.display()
+        )),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "bbv (default) against sieve: mean |error| 0.00% against 0.00%, no difference \
+             claimed; 2 launches picked against 2"
+        ),
+        "{table}"
+    );
+    assert_eq!(table.matches("bbv (default) against").count(), 3, "{table}");
+    // Stored compressed (NAME.gz beside where NAME would be): the same rows.
+    let packed = t.path().join("packed");
+    copy_dir(&run, &packed);
+    for f in ["times.tsv", "launches.tsv", "bbv.bb"] {
+        let ok = std::process::Command::new("gzip")
+            .arg(packed.join(f))
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let o = bbv().args(["gpu", "score"]).arg(&packed).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let packed_table = String::from_utf8_lossy(&o.stdout)
+        .replace(&packed.display().to_string(), &run.display().to_string());
+    assert_eq!(packed_table, table);
 
     // Bad input: a folder never timed, another run's times, a damaged times.tsv.
     let other = t.path().join("untimed");

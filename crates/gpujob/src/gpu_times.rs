@@ -174,6 +174,8 @@ pub fn gpu_score(
         "folder\tlaunches\truns\truns_apart\trule\tpicked\testimate_ms\tmeasured_ms\terror\tworst\n",
     );
     let mut by_rule: Vec<Vec<(f64, usize)>> = vec![Vec::new(); rules.len()];
+    // The largest spread of the runs' own totals, and its folder.
+    let mut widest = (0.0f64, String::new());
     for dir in dirs {
         let (launches, vectors) = records(dir)?;
         // A folder with no launch is refused by the scoring below, not here.
@@ -181,6 +183,9 @@ pub fn gpu_score(
             .map(|r| launches.iter().map(|l| l.ns[r]).sum())
             .collect();
         let apart = times::spread(&totals);
+        if apart >= widest.0 {
+            widest = (apart, dir.display().to_string());
+        }
         for (i, &rule) in rules.iter().enumerate() {
             let o = SampleOptions { rule, ..*options };
             let s = score(&launches, Some(&vectors), &o)?;
@@ -201,19 +206,69 @@ pub fn gpu_score(
             ));
         }
     }
-    for (rule, scores) in rules.iter().zip(&by_rule) {
-        let n = scores.len().max(1) as f64;
-        let mean = scores.iter().map(|s| s.0.abs()).sum::<f64>() / n;
-        let worst = scores.iter().map(|s| s.0.abs()).fold(0.0, f64::max);
-        let picked = scores.iter().map(|s| s.1).sum::<usize>();
+    let totals: Vec<Total> = (by_rule.iter())
+        .map(|scores| Total {
+            mean: scores.iter().map(|s| s.0.abs()).sum::<f64>() / scores.len().max(1) as f64,
+            worst: scores.iter().map(|s| s.0.abs()).fold(0.0, f64::max),
+            picked: scores.iter().map(|s| s.1).sum::<usize>(),
+        })
+        .collect();
+    for (rule, t) in rules.iter().zip(&totals) {
         out.push_str(&format!(
-            "{}: mean |error| {:.2}%, worst {:.2}%, {picked} launches picked in all\n",
+            "{}: mean |error| {:.2}%, worst {:.2}%, {} launches picked in all\n",
             rule.name(),
-            100.0 * mean,
-            100.0 * worst
+            100.0 * t.mean,
+            100.0 * t.worst,
+            t.picked
         ));
     }
+    out.push_str(&against_default(&rules, &totals, &widest));
     Ok(out)
+}
+
+/// A rule's errors and picks over every folder scored.
+struct Total {
+    mean: f64,
+    worst: f64,
+    picked: usize,
+}
+
+/// `bbv gpu sample`'s default rule against each other rule: which is more accurate on the mean,
+/// unless the two differ by less than the runs' own totals do (`widest`: the largest spread and
+/// its folder), and which picks fewer launches.
+fn against_default(
+    rules: &[bbv_gpu::select::Rule],
+    totals: &[Total],
+    widest: &(f64, String),
+) -> String {
+    let default = bbv_gpu::select::Rule::default();
+    let Some(d) = rules.iter().position(|&r| r == default) else {
+        return String::new();
+    };
+    let mut out = format!(
+        "the runs' own totals are up to {:.2}% apart ({}): smaller differences are not claimed\n",
+        100.0 * widest.0,
+        widest.1
+    );
+    for (i, rule) in rules.iter().enumerate().filter(|&(i, _)| i != d) {
+        let (a, b) = (&totals[d], &totals[i]);
+        let verdict = match (a.mean - b.mean).abs() < widest.0 {
+            true => "no difference claimed",
+            false if a.mean < b.mean => "the default is more accurate",
+            false => "the default is less accurate",
+        };
+        out.push_str(&format!(
+            "{} (default) against {}: mean |error| {:.2}% against {:.2}%, {verdict}; {} launches \
+             picked against {}\n",
+            default.name(),
+            rule.name(),
+            100.0 * a.mean,
+            100.0 * b.mean,
+            a.picked,
+            b.picked
+        ));
+    }
+    out
 }
 
 /// A timed run folder's launches (times, counts, geometry) and basic-block vectors.
@@ -226,7 +281,15 @@ fn records(
     ),
     GpuJobError,
 > {
-    let tsv = dir.join("times.tsv");
+    // Each file as the run wrote it, or compressed beside (stored records).
+    let file = |name: &str| {
+        let gz = dir.join(format!("{name}.gz"));
+        match dir.join(name) {
+            plain if !plain.exists() && gz.exists() => gz,
+            plain => plain,
+        }
+    };
+    let tsv = file("times.tsv");
     if !tsv.is_file() {
         return Err(GpuJobError::Invalid(format!(
             "{} has no times.tsv: record the run with `bbv gpu run --repeat N`",
@@ -234,8 +297,8 @@ fn records(
         )));
     }
     let timed = times::read_tsv(&tsv)?;
-    let counted = bbv_cuda::job::read_launches(&dir.join("launches.tsv"))?;
-    let vectors = read_vectors(&dir.join("bbv.bb"))?;
+    let counted = bbv_cuda::job::read_launches(&file("launches.tsv"))?;
+    let vectors = read_vectors(&file("bbv.bb"))?;
     if counted.len() != timed.len() || vectors.len() != timed.len() {
         return Err(GpuJobError::Invalid(format!(
             "{}: {} launches timed, {} counted, {} vectors: score a run that counted every \
