@@ -102,7 +102,7 @@ pub enum GpuCommand {
 #[derive(clap::Args)]
 pub struct SampleArgs {
     /// bbv (Sieve's strata split by basic-block mix), sieve (by kernel and instruction count),
-    /// pka or stem (these two need `bbv gpu run --repeat`'s times): docs/gpu-live.md.
+    /// pka or stem (these two read `bbv gpu run --repeat`'s times, else instructions).
     #[arg(long, default_value = "bbv")]
     method: Rule,
     /// Largest k tried (pka).

@@ -186,7 +186,12 @@ fn block_vectors_match_the_reference_blocks_and_feed_simpoint() {
 fn sample_writes_list_weights_and_report() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("s");
-    for extra in [&[][..], &["--method", "sieve"][..]] {
+    for extra in [
+        &[][..],
+        &["--method", "sieve"][..],
+        &["--method", "pka"][..],
+        &["--method", "stem"][..],
+    ] {
         let mut args = vec!["gpu", "sample"];
         let l = list("matrixmul-32-32-trace-aba4ea32");
         args.push(&l);

@@ -399,11 +399,26 @@ fn every_method_picks_from_a_timed_run_and_estimates_its_gpu_time() {
         assert!(page.contains("GPU time, ns"), "{method}");
     }
 
-    // Bad input: an unknown method, rules that need times on a run never timed, another
-    // run's times, a counted launch without a time: exit 2, no output folder.
+    // Without times, PKA's and STEM's rules read instructions instead, and say so.
     let untimed = t.path().join("untimed");
     std::fs::create_dir_all(&untimed).unwrap();
     let plain = run_folder(&untimed);
+    for method in ["pka", "stem"] {
+        let o = bbv()
+            .args(["gpu", "sample", "--method", method])
+            .arg(&plain)
+            .arg("-o")
+            .arg(untimed.join(method))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{method}: {}", text(&o));
+        let want = format!("{method}'s choices read each launch's warp instructions");
+        assert!(text(&o).contains(&want), "{}", text(&o));
+        assert!(!text(&o).contains("GPU time |"), "{}", text(&o));
+    }
+
+    // Bad input: an unknown method, another run's times, a counted launch without a time:
+    // exit 2, no output folder.
     let tsv = std::fs::read_to_string(run.join("times.tsv")).unwrap();
     let dropped: String = (tsv.lines())
         .filter(|l| !l.starts_with("7\t"))
@@ -415,18 +430,6 @@ fn every_method_picks_from_a_timed_run_and_estimates_its_gpu_time() {
             &run,
             None,
             "unknown method \"simpoint\": one of bbv, sieve, pka, stem",
-        ),
-        (
-            "pka",
-            &plain,
-            None,
-            "--method pka needs the launches' GPU times",
-        ),
-        (
-            "stem",
-            &plain,
-            None,
-            "--method stem needs the launches' GPU times",
         ),
         (
             "bbv",

@@ -377,6 +377,13 @@ impl Sampled {
             self.counts.len(),
             self.how
         );
+        if self.gpu_time.is_none() && self.rule.needs_times() {
+            report.push_str(&format!(
+                "note: no GPU times (a trace, or a run without `bbv gpu run --repeat`): {}'s \
+                 choices read each launch's warp instructions in their place\n",
+                self.rule.name()
+            ));
+        }
         report.push_str("metric | full trace | estimate | relative error\n");
         for e in &self.estimates {
             report.push_str(&format!(

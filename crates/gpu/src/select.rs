@@ -62,7 +62,8 @@ impl Rule {
         }
     }
 
-    /// The rule reads the launches' GPU times, not only their counts.
+    /// The rule reads the launches' GPU times, not only their counts (without times, it reads
+    /// their warp instructions instead).
     pub fn needs_times(self) -> bool {
         matches!(self, Rule::Pka | Rule::Stem)
     }
@@ -130,13 +131,9 @@ impl SampleOptions {
     }
 }
 
-/// Checks the records: launches, as many times for each (none when the rule needs none), and a
-/// vector per launch. Returns the number of timing runs.
-fn check(
-    launches: &[TimedLaunch],
-    vectors: Option<&[Vector]>,
-    rule: Rule,
-) -> Result<usize, GpuError> {
+/// Checks the records: launches, as many times for each (maybe none), and a vector per launch.
+/// Returns the number of timing runs.
+fn check(launches: &[TimedLaunch], vectors: Option<&[Vector]>) -> Result<usize, GpuError> {
     let runs = launches.first().map_or(0, |l| l.ns.len());
     if launches.is_empty() {
         return Err(GpuError::Unsupported(
@@ -147,13 +144,6 @@ fn check(
         return Err(GpuError::Unsupported(format!(
             "launch {i} has {} times, launch 0 {runs}",
             l.ns.len()
-        )));
-    }
-    if rule.needs_times() && runs == 0 {
-        return Err(GpuError::Unsupported(format!(
-            "--method {} needs the launches' GPU times: record the run with `bbv gpu run \
-             --repeat N` (a trace has none)",
-            rule.name()
         )));
     }
     if let Some(v) = vectors.filter(|v| v.len() != launches.len()) {
@@ -167,13 +157,27 @@ fn check(
 }
 
 /// The picks of `o.rule` (`vectors`: the launches' basic-block vectors, which bbv's rule needs).
+/// Without times (a trace, a run without `--repeat`), the rules that read them read each
+/// launch's warp instructions instead ([`Rule::needs_times`]).
 pub fn select(
     launches: &[TimedLaunch],
     vectors: Option<&[Vector]>,
     o: &SampleOptions,
 ) -> Result<Vec<Pick>, GpuError> {
     o.check()?;
-    check(launches, vectors, o.rule)?;
+    let proxied: Vec<TimedLaunch>;
+    let launches = match check(launches, vectors)? {
+        0 if o.rule.needs_times() => {
+            proxied = (launches.iter())
+                .map(|l| TimedLaunch {
+                    ns: vec![l.warp_insts],
+                    ..l.clone()
+                })
+                .collect();
+            &proxied[..]
+        }
+        _ => launches,
+    };
     let max_k = o.max_k.clamp(1, launches.len());
     let keys: Vec<(&str, u64)> = (launches.iter())
         .map(|l| (l.kernel.as_str(), l.warp_insts))
@@ -243,7 +247,7 @@ pub fn score_picks(
     picks: &[Pick],
     rule: Rule,
 ) -> Result<Score, GpuError> {
-    let runs = check(launches, None, rule)?;
+    let runs = check(launches, None)?;
     if runs == 0 {
         return Err(GpuError::Unsupported(
             "no launch with a measured time: record with `bbv gpu run --repeat N`".into(),
