@@ -11,6 +11,7 @@ mod collect;
 mod gpu;
 mod gpu_cfg;
 mod gpu_live;
+mod gpu_select;
 mod gpu_simulate;
 mod levels;
 mod measure;
@@ -121,6 +122,18 @@ pub enum BenchCommand {
         /// Where to write the lists and samples (a temporary folder is made and removed there).
         #[arg(long, default_value = "/tmp")]
         dir: PathBuf,
+    },
+    /// Launch selection on a generated timed run (kernels of three sizes and two paths, the
+    /// second slower per instruction; three timing runs): each rule's time to pick against
+    /// Sieve's, its picks and GPU-time error (target: bbv's rule within 3x Sieve's time).
+    #[command(name = "gpu-select")]
+    GpuSelect {
+        /// Launches of the run.
+        #[arg(long, default_value_t = 200_000)]
+        launches: usize,
+        /// Kernels they run, round robin.
+        #[arg(long, default_value_t = 200)]
+        kernels: usize,
     },
     /// CPU collection: native, bare QEMU, bbv collect (default, --exact, with metrics, and the
     /// metrics' callbacks alone), valgrind's exp-bbv and bbv replay on xz -9, bzip2 -9, gzip -9
@@ -333,6 +346,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             warmup_launches,
             dir,
         } => gpu_simulate::run(&data, warmup_launches, &dir),
+        BenchCommand::GpuSelect { launches, kernels } => gpu_select::run(launches, kernels),
         BenchCommand::Collect {
             runs,
             scale,

@@ -1,7 +1,7 @@
 //! Kernel sampling: pick representative launches, weight them, and estimate every counted metric
 //! of the whole run from the sample, with its error against the full trace.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::blocks::Vector;
 use crate::KernelCount;
@@ -50,20 +50,23 @@ pub(crate) type Groups = Vec<(usize, Vec<usize>)>;
 /// Strata of launches by kernel name and instruction count (`keys`: each launch's; within
 /// `spread` of the stratum's first).
 pub(crate) fn strata(keys: &[(&str, u64)], spread: f64) -> Groups {
-    let mut strata: Vec<(&str, f64, usize, Vec<usize>)> = Vec::new();
+    // Each stratum: its first launch's count and its members; found through its kernel's.
+    let mut strata: Vec<(f64, Vec<usize>)> = Vec::new();
+    let mut of_kernel: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, &(kernel, n)) in keys.iter().enumerate() {
         let insts = n as f64;
-        let found = strata.iter_mut().find(|(name, base, _, _)| {
-            *name == kernel && (insts - base).abs() <= spread * base.max(1.0)
-        });
-        match found {
-            Some(s) => s.3.push(i),
-            None => strata.push((kernel, insts, i, vec![i])),
+        let own = of_kernel.entry(kernel).or_default();
+        let near = |&&s: &&usize| (insts - strata[s].0).abs() <= spread * strata[s].0.max(1.0);
+        match own.iter().find(near) {
+            Some(&s) => strata[s].1.push(i),
+            None => {
+                own.push(strata.len());
+                strata.push((insts, vec![i]));
+            }
         }
     }
-    strata
-        .into_iter()
-        .map(|(_, _, _, members)| (nearest_mean(&members, |m| keys[m].1), members))
+    (strata.into_iter())
+        .map(|(_, members)| (nearest_mean(&members, |m| keys[m].1), members))
         .collect()
 }
 

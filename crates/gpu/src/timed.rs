@@ -103,22 +103,35 @@ fn dist2(a: &[f64], b: &[f64]) -> f64 {
 /// Lloyd's k-means from a farthest-first start (deterministic); each cluster's launch nearest
 /// its centre (the first in launch order on ties) and its members.
 fn kmeans(points: &[Vec<f64>], k: usize) -> Groups {
+    // The first nearest centre.
     let nearest = |centres: &[Vec<f64>], p: &[f64]| -> usize {
-        (0..centres.len())
-            .min_by(|&a, &b| dist2(&centres[a], p).total_cmp(&dist2(&centres[b], p)))
-            .unwrap_or(0)
+        let mut best = (0, f64::INFINITY);
+        for (c, centre) in centres.iter().enumerate() {
+            let d = dist2(centre, p);
+            if d < best.1 {
+                best = (c, d);
+            }
+        }
+        best.0
     };
     let mut centres = vec![points[0].clone()];
+    // Each point's distance to its nearest centre so far.
+    let mut far: Vec<f64> = points.iter().map(|p| dist2(&centres[0], p)).collect();
     while centres.len() < k {
-        let far = (0..points.len())
-            .max_by(|&a, &b| {
-                let da = dist2(&centres[nearest(&centres, &points[a])], &points[a]);
-                let db = dist2(&centres[nearest(&centres, &points[b])], &points[b]);
-                da.total_cmp(&db).then(b.cmp(&a))
-            })
-            .unwrap_or(0);
-        centres.push(points[far].clone());
+        // The point farthest from every centre, the first among ties.
+        let mut pick = 0;
+        for (i, &d) in far.iter().enumerate() {
+            if d > far[pick] {
+                pick = i;
+            }
+        }
+        let centre = points[pick].clone();
+        for (d, p) in far.iter_mut().zip(points) {
+            *d = d.min(dist2(&centre, p));
+        }
+        centres.push(centre);
     }
+    let dims = points[0].len();
     let mut labels = vec![usize::MAX; points.len()];
     for _ in 0..100 {
         let next: Vec<usize> = points.iter().map(|p| nearest(&centres, p)).collect();
@@ -126,24 +139,27 @@ fn kmeans(points: &[Vec<f64>], k: usize) -> Groups {
             break;
         }
         labels = next;
-        for (c, centre) in centres.iter_mut().enumerate() {
-            let members: Vec<&Vec<f64>> = (points.iter().zip(&labels))
-                .filter(|(_, &l)| l == c)
-                .map(|(p, _)| p)
-                .collect();
-            if members.is_empty() {
-                continue;
+        let mut sums = vec![(0usize, vec![0.0; dims]); centres.len()];
+        for (p, &l) in points.iter().zip(&labels) {
+            sums[l].0 += 1;
+            for (s, x) in sums[l].1.iter_mut().zip(p) {
+                *s += x;
             }
-            for (d, x) in centre.iter_mut().enumerate() {
-                *x = members.iter().map(|p| p[d]).sum::<f64>() / members.len() as f64;
+        }
+        for (centre, (n, sum)) in centres.iter_mut().zip(sums) {
+            if n > 0 {
+                *centre = sum.into_iter().map(|s| s / n as f64).collect();
             }
         }
     }
-    (0..centres.len())
-        .filter_map(|c| {
-            let members: Vec<usize> = (0..points.len()).filter(|&i| labels[i] == c).collect();
+    let mut members = vec![Vec::new(); centres.len()];
+    for (i, &l) in labels.iter().enumerate() {
+        members[l].push(i);
+    }
+    (members.into_iter().zip(&centres))
+        .filter_map(|(members, centre)| {
             let rep = *members.iter().min_by(|&&a, &&b| {
-                dist2(&points[a], &centres[c]).total_cmp(&dist2(&points[b], &centres[c]))
+                dist2(&points[a], centre).total_cmp(&dist2(&points[b], centre))
             })?;
             Some((rep, members))
         })
@@ -156,16 +172,19 @@ fn kmeans(points: &[Vec<f64>], k: usize) -> Groups {
 pub(crate) fn stem(launches: &[TimedLaunch]) -> Vec<Pick> {
     const Z: f64 = 1.96;
     const ERROR: f64 = 0.05;
-    let mut kernels: Vec<(&str, Vec<usize>)> = Vec::new();
+    // Kernels in the order they first ran.
+    let mut kernels: Vec<Vec<usize>> = Vec::new();
+    let mut index: std::collections::HashMap<&str, usize> = Default::default();
     for (i, l) in launches.iter().enumerate() {
-        match kernels.iter_mut().find(|(k, _)| *k == l.kernel) {
-            Some(k) => k.1.push(i),
-            None => kernels.push((&l.kernel, vec![i])),
-        }
+        let k = *index.entry(&l.kernel).or_insert_with(|| {
+            kernels.push(Vec::new());
+            kernels.len() - 1
+        });
+        kernels[k].push(i);
     }
     let mut rng = bbv_simpoint::Random::new(i64::from(bbv_simpoint::DEFAULT_SEED_PROJ));
     let mut selection = Vec::new();
-    for (_, mut members) in kernels {
+    for mut members in kernels {
         let t: Vec<f64> = members.iter().map(|&m| launches[m].ns[0] as f64).collect();
         let n = t.len() as f64;
         let mean = t.iter().sum::<f64>() / n;
