@@ -271,9 +271,9 @@ fn kernel_time<E: Fn(String) -> CudaError>(
         static_shared: f.num()?,
         dynamic_shared: f.num()?,
     };
-    if k.end < k.start {
+    if k.end <= k.start {
         return Err(err(format!(
-            "kernel of correlation {} ends ({}) before it starts ({})",
+            "kernel of correlation {} ends ({}) no later than it starts ({}): no duration",
             k.correlation, k.end, k.start
         )));
     }

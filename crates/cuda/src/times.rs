@@ -131,6 +131,14 @@ pub fn read_tsv(path: &Path) -> Result<Vec<TimedLaunch>, CudaError> {
                 ))),
             }
         };
+        let ns: Vec<u64> = f[6..].iter().map(|c| r.num(c)).collect::<Result<_, _>>()?;
+        if let Some(run) = ns.iter().position(|&t| t == 0) {
+            return Err(r.err(format!(
+                "launch {} has no duration in timing run {} (0 ns)",
+                f[0],
+                run + 1
+            )));
+        }
         Ok(TimedLaunch {
             number: r.num(f[0])?,
             name: f[1].to_string(),
@@ -138,7 +146,7 @@ pub fn read_tsv(path: &Path) -> Result<Vec<TimedLaunch>, CudaError> {
             block: dims(f[3])?,
             registers: r.num(f[4])?,
             shared: r.num(f[5])?,
-            ns: f[6..].iter().map(|c| r.num(c)).collect::<Result<_, _>>()?,
+            ns,
         })
     })
 }
@@ -316,6 +324,10 @@ mod tests {
             ),
             (tsv.replacen("4,1,1", "4,1", 1), ":2: 4,1 is not X,Y,Z"),
             (tsv.replacen("\t100\t", "\tx\t", 1), ":2: x is not a number"),
+            (
+                tsv.replacen("\t110\n", "\t0\n", 1),
+                ":2: launch 0 has no duration in timing run 2 (0 ns)",
+            ),
             (tsv.replace("ns_2", "time"), ":1: not a times.tsv header"),
             (String::new(), ": empty file"),
         ] {

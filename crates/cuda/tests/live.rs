@@ -343,17 +343,17 @@ fn timing_runs_give_each_launch_its_gpu_time() {
     );
     assert_eq!(times.totals(), [5500, 5500]);
     assert_eq!(times.unattributed_ns, [100, 100]);
-    // A kernel record that ends before it starts is refused at its line.
-    std::fs::write(
-        &p,
-        TIMING.replace("kernel 11 1000 2000", "kernel 11 3000 2000"),
-    )
-    .unwrap();
-    let e = live::read(&p).unwrap_err().to_string();
-    assert!(
-        e.contains(":10: kernel of correlation 11 ends (2000) before it starts"),
-        "{e}"
-    );
+    // A kernel record that ends before it starts, or as it starts, is refused at its line.
+    for start in [3000, 2000] {
+        let record = format!("kernel 11 {start} 2000");
+        std::fs::write(&p, TIMING.replace("kernel 11 1000 2000", &record)).unwrap();
+        let e = live::read(&p).unwrap_err().to_string();
+        let want = format!(
+            ":10: kernel of correlation 11 ends (2000) no later than it starts ({start}): no \
+             duration"
+        );
+        assert!(e.contains(&want), "{e}");
+    }
     // A launch CUPTI gave no record for has no duration: refused, not counted as 0.
     std::fs::write(&p, TIMING.replace("kernel 11 1000 2000 16 0 0\n", "")).unwrap();
     let e = bbv_cuda::times::join(&[live::read(&p).unwrap()]).unwrap_err();
