@@ -385,6 +385,10 @@ fn every_method_picks_from_a_timed_run_and_estimates_its_gpu_time() {
         let g = &s["gpu_time"];
         assert_eq!(s["rule"], method, "{s}");
         assert_eq!(g["scored_runs"], serde_json::json!([2, 3]), "{s}");
+        // Runs 2 and 3 are 2% over and 1% under run 1: 3% apart, reported beside the error.
+        let apart = g["runs_apart"].as_f64().unwrap();
+        assert!((apart - 0.03 / (3.01 / 3.0)).abs() < 1e-3, "{s}");
+        assert!(report.contains("the runs' totals 2.99% apart"), "{report}");
         for r in 0..2 {
             let measured: u64 = ns.iter().map(|t| t[r + 1]).sum();
             assert_eq!(

@@ -151,18 +151,7 @@ pub fn read_tsv(path: &Path) -> Result<Vec<TimedLaunch>, CudaError> {
     })
 }
 
-/// (largest - smallest) / mean of `v` (0 when empty or all 0): how far apart runs are.
-pub fn spread(v: &[u64]) -> f64 {
-    let (Some(lo), Some(hi)) = (v.iter().min(), v.iter().max()) else {
-        return 0.0;
-    };
-    let mean = v.iter().sum::<u64>() as f64 / v.len() as f64;
-    if mean == 0.0 {
-        0.0
-    } else {
-        (hi - lo) as f64 / mean
-    }
-}
+pub use bbv_gpu::timed::spread;
 
 /// Joins the timing runs' launches and kernel records.
 pub fn join(runs: &[LiveRun]) -> Result<Times, CudaError> {

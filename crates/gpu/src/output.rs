@@ -282,11 +282,13 @@ fn gpu_time_line(t: &Score) -> String {
         ),
     };
     format!(
-        "GPU time | {:.0} ns | {:.1} | {:+.4}% (worst {:.4}%; mean over {runs})\n",
+        "GPU time | {:.0} ns | {:.1} | {:+.4}% (worst {:.4}%; mean over {runs}; the runs' \
+         totals {:.2}% apart)\n",
         t.mean_actual_ns(),
         t.mean_estimate_ns(),
         100.0 * t.error,
-        100.0 * t.worst
+        100.0 * t.worst,
+        100.0 * t.runs_apart
     )
 }
 
@@ -455,6 +457,7 @@ impl Sampled {
                 "estimate_ns": t.estimate_ns,
                 "error": t.error,
                 "worst": t.worst,
+                "runs_apart": t.runs_apart,
             });
         }
         if let Source::Trace(list) = &self.source {

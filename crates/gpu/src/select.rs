@@ -227,6 +227,9 @@ pub struct Score {
     pub worst: f64,
     /// Scored on the run the rule chose from (there was one run only).
     pub in_sample: bool,
+    /// How far apart the measured totals of every run are ([`crate::timed::spread`]): no
+    /// error smaller than this tells rules apart.
+    pub runs_apart: f64,
 }
 
 impl Score {
@@ -268,7 +271,11 @@ pub fn score_picks(
     let rel: Vec<f64> = (estimate_ns.iter().zip(&actual_ns))
         .map(|(e, a)| if *a > 0.0 { e / a - 1.0 } else { 0.0 })
         .collect();
+    let totals: Vec<u64> = (0..runs)
+        .map(|r| launches.iter().map(|l| l.ns[r]).sum())
+        .collect();
     Ok(Score {
+        runs_apart: crate::timed::spread(&totals),
         rule,
         picked: picks.len(),
         error: rel.iter().sum::<f64>() / rel.len() as f64,

@@ -46,6 +46,19 @@ pub fn estimate(launches: &[TimedLaunch], picks: &[Pick], run: usize) -> f64 {
         .sum()
 }
 
+/// (largest - smallest) / mean of `v` (0 when empty or all 0): how far apart runs are.
+pub fn spread(v: &[u64]) -> f64 {
+    let (Some(lo), Some(hi)) = (v.iter().min(), v.iter().max()) else {
+        return 0.0;
+    };
+    let mean = v.iter().sum::<u64>() as f64 / v.len() as f64;
+    if mean == 0.0 {
+        0.0
+    } else {
+        (hi - lo) as f64 / mean
+    }
+}
+
 /// PKA's rule (see [`crate::select::Rule::Pka`]): each pick stands for its cluster's launch
 /// count.
 pub(crate) fn pka(launches: &[TimedLaunch], max_k: usize) -> Vec<Pick> {

@@ -178,24 +178,19 @@ pub fn gpu_score(
     let mut widest = (0.0f64, String::new());
     for dir in dirs {
         let (launches, vectors) = records(dir)?;
-        // A folder with no launch is refused by the scoring below, not here.
-        let totals: Vec<u64> = (0..launches.first().map_or(0, |l| l.ns.len()))
-            .map(|r| launches.iter().map(|l| l.ns[r]).sum())
-            .collect();
-        let apart = times::spread(&totals);
-        if apart >= widest.0 {
-            widest = (apart, dir.display().to_string());
-        }
         for (i, &rule) in rules.iter().enumerate() {
             let o = SampleOptions { rule, ..*options };
             let s = score(&launches, Some(&vectors), &o)?;
+            if s.runs_apart >= widest.0 {
+                widest = (s.runs_apart, dir.display().to_string());
+            }
             by_rule[i].push((s.error, s.picked));
             out.push_str(&format!(
                 "{}\t{}\t{}\t{:.2}%\t{}\t{}\t{:.4}\t{:.4}\t{:+.2}%{}\t{:.2}%\n",
                 dir.display(),
                 launches.len(),
-                totals.len(),
-                100.0 * apart,
+                launches[0].ns.len(),
+                100.0 * s.runs_apart,
                 rule.name(),
                 s.picked,
                 s.mean_estimate_ns() / 1e6,
