@@ -51,7 +51,15 @@ fn simulate(before: u64, child: u64, after: u64, slept: bool) -> SimOut {
     t0.end_roi().unwrap();
     t0.exit_group(0).unwrap();
     t0.end().unwrap();
-    session.finish().unwrap();
+    if let Err(e) = session.finish() {
+        // Sniper ended mid-stream: its own account (the tail of its log) and its folder, kept.
+        let sniper = live.finish().err().map(|e| e.to_string());
+        panic!(
+            "{e}; Sniper: {}; its folder: {}",
+            sniper.unwrap_or_default(),
+            work.keep().display()
+        );
+    }
     live.finish().unwrap()
 }
 
