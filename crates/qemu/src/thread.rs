@@ -56,6 +56,10 @@ const INIT_ON_NEW_THREAD: bool = cfg!(not(feature = "api-v1"));
 /// slices, flow control, marker windows, metrics and replay need every block).
 static MULTI_INLINE: AtomicBool = AtomicBool::new(false);
 
+/// Held while the reset harvests every thread and while an exiting thread harvests itself: a
+/// thread's exit hook runs outside QEMU's exclusive section, so the two could meet.
+static HARVESTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Whether a block on `vcpu` counts in the single-thread fast path.
 #[inline(always)]
 fn fast_path(vcpu: u32) -> bool {
@@ -239,6 +243,7 @@ fn take_over_first(cfg: &Config) {
 /// The flush asked for when the second thread appeared is done and every vCPU is stopped:
 /// what the fast path counted since thread 1's hand-over was run by the new thread.
 pub fn after_reset(cfg: &Config) {
+    let _harvesting = HARVESTING.lock().unwrap_or_else(|p| p.into_inner());
     let inline_multi = INIT_ON_NEW_THREAD
         && crate::ffi::INLINE.load(Ordering::Relaxed)
         // No marker watched (a replay), no slices, flow, marker candidates or metrics.
@@ -729,25 +734,43 @@ pub fn syscall_ret(cfg: &Config, vcpu: u32, ret: i64) {
 
 /// The thread running on `vcpu` is exiting; its files are already complete.
 pub fn finish_vcpu(vcpu: u32) {
-    if let Some(slot) = THREADS.get(vcpu as usize) {
+    let Some(slot) = THREADS.get(vcpu as usize) else {
+        return;
+    };
+    let p = {
+        let _harvesting = HARVESTING.lock().unwrap_or_else(|p| p.into_inner());
         let p = slot.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: called on the exiting thread, the state's only user.
-            unsafe {
-                if MULTI_INLINE.load(Ordering::Acquire) {
-                    // Its inline counts into its state; a thread reusing the vCPU starts at 0.
-                    harvest(&mut *p);
-                    fast::board::set_distance_of(vcpu, 1, 0);
-                }
-                (*p).close_files();
-                if let Some(pace) = (*p).pace.as_mut() {
-                    pace.exit();
-                }
-                if let Some(sync) = (*p).turn.as_mut().and_then(Turn::exit) {
-                    feed_sync((*p).number, sync);
-                }
-            }
+        // A thread that ends before the reset that makes counting per thread (a short worker,
+        // the second thread's creation still waiting for every vCPU to stop) has its inline
+        // counts on its vCPU's board too: the reset harvests live threads only, and the next
+        // thread given the index took them for its own.
+        let pending = INIT_ON_NEW_THREAD
+            && crate::ffi::INLINE.load(Ordering::Acquire)
+            && !MULTI.load(Ordering::Acquire)
+            && p != FIRST.load(Ordering::Acquire)
+            && vcpu != FIRST_VCPU.load(Ordering::Relaxed);
+        if !p.is_null() && (MULTI_INLINE.load(Ordering::Acquire) || pending) {
+            // SAFETY: called on the exiting thread, the state's only user (the reset's
+            // harvest is held off by HARVESTING).
+            harvest(unsafe { &mut *p });
+            // A thread reusing the vCPU starts at 0.
+            fast::board::set_distance_of(vcpu, 1, 0);
         }
+        // From here the reset's harvest passes the thread by.
         slot.store(std::ptr::null_mut(), Ordering::Release);
+        p
+    };
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: called on the exiting thread, the state's only user; states are never freed.
+    unsafe {
+        (*p).close_files();
+        if let Some(pace) = (*p).pace.as_mut() {
+            pace.exit();
+        }
+        if let Some(sync) = (*p).turn.as_mut().and_then(Turn::exit) {
+            feed_sync((*p).number, sync);
+        }
     }
 }
