@@ -155,7 +155,11 @@ pub fn new_slot(id: u32, insns: u64, fldcw: u64) -> Option<(*mut u64, u32)> {
 /// Moves every slot's executions since the last harvest (under API v3, those of `vcpu`'s
 /// scoreboard entries) into `absorb(id, instructions)`, returning the fldcw instructions among
 /// them. Call on `vcpu`'s thread, or with every vCPU stopped.
-pub fn harvest(vcpu: u32, mut absorb: impl FnMut(u32, u64)) -> u64 {
+///
+/// `single`: also what the single-thread path counted in the mapping itself (callbacks, and
+/// API v1's inline adds): thread 1's until the second thread's reset, so only it or a thread
+/// harvested after that reset may take it.
+pub fn harvest(vcpu: u32, single: bool, mut absorb: impl FnMut(u32, u64)) -> u64 {
     let base = BASE.load(Ordering::Acquire);
     if base.is_null() {
         return 0;
@@ -167,10 +171,13 @@ pub fn harvest(vcpu: u32, mut absorb: impl FnMut(u32, u64)) -> u64 {
         // SAFETY: every listed slot is inside the mapping; only this thread writes it now.
         unsafe {
             let p = base.add(HEADER_WORDS + 2 * slot);
-            let delta = *p - *p.add(1) + if board { board::take(slot, vcpu) } else { 0 };
+            let mapped = if single { *p - *p.add(1) } else { 0 };
+            let delta = mapped + if board { board::take(slot, vcpu) } else { 0 };
             if delta != 0 {
                 absorb(id, delta * insns);
                 fldcw += delta * f;
+            }
+            if single {
                 *p.add(1) = *p;
             }
         }

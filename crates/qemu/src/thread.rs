@@ -343,10 +343,16 @@ pub fn check_cut(vcpu: u32, tb: &TbInfo) {
 /// Moves what the fast path counted (under API v3, on `t`'s vCPU) into `t`'s own state; none
 /// of `t`'s inline counts is pending afterwards (its anchor says so).
 fn harvest(t: &mut Thread) {
+    harvest_from(t, true);
+}
+
+/// [`harvest`], with `single`: also the single-thread path's counts in the mapping (see
+/// [`fast::harvest`]).
+fn harvest_from(t: &mut Thread, single: bool) {
     let counter = &mut t.counter;
     // Once slicing runs, what the fast path counted belongs to the new thread's slice too.
     let mut sl = t.slices.as_mut().filter(|_| slices::on());
-    let fldcw = fast::harvest(t.vcpu, |id, n| {
+    let fldcw = fast::harvest(t.vcpu, single, |id, n| {
         counter.absorb(id, n);
         counter.store_mut().header().total += n;
         if let Some(sl) = sl.as_mut() {
@@ -751,8 +757,9 @@ pub fn finish_vcpu(vcpu: u32) {
             && vcpu != FIRST_VCPU.load(Ordering::Relaxed);
         if !p.is_null() && (MULTI_INLINE.load(Ordering::Acquire) || pending) {
             // SAFETY: called on the exiting thread, the state's only user (the reset's
-            // harvest is held off by HARVESTING).
-            harvest(unsafe { &mut *p });
+            // harvest is held off by HARVESTING). Before the reset, what the mapping holds is
+            // thread 1's, which still runs: only the vCPU's own board is taken.
+            harvest_from(unsafe { &mut *p }, !pending);
             // A thread reusing the vCPU starts at 0.
             fast::board::set_distance_of(vcpu, 1, 0);
         }
