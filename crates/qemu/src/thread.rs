@@ -90,6 +90,8 @@ struct Thread {
     /// With [`MULTI_INLINE`]: the thread's instructions counted inline plus its vCPU's
     /// distance, as of the last time the distance was set (see fast.rs).
     anchor: u64,
+    /// It ended and took its counts with it (see [`finish_vcpu`]): the reset passes it by.
+    gone: bool,
     /// `count_rep=iteration`: every execution of a rep instruction counts.
     rep_iterations: bool,
     /// `metrics_rows=slices`: once slicing begins, the metrics' rows follow the slices.
@@ -168,6 +170,7 @@ pub fn start(cfg: &Config, vcpu: u32) {
         main: number == 1,
         vcpu,
         anchor: 0,
+        gone: false,
         rep_iterations: cfg.host.rep_iterations,
         rows_at_slices: cfg.metrics() && cfg.model().slice_rows,
     });
@@ -260,7 +263,7 @@ pub fn after_reset(cfg: &Config) {
         for slot in THREADS.iter() {
             let p = slot.load(Ordering::Acquire);
             // SAFETY: all vCPUs are stopped while QEMU runs reset callbacks.
-            let Some(t) = (unsafe { p.as_mut() }) else {
+            let Some(t) = (unsafe { p.as_mut() }).filter(|t| !t.gone) else {
                 continue;
             };
             if p != first {
@@ -743,41 +746,40 @@ pub fn finish_vcpu(vcpu: u32) {
     let Some(slot) = THREADS.get(vcpu as usize) else {
         return;
     };
-    let p = {
-        let _harvesting = HARVESTING.lock().unwrap_or_else(|p| p.into_inner());
-        let p = slot.load(Ordering::Acquire);
+    let p = slot.load(Ordering::Acquire);
+    if !p.is_null() {
         // A thread that ends before the reset that makes counting per thread (a short worker,
         // the second thread's creation still waiting for every vCPU to stop) has its inline
         // counts on its vCPU's board too: the reset harvests live threads only, and the next
         // thread given the index took them for its own.
+        let _harvesting = HARVESTING.lock().unwrap_or_else(|p| p.into_inner());
         let pending = INIT_ON_NEW_THREAD
             && crate::ffi::INLINE.load(Ordering::Acquire)
             && !MULTI.load(Ordering::Acquire)
             && p != FIRST.load(Ordering::Acquire)
             && vcpu != FIRST_VCPU.load(Ordering::Relaxed);
-        if !p.is_null() && (MULTI_INLINE.load(Ordering::Acquire) || pending) {
-            // SAFETY: called on the exiting thread, the state's only user (the reset's
-            // harvest is held off by HARVESTING). Before the reset, what the mapping holds is
-            // thread 1's, which still runs: only the vCPU's own board is taken.
-            harvest_from(unsafe { &mut *p }, !pending);
-            // A thread reusing the vCPU starts at 0.
+        // SAFETY: called on the exiting thread, the state's only user (the reset's harvest
+        // is held off by HARVESTING, and passes a thread gone by).
+        let t = unsafe { &mut *p };
+        if MULTI_INLINE.load(Ordering::Acquire) || pending {
+            // Before the reset, what the mapping holds is thread 1's, which still runs: only
+            // the vCPU's own board is taken. A thread reusing the vCPU starts at 0.
+            harvest_from(t, !pending);
             fast::board::set_distance_of(vcpu, 1, 0);
-        }
-        // From here the reset's harvest passes the thread by.
-        slot.store(std::ptr::null_mut(), Ordering::Release);
-        p
-    };
-    if p.is_null() {
-        return;
-    }
-    // SAFETY: called on the exiting thread, the state's only user; states are never freed.
-    unsafe {
-        (*p).close_files();
-        if let Some(pace) = (*p).pace.as_mut() {
-            pace.exit();
-        }
-        if let Some(sync) = (*p).turn.as_mut().and_then(Turn::exit) {
-            feed_sync((*p).number, sync);
+            t.gone = true;
         }
     }
+    if !p.is_null() {
+        // SAFETY: as above; states are never freed.
+        unsafe {
+            (*p).close_files();
+            if let Some(pace) = (*p).pace.as_mut() {
+                pace.exit();
+            }
+            if let Some(sync) = (*p).turn.as_mut().and_then(Turn::exit) {
+                feed_sync((*p).number, sync);
+            }
+        }
+    }
+    slot.store(std::ptr::null_mut(), Ordering::Release);
 }
