@@ -8,24 +8,6 @@ use anyhow::Result;
 use bbv_gpu::blocks::Vector;
 use bbv_gpu::select::{score_picks, select, Rule, SampleOptions, TimedLaunch};
 
-/// A generator for the run (splitmix64: no dependency, the same run every time).
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A fraction in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// `launches` launches of `kernels` kernels, round robin as a training step's would be: each
 /// kernel of three sizes (x1, x4, x16, a few percent apart within a size) and two paths through
 /// it (a third of its launches put half their instructions in other blocks, and take 30% more
@@ -34,17 +16,19 @@ impl Gen {
 /// other path), 2% apart run to run. An illustration of what each rule sees, not evidence of
 /// how real workloads behave (the recorded ones are).
 fn generate(launches: usize, kernels: usize) -> (Vec<TimedLaunch>, Vec<Vector>) {
-    let mut g = Gen(0x5eed);
+    // SimPoint's generator, seeded: the same run every time.
+    let mut g = bbv_simpoint::Random::new(i64::from(bbv_simpoint::DEFAULT_SEED_PROJ));
+    let mut unit = || f64::from(g.rand_float());
     let mut out = Vec::with_capacity(launches);
     let mut vectors = Vec::with_capacity(launches);
     for i in 0..launches {
         let k = i % kernels;
         let size = [1u64, 4, 16][(i / kernels) % 3];
         let base = 20_000 + 1_000 * k as u64;
-        let insts = (base * size) as f64 * (1.0 + 0.04 * g.unit());
+        let insts = (base * size) as f64 * (1.0 + 0.04 * unit());
         let insts = insts as u64;
         let first = 8 * k as u32;
-        let other_path = g.next().is_multiple_of(3);
+        let other_path = unit() < 1.0 / 3.0;
         let (vector, per_inst): (Vector, f64) = match other_path {
             true => (
                 vec![(first, insts / 2), (first + 4, insts - insts / 2)],
@@ -56,7 +40,7 @@ fn generate(launches: usize, kernels: usize) -> (Vec<TimedLaunch>, Vec<Vector>) 
             ),
         };
         let ns: Vec<u64> = (0..3)
-            .map(|_| ((3_000.0 + per_inst * insts as f64) * (0.99 + 0.02 * g.unit())) as u64)
+            .map(|_| ((3_000.0 + per_inst * insts as f64) * (0.99 + 0.02 * unit())) as u64)
             .collect();
         out.push(TimedLaunch {
             kernel: format!("_Z7kernel{k}Pf"),

@@ -40,11 +40,12 @@ pub(crate) fn read<T>(
     mut header: impl FnMut(&Row, &[&str]) -> Result<(), CudaError>,
     mut row: impl FnMut(&Row, &[&str]) -> Result<T, CudaError>,
 ) -> Result<Vec<T>, CudaError> {
-    // A file that cannot be opened is named as every reader names it; stored records may be
-    // compressed (gzip or zstd, told by their content).
-    drop(bbv_files::input::open(path)?);
-    let input =
-        bbv_profile::open_input(path).map_err(|e| Row { path, line: 0 }.err(e.to_string()))?;
+    // Stored records may be compressed (gzip or zstd, told by their content); a file that
+    // cannot be opened is named as every reader names it.
+    let input = bbv_profile::open_input(path).map_err(|e| match e {
+        bbv_profile::ProfileError::Files(e) => CudaError::Files(e),
+        e => Row { path, line: 0 }.err(e.to_string()),
+    })?;
     let mut lines = bbv_files::input::Lines::new(input.reader, path, MAX_LINE);
     let mut out = Vec::new();
     while let Some((line, text)) = lines.next_line()? {

@@ -268,8 +268,6 @@ pub struct Sampled {
     pub gpu_time: Option<Score>,
     /// The rule that made the picks.
     pub rule: Rule,
-    /// How the picks were made, in words.
-    pub how: &'static str,
 }
 
 /// The report's line on the picks' estimate of a timed run's GPU time.
@@ -366,7 +364,6 @@ pub fn sample_counts(
         estimates,
         gpu_time,
         rule: o.rule,
-        how: o.rule.how(),
     })
 }
 
@@ -377,7 +374,7 @@ impl Sampled {
             "{} of {} launches chosen ({})\n",
             self.picks.len(),
             self.counts.len(),
-            self.how
+            self.rule.how()
         );
         if self.gpu_time.is_none() && self.rule.needs_times() {
             report.push_str(&format!(
@@ -443,7 +440,7 @@ impl Sampled {
                 "kernel": self.counts[p.launch].header.name,
                 "weight": p.weight,
             })).collect::<Vec<_>>(),
-            "method": self.how,
+            "method": self.rule.how(),
             "rule": self.rule.name(),
             "trace_bytes_expected": saved.0,
             "trace_bytes_saved": saved.1,

@@ -244,35 +244,38 @@ impl Score {
     }
 }
 
+/// The records' timing runs: an error when the records hold none.
+fn timed_runs(launches: &[TimedLaunch]) -> Result<usize, GpuError> {
+    match check(launches, None)? {
+        0 => Err(GpuError::Unsupported(
+            "no launch with a measured time: record with `bbv gpu run --repeat N`".into(),
+        )),
+        runs => Ok(runs),
+    }
+}
+
 /// `picks` (made by `rule` from the first run) scored on the other runs.
 pub fn score_picks(
     launches: &[TimedLaunch],
     picks: &[Pick],
     rule: Rule,
 ) -> Result<Score, GpuError> {
-    let runs = check(launches, None)?;
-    if runs == 0 {
-        return Err(GpuError::Unsupported(
-            "no launch with a measured time: record with `bbv gpu run --repeat N`".into(),
-        ));
-    }
+    let runs = timed_runs(launches)?;
     let scored: Vec<usize> = if runs > 1 {
         (1..runs).collect()
     } else {
         vec![0]
     };
+    let totals: Vec<u64> = (0..runs)
+        .map(|r| launches.iter().map(|l| l.ns[r]).sum())
+        .collect();
     let estimate_ns: Vec<f64> = scored
         .iter()
         .map(|&r| estimate(launches, picks, r))
         .collect();
-    let actual_ns: Vec<f64> = (scored.iter())
-        .map(|&r| launches.iter().map(|l| l.ns[r] as f64).sum())
-        .collect();
+    let actual_ns: Vec<f64> = scored.iter().map(|&r| totals[r] as f64).collect();
     let rel: Vec<f64> = (estimate_ns.iter().zip(&actual_ns))
         .map(|(e, a)| if *a > 0.0 { e / a - 1.0 } else { 0.0 })
-        .collect();
-    let totals: Vec<u64> = (0..runs)
-        .map(|r| launches.iter().map(|l| l.ns[r]).sum())
         .collect();
     Ok(Score {
         runs_apart: crate::timed::spread(&totals),
@@ -293,7 +296,7 @@ pub fn score(
     o: &SampleOptions,
 ) -> Result<Score, GpuError> {
     // The records' own faults first: a run never timed is refused as such, whatever the rule.
-    score_picks(launches, &[], o.rule)?;
+    timed_runs(launches)?;
     let picks = select(launches, vectors, o)?;
     score_picks(launches, &picks, o.rule)
 }

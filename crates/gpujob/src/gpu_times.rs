@@ -90,32 +90,46 @@ pub(crate) fn of_counted(
     if !tsv.exists() {
         return Ok(None);
     }
-    let mut timed: std::collections::HashMap<u64, times::TimedLaunch> = (times::read_tsv(&tsv)?)
-        .into_iter()
-        .map(|l| (l.number, l))
+    let counted = live
+        .run
+        .launches
+        .iter()
+        .map(|l| (l.number, l.name.as_str()));
+    let timed = matched(&tsv, times::read_tsv(&tsv)?, counted)?;
+    let ns = (timed.into_iter().zip(counts))
+        .map(|(t, count)| {
+            count.header.nregs = t.registers;
+            t.ns
+        })
         .collect();
-    let ns = (live.run.launches.iter().zip(counts))
-        .map(|(c, count)| match timed.remove(&c.number) {
-            Some(t) if t.name == c.name => {
-                count.header.nregs = t.registers;
-                Ok(t.ns)
-            }
+    Ok(Some(ns))
+}
+
+/// The line of `times.tsv` (`tsv`, read as `timed`) of each counted launch (its number and
+/// kernel), in the counted order: a counted launch without one, or of another kernel there, is
+/// another run's.
+fn matched<'a>(
+    tsv: &Path,
+    timed: Vec<times::TimedLaunch>,
+    counted: impl Iterator<Item = (u64, &'a str)>,
+) -> Result<Vec<times::TimedLaunch>, GpuJobError> {
+    let mut timed: std::collections::HashMap<u64, times::TimedLaunch> =
+        timed.into_iter().map(|l| (l.number, l)).collect();
+    counted
+        .map(|(number, kernel)| match timed.remove(&number) {
+            Some(t) if t.name == kernel => Ok(t),
             Some(t) => Err(GpuJobError::Invalid(format!(
-                "{}: launch {} is {} there but {} in the counted run: records of another run",
+                "{}: launch {number} is {} there but {kernel} in the counted run: records of \
+                 another run",
                 tsv.display(),
-                c.number,
-                t.name,
-                c.name
+                t.name
             ))),
             None => Err(GpuJobError::Invalid(format!(
-                "{}: counted launch {} ({}) has no time: records of another run",
-                tsv.display(),
-                c.number,
-                c.name
+                "{}: counted launch {number} ({kernel}) has no time: records of another run",
+                tsv.display()
             ))),
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Some(ns))
+        .collect()
 }
 
 /// The summary's `timing` object.
@@ -304,30 +318,18 @@ fn records(
             vectors.len()
         )));
     }
-    let launches = (timed.into_iter().zip(counted))
-        .map(|(t, c)| {
-            if t.number != c.number || t.name != c.kernel {
-                return Err(GpuJobError::Invalid(format!(
-                    "{}: launch {} is {} in times.tsv but launch {} is {} in launches.tsv: \
-                     records of another run",
-                    dir.display(),
-                    t.number,
-                    t.name,
-                    c.number,
-                    c.kernel
-                )));
-            }
-            Ok(bbv_gpu::timed::TimedLaunch {
-                kernel: t.name,
-                grid: t.grid,
-                block: t.block,
-                registers: t.registers,
-                shared: t.shared,
-                warp_insts: c.warp,
-                ns: t.ns,
-            })
+    let names = counted.iter().map(|c| (c.number, c.kernel.as_str()));
+    let launches = (matched(&tsv, timed, names)?.into_iter().zip(&counted))
+        .map(|(t, c)| bbv_gpu::timed::TimedLaunch {
+            kernel: t.name,
+            grid: t.grid,
+            block: t.block,
+            registers: t.registers,
+            shared: t.shared,
+            warp_insts: c.warp,
+            ns: t.ns,
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     Ok((launches, vectors))
 }
 

@@ -747,20 +747,19 @@ pub fn finish_vcpu(vcpu: u32) {
         return;
     };
     let p = slot.load(Ordering::Acquire);
-    if !p.is_null() {
+    // SAFETY: called on the exiting thread, the state's only user (the reset's harvest is held
+    // off by HARVESTING, and passes a thread gone by); states are never freed.
+    if let Some(t) = unsafe { p.as_mut() } {
         // A thread that ends before the reset that makes counting per thread (a short worker,
         // the second thread's creation still waiting for every vCPU to stop) has its inline
         // counts on its vCPU's board too: the reset harvests live threads only, and the next
         // thread given the index took them for its own.
-        let _harvesting = HARVESTING.lock().unwrap_or_else(|p| p.into_inner());
+        let harvesting = HARVESTING.lock().unwrap_or_else(|p| p.into_inner());
         let pending = INIT_ON_NEW_THREAD
             && crate::ffi::INLINE.load(Ordering::Acquire)
             && !MULTI.load(Ordering::Acquire)
             && p != FIRST.load(Ordering::Acquire)
             && vcpu != FIRST_VCPU.load(Ordering::Relaxed);
-        // SAFETY: called on the exiting thread, the state's only user (the reset's harvest
-        // is held off by HARVESTING, and passes a thread gone by).
-        let t = unsafe { &mut *p };
         if MULTI_INLINE.load(Ordering::Acquire) || pending {
             // Before the reset, what the mapping holds is thread 1's, which still runs: only
             // the vCPU's own board is taken. A thread reusing the vCPU starts at 0.
@@ -768,17 +767,13 @@ pub fn finish_vcpu(vcpu: u32) {
             fast::board::set_distance_of(vcpu, 1, 0);
             t.gone = true;
         }
-    }
-    if !p.is_null() {
-        // SAFETY: as above; states are never freed.
-        unsafe {
-            (*p).close_files();
-            if let Some(pace) = (*p).pace.as_mut() {
-                pace.exit();
-            }
-            if let Some(sync) = (*p).turn.as_mut().and_then(Turn::exit) {
-                feed_sync((*p).number, sync);
-            }
+        drop(harvesting);
+        t.close_files();
+        if let Some(pace) = t.pace.as_mut() {
+            pace.exit();
+        }
+        if let Some(sync) = t.turn.as_mut().and_then(Turn::exit) {
+            feed_sync(t.number, sync);
         }
     }
     slot.store(std::ptr::null_mut(), Ordering::Release);

@@ -10,7 +10,7 @@ use crate::{Curve, ErrorRow, MatrixBuilder, Point, Report};
 /// cluster i), every k tried when the launches were clustered, every metric's estimate and, for
 /// a timed run, the GPU time's.
 pub fn from_gpu_sample(list: &str, s: &Sampled) -> Report {
-    let (counts, picks, method) = (&s.counts, &s.picks, s.how);
+    let (counts, picks, method) = (&s.counts, &s.picks, s.rule.how());
     let n = counts.len();
     let mut labels = vec![0usize; n];
     for (g, p) in picks.iter().enumerate() {
