@@ -24,6 +24,7 @@ mod read;
 pub mod relay;
 mod reply;
 mod spool;
+pub mod watch;
 mod write;
 
 pub use read::{Reader, Record};

@@ -19,6 +19,13 @@
 //! number of threads it woke in the guest; a wait that did not sleep in the guest does not
 //! block in Sniper either. Sniper thus times each wait from the simulated moment of its wake,
 //! and no simulated thread waits for a wake that Sniper already handled.
+//!
+//! **A Sniper that deadlocks mid-stream** (its simulated threads waiting for one another
+//! forever) is given up, not waited for: when every relay of the session waits for Sniper (to
+//! read its records, to answer, to open its FIFO) and Sniper used no CPU for the stall period
+//! ([`crate::watch`]), each relay ends with an error that says so. A relay waiting for its
+//! guest thread's next records does not count: a guest that is only idle (a sleep, a read of
+//! a terminal) leaves Sniper waiting for it, rightly.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -35,6 +42,7 @@ use std::time::Duration;
 use bbv_plugin_contract::sysno::{futex, x86_64};
 
 use crate::spool::{Item, Queue, Spool};
+use crate::watch::{running, Stall, STALL};
 use crate::{command, read_reply, write_memory_response, Instruction, Reply, SiftError, Writer};
 
 /// A record whose reply the relay waits for (and acts on).
@@ -111,6 +119,29 @@ struct Shared {
     /// Wakes Sniper has handled.
     wakes: Mutex<HashSet<u64>>,
     streams: AtomicU64,
+    /// Relays running, and those of them waiting for their guest thread's records.
+    relays: AtomicU64,
+    idle: AtomicU64,
+    /// Sniper's CPU time while every relay waits for it (None: no process to watch).
+    watch: Mutex<Option<Stall>>,
+    /// Sniper was found deadlocked.
+    stuck: AtomicBool,
+}
+
+/// A count held up while it lives: a relay running, or waiting for its guest.
+struct Held<'a>(&'a AtomicU64);
+
+impl<'a> Held<'a> {
+    fn new(count: &'a AtomicU64) -> Held<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Held(count)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Shared {
@@ -123,8 +154,34 @@ impl Shared {
             if !running(pid) {
                 return Err(format!("Sniper (process {pid}) ended"));
             }
+            if self.deadlocked() {
+                return Err(format!(
+                    "Sniper (process {pid}) used no CPU while every stream waited for it \
+                     (its simulated threads waiting for one another: a deadlock in Sniper), \
+                     and was given up"
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// Whether Sniper stalled while every relay waited for it (see the module's note).
+    fn deadlocked(&self) -> bool {
+        if self.stuck.load(Ordering::Relaxed) {
+            return true;
+        }
+        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(watch) = watch.as_mut() else {
+            return false;
+        };
+        let relays = self.relays.load(Ordering::SeqCst);
+        if relays == 0 || self.idle.load(Ordering::SeqCst) > 0 {
+            watch.reset();
+            return false;
+        }
+        let stuck = watch.stalled();
+        self.stuck.store(stuck, Ordering::Relaxed);
+        stuck
     }
 
     fn fifo(&self, thread: u64, response: bool) -> PathBuf {
@@ -141,17 +198,6 @@ pub fn fifo(prefix: &Path, thread: u64, response: bool) -> PathBuf {
         if response { "_response" } else { "" }
     ));
     PathBuf::from(name)
-}
-
-/// Whether process `pid` still runs (not ended, not a zombie waiting to be reaped).
-pub fn running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| !r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
 }
 
 /// The streams of one live Sniper simulation (one application).
@@ -182,6 +228,15 @@ impl Session {
         Session::with(prefix, dir, pid, true)
     }
 
+    /// The session, with Sniper given up as deadlocked after `stall` without CPU while every
+    /// stream waits for it ([`STALL`] by default).
+    pub fn stall(self, stall: Duration) -> Session {
+        let pid = self.shared.pid;
+        *self.shared.watch.lock().unwrap_or_else(|p| p.into_inner()) =
+            pid.map(|p| Stall::new(p, stall));
+        self
+    }
+
     fn with(prefix: PathBuf, spill_dir: PathBuf, pid: Option<i32>, bounded: bool) -> Session {
         Session {
             shared: Arc::new(Shared {
@@ -193,6 +248,10 @@ impl Session {
                 ended: AtomicBool::new(false),
                 wakes: Mutex::new(HashSet::new()),
                 streams: AtomicU64::new(0),
+                relays: AtomicU64::new(0),
+                idle: AtomicU64::new(0),
+                watch: Mutex::new(pid.map(|p| Stall::new(p, STALL))),
+                stuck: AtomicBool::new(false),
             }),
             relays: Vec::new(),
         }
@@ -245,6 +304,12 @@ impl ThreadStream {
     /// Writes one executed instruction.
     pub fn instruction(&mut self, i: &Instruction) -> Result<(), SiftError> {
         self.writer.instruction(i)
+    }
+
+    /// Hands what was written so far to the relay, which otherwise waits for a chunk's worth
+    /// (or the next record Sniper answers).
+    pub fn flush(&mut self) -> Result<(), SiftError> {
+        Ok(self.writer.get_mut().flush()?)
     }
 
     fn control(&mut self, c: Control) -> Result<(), SiftError> {
@@ -418,6 +483,7 @@ fn relay(shared: &Shared, queue: &Queue<Control>, binding: &Binding) -> Result<(
         }
     }
     let _gone = Gone(queue);
+    let _running = Held::new(&shared.relays);
     let id = binding.wait(shared, |s| s.0)?;
     let path = shared.fifo(id, false);
     let out = open(&path, libc::O_WRONLY, shared)?;
@@ -477,7 +543,12 @@ struct Relay<'a> {
 impl Relay<'_> {
     fn run(&mut self, queue: &Queue<Control>) -> Result<(), String> {
         let s = |e: io::Error| e.to_string();
-        while let Some(item) = queue.pop(&self.shared.stop) {
+        let shared = self.shared;
+        let pop = || {
+            let _idle = Held::new(&shared.idle);
+            queue.pop(&shared.stop)
+        };
+        while let Some(item) = pop() {
             match item {
                 Item::Bytes(b) => self.out.write_all(&b).map_err(s)?,
                 Item::Spilled { offset, len } => {

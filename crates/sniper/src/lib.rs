@@ -14,9 +14,9 @@ mod live;
 mod simout;
 mod wait;
 
+pub use bbv_sift::watch::STALL;
 pub use live::{Live, Replies};
 pub use simout::SimOut;
-pub use wait::STALL;
 
 use std::path::{Path, PathBuf};
 

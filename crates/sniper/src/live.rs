@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bbv_sift::relay::running;
+use bbv_sift::watch::running;
 use bbv_sift::Writer;
 
 use crate::{SimOut, Sniper, SniperError};
@@ -309,6 +309,12 @@ impl Live {
         // leaves (which fails when its region of interest began late in the stream, a
         // division by a zero time) is not the region's: the two snapshots are.
         let ended = self.from_marker && self.reached().1;
+        // Sniper's crash handler leaves run-sniper's status 0: its log says it.
+        if !ended {
+            if let Some(why) = crash(&self.log_text()) {
+                return Err(self.failed(why));
+            }
+        }
         if !status.success() && !ended {
             return Err(self.failed(format!("{status}: {}", self.log_tail())));
         }
@@ -374,10 +380,15 @@ impl Live {
     /// its own each, though Sniper's output, which shares the log, may cut into the line
     /// before it).
     fn reached(&self) -> (bool, bool) {
-        let log = bbv_files::input::read_bytes(&self.log, 64 << 20).unwrap_or_default();
-        let log = String::from_utf8_lossy(&log);
+        let log = self.log_text();
         let logged = |name: &str| log.contains(&format!("[BBV] {name}\n"));
         (logged(REGION_START), logged(REGION_END))
+    }
+
+    /// Sniper's log (its first 64 MiB), what is not UTF-8 replaced.
+    fn log_text(&self) -> String {
+        let log = bbv_files::input::read_bytes(&self.log, 64 << 20).unwrap_or_default();
+        String::from_utf8_lossy(&log).into_owned()
     }
 
     /// The last lines of Sniper's log, for a message.
@@ -387,6 +398,31 @@ impl Live {
             .collect::<Vec<_>>()
             .join(" | ")
     }
+}
+
+/// What Sniper's log says of a crash: its exception handler's line (after the failed
+/// assertion that raised it, if one did) and the first frames of the backtrace run-sniper
+/// prints, that a report can name where it crashed.
+fn crash(log: &str) -> Option<String> {
+    const EXCEPTION: &str = "[SNIPER] Internal exception: ";
+    let at = log.find(EXCEPTION)?;
+    let assertion = (log[..at].lines().rev())
+        .find(|l| l.contains("Assertion") && l.contains("failed"))
+        .map(|l| format!("{}; ", l.trim()));
+    let rest = &log[at + EXCEPTION.len()..];
+    let what = assertion.unwrap_or_default() + rest.lines().next().unwrap_or_default().trim();
+    let frames: Vec<&str> = (rest.split_once("Backtrace:").map(|(_, b)| b))
+        .into_iter()
+        .flat_map(str::lines)
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("---"))
+        .filter(|l| !l.is_empty() && !l.starts_with("??"))
+        .take(3)
+        .collect();
+    Some(match frames.is_empty() {
+        true => format!("it crashed: {what}"),
+        false => format!("it crashed: {what}, in {}", frames.join(" < ")),
+    })
 }
 
 impl Drop for Live {
@@ -420,5 +456,42 @@ impl Read for Replies {
                 )));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crash;
+
+    #[test]
+    fn a_crash_is_read_from_sniper_s_log_with_where_it_happened() {
+        // Sniper's log as a crash at its start left it (the exit test, 2026-11-30).
+        let log = "[SNIPER] Setting instrumentation mode to DETAILED\n\n\
+            [SNIPER] Internal exception: Segmentation fault. Access Address = 0xa\n\n\
+            [SNIPER] End\n[SNIPER] Elapsed time: 0.36 seconds\n\
+            ------------------------------------------------------------\n\
+            Segmentation fault. Access Address = 0xa\n\nBacktrace:\n\
+            \x20   trace_thread.cc:TraceThread::spawn:864\n\
+            \x20   trace_manager.cc:TraceManager::start:256\n\
+            \x20   ??:??:0\n\
+            \x20   trace_manager.cc:TraceManager::run:291\n\
+            \x20   config.hpp:config::Config::getInt:122\n\
+            ------------------------------------------------------------\n";
+        assert_eq!(
+            crash(log).unwrap(),
+            "it crashed: Segmentation fault. Access Address = 0xa, in \
+             trace_thread.cc:TraceThread::spawn:864 < trace_manager.cc:TraceManager::start:256 \
+             < trace_manager.cc:TraceManager::run:291"
+        );
+        // A failed assertion, without the backtrace (cut short): the assertion named.
+        let cut = "x\nsniper: arm_decoder.cc:103: f: Assertion `res' failed.\n\
+            [SNIPER] Internal exception: Aborted. Access Address = 0x3e8\n";
+        assert_eq!(
+            crash(cut).unwrap(),
+            "it crashed: sniper: arm_decoder.cc:103: f: Assertion `res' failed.; \
+             Aborted. Access Address = 0x3e8"
+        );
+        // A run that ended well says nothing of the kind.
+        assert_eq!(crash("[SNIPER] Start\n[SNIPER] End\n"), None);
     }
 }

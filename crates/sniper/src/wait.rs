@@ -2,15 +2,14 @@
 //!
 //! A simulation whose streams were cut short can deadlock: a simulated thread waits for a
 //! wake that never comes, every other has ended, and Sniper waits with it, forever, using no
-//! CPU. So while waiting, the CPU time of Sniper's process group is watched; a Sniper that
-//! used none for the stall period is stopped and reported, not waited for.
+//! CPU. So while waiting, the CPU time of Sniper's process group is watched
+//! ([`bbv_sift::watch::Stall`]); a Sniper that used none for the stall period is stopped and
+//! reported, not waited for.
 
 use std::process::{Child, ExitStatus};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// How long Sniper may use no CPU at all, once its streams are written, before it is taken
-/// as deadlocked. Far more than a loaded host leaves a runnable process unscheduled.
-pub const STALL: Duration = Duration::from_secs(60);
+use bbv_sift::watch::Stall;
 
 /// How a waited-for Sniper ended, with the CPU seconds it and the processes it waited for
 /// (the simulator) used.
@@ -25,9 +24,7 @@ pub(crate) struct Waited {
 pub(crate) fn wait(child: Child, stall: Duration) -> std::io::Result<Waited> {
     use std::os::unix::process::ExitStatusExt;
     let pid = child.id() as i32;
-    let mut last = group_ticks(pid);
-    let mut changed = Instant::now();
-    let mut looked = Instant::now();
+    let mut watch = Stall::new(pid, stall);
     let mut stalled = false;
     loop {
         let mut status = 0;
@@ -51,14 +48,7 @@ pub(crate) fn wait(child: Child, stall: Duration) -> std::io::Result<Waited> {
             continue;
         }
         std::thread::sleep(Duration::from_millis(50));
-        if looked.elapsed() < Duration::from_secs(1) {
-            continue;
-        }
-        looked = Instant::now();
-        let now = group_ticks(pid);
-        if now != last {
-            (last, changed) = (now, Instant::now());
-        } else if changed.elapsed() >= stall {
+        if !stalled && watch.stalled() {
             // SAFETY: the group Sniper was started in (its id is the child's).
             unsafe { libc::kill(-pid, libc::SIGKILL) };
             stalled = true;
@@ -66,48 +56,10 @@ pub(crate) fn wait(child: Child, stall: Duration) -> std::io::Result<Waited> {
     }
 }
 
-/// The CPU clock ticks the live processes of group `pgid` used so far (from /proc).
-fn group_ticks(pgid: i32) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .filter_map(|s| stat_ticks(&s).filter(|&(g, _)| g == pgid))
-        .map(|(_, t)| t)
-        .sum()
-}
-
-/// A /proc/PID/stat line's process group and user + system ticks.
-fn stat_ticks(stat: &str) -> Option<(i32, u64)> {
-    // The command name, in parentheses, may hold spaces and parentheses itself.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state, ppid, pgrp, ..., utime (14th field of the line), stime.
-    let pgrp = f.get(2)?.parse().ok()?;
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some((pgrp, ticks))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_lines_give_group_and_ticks() {
-        let line = "4892 (sniper (x) 1) S 4635 4630 4630 0 -1 4194560 100 0 0 0 \
-                    1234 56 0 0 20 0 5 0 100 1000 10";
-        assert_eq!(stat_ticks(line), Some((4630, 1290)));
-        assert_eq!(stat_ticks("12 (x) S 1"), None);
-        assert_eq!(stat_ticks("no name"), None);
-    }
+    use std::time::Instant;
 
     #[test]
     fn a_process_that_sleeps_is_stopped_and_one_that_works_is_not() {
