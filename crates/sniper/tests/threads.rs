@@ -144,8 +144,8 @@ fn wait_for_a_wake(idle: Duration, wakes: bool) -> (Result<(), String>, Duration
     // thread's stream, written later, may still be read).
     t0.end_roi().unwrap();
     t0.end().unwrap();
-    // Sniper's thread starts once it has read two instructions: a thread not yet started
-    // while the only other one waits makes Sniper end the run itself ("No threads running").
+    // Its first records reach Sniper before it idles: idle mid-stream, as a guest thread
+    // blocked in a call that Sniper does not see.
     work(&mut t1, 0x10_0000, 100);
     t1.flush().unwrap();
     let start = Instant::now();
@@ -187,8 +187,8 @@ fn a_sniper_deadlocked_mid_stream_is_given_up_and_an_idle_guest_is_not() {
     assert!(took >= Duration::from_secs(4));
     // The wake never comes: every stream waits for Sniper, which waits for itself. Sniper's
     // own check ("No threads running ... Application has deadlocked") ends it in some runs
-    // and misses it in others (about 9 in 14 here), which without the relays' watch hang:
-    // three tries.
+    // and misses it in others, which without the relays' watch hang (seen here): three
+    // tries.
     for _ in 0..3 {
         let (end, took) = wait_for_a_wake(Duration::ZERO, false);
         assert!(end.is_err());
