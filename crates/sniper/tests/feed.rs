@@ -171,11 +171,15 @@ fn a_region_bounded_by_marker_counts_ends_in_sniper_order() {
     // markers, somewhat ahead of simulating them, and lets threads drift inside a barrier
     // quantum). Bounded in the guest's order, thread 2's 1,000th iteration would come about
     // when thread 1's 1,000th does in Sniper: next to nothing in between.
-    assert_eq!(out.instructions.len(), 2, "{out:?}");
     let total: u64 = out.instructions.iter().sum();
-    assert!(total.abs_diff(4 * 2_000) < 300, "{out:?}");
-    for n in &out.instructions {
-        assert!(n.abs_diff(4 * 1_000) < 1_000, "{out:?}");
+    let even = |n: &u64| n.abs_diff(4 * 1_000) < 1_000;
+    if out.instructions.len() != 2
+        || total.abs_diff(4 * 2_000) >= 300
+        || !out.instructions.iter().all(even)
+    {
+        // Once in a while (1 in 19 runs on a cold page cache) Sniper ran one thread far
+        // ahead of the other: its folder is kept to find why.
+        panic!("{out:?}; Sniper's folder: {}", work.keep().display());
     }
 }
 
