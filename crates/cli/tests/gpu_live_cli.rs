@@ -302,6 +302,11 @@ fn timed_runs_are_scored_rule_by_rule() {
     for (bad, want) in [
         (tsv.replacen("_Z1bv", "_Z1cv", 1), "records of another run"),
         (
+            tsv.replacen("\t4,1,1\t", "\t8,1,1\t", 1),
+            "launch 0 (_Z1av) ran grid 8,1,1 of blocks 128,1,1 there but grid 4,1,1 of blocks \
+             128,1,1 in the counted run: records of another run",
+        ),
+        (
             tsv.replacen("\t410\t", "\t-4\t", 1),
             "times.tsv:3: -4 is not a number",
         ),
@@ -421,8 +426,8 @@ fn every_method_picks_from_a_timed_run_and_estimates_its_gpu_time() {
         assert!(!text(&o).contains("GPU time |"), "{}", text(&o));
     }
 
-    // Bad input: an unknown method, another run's times, a counted launch without a time:
-    // exit 2, no output folder.
+    // Bad input: an unknown method, another run's times, a counted launch without a time,
+    // one launched with another shape: exit 2, no output folder.
     let tsv = std::fs::read_to_string(run.join("times.tsv")).unwrap();
     let dropped: String = (tsv.lines())
         .filter(|l| !l.starts_with("7\t"))
@@ -446,6 +451,13 @@ fn every_method_picks_from_a_timed_run_and_estimates_its_gpu_time() {
             &run,
             Some(dropped),
             "counted launch 7 (_Z6callerPKiPii) has no time",
+        ),
+        (
+            "stem",
+            &run,
+            Some(tsv.replacen("\t128,1,1\t", "\t256,1,1\t", 1)),
+            "launch 0 (_Z9trip_loopPKiPii) ran grid 1,1,1 of blocks 256,1,1 there but grid \
+             1,1,1 of blocks 128,1,1 in the counted run",
         ),
     ] {
         if let Some(times) = times {

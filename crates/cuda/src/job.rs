@@ -36,11 +36,15 @@ pub struct CountedLaunch {
     pub number: u64,
     /// Kernel name, mangled.
     pub kernel: String,
+    /// Grid dimensions.
+    pub grid: [u32; 3],
+    /// Block dimensions.
+    pub block: [u32; 3],
     /// Warp-level instructions.
     pub warp: u64,
 }
 
-/// Reads a run folder's `launches.tsv` (its launch, kernel and warp columns).
+/// Reads a run folder's `launches.tsv` (its launch, kernel, grid, block and warp columns).
 pub fn read_launches(path: &Path) -> Result<Vec<CountedLaunch>, CudaError> {
     let n = LAUNCHES_COLUMNS.len();
     crate::tsv::read(
@@ -56,6 +60,8 @@ pub fn read_launches(path: &Path) -> Result<Vec<CountedLaunch>, CudaError> {
             Ok(CountedLaunch {
                 number: r.num(f[0])?,
                 kernel: f[1].to_string(),
+                grid: r.dims(f[2])?,
+                block: r.dims(f[3])?,
                 warp: r.num(f[4])?,
             })
         },
@@ -181,19 +187,13 @@ impl Live {
         writeln!(w, "{}", LAUNCHES_COLUMNS.join("\t"))?;
         for (l, raw) in self.launches.iter().zip(&self.run.launches) {
             let c = &l.count;
-            let g = c.header.grid;
-            let b = c.header.block;
             writeln!(
                 w,
-                "{}\t{}\t{},{},{}\t{},{},{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                 raw.number,
                 c.header.name,
-                g[0],
-                g[1],
-                g[2],
-                b[0],
-                b[1],
-                b[2],
+                crate::dims_cell(c.header.grid),
+                crate::dims_cell(c.header.block),
                 c.warp_insts,
                 c.warp_insts_pred_on,
                 l.thread_insts_all,

@@ -11,6 +11,8 @@ pub mod times;
 pub mod tools;
 mod tsv;
 
+pub use tsv::dims_cell;
+
 use std::path::PathBuf;
 
 /// Errors of NVIDIA code analysis and live counting.

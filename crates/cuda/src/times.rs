@@ -76,11 +76,15 @@ impl Times {
         }
         writeln!(w)?;
         for l in &self.launches {
-            let [g, b] = [l.grid, l.block];
             write!(
                 w,
-                "{}\t{}\t{},{},{}\t{},{},{}\t{}\t{}",
-                l.number, l.name, g[0], g[1], g[2], b[0], b[1], b[2], l.registers, l.shared
+                "{}\t{}\t{}\t{}\t{}\t{}",
+                l.number,
+                l.name,
+                crate::dims_cell(l.grid),
+                crate::dims_cell(l.block),
+                l.registers,
+                l.shared
             )?;
             for ns in &l.ns {
                 write!(w, "\t{ns}")?;
@@ -122,15 +126,6 @@ pub fn read_tsv(path: &Path) -> Result<Vec<TimedLaunch>, CudaError> {
         if f.len() != n {
             return Err(r.err(format!("{} columns, the header has {n}", f.len())));
         }
-        let dims = |s: &str| -> Result<[u32; 3], CudaError> {
-            match s.split(',').collect::<Vec<_>>()[..] {
-                [x, y, z] => Ok([r.num(x)?, r.num(y)?, r.num(z)?]),
-                _ => Err(r.err(format!(
-                    "{} is not X,Y,Z",
-                    bbv_files::input::quote(s.as_bytes())
-                ))),
-            }
-        };
         let ns: Vec<u64> = f[6..].iter().map(|c| r.num(c)).collect::<Result<_, _>>()?;
         if let Some(run) = ns.iter().position(|&t| t == 0) {
             return Err(r.err(format!(
@@ -142,8 +137,8 @@ pub fn read_tsv(path: &Path) -> Result<Vec<TimedLaunch>, CudaError> {
         Ok(TimedLaunch {
             number: r.num(f[0])?,
             name: f[1].to_string(),
-            grid: dims(f[2])?,
-            block: dims(f[3])?,
+            grid: r.dims(f[2])?,
+            block: r.dims(f[3])?,
             registers: r.num(f[4])?,
             shared: r.num(f[5])?,
             ns,
@@ -196,6 +191,19 @@ pub fn join(runs: &[LiveRun]) -> Result<Times, CudaError> {
                 return Err(CudaError::Tool(format!(
                     "launch {} is {} in {which} but {} in run 1: the runs are not of one program",
                     l.number, s.name, l.name
+                )));
+            }
+            if (s.grid, s.block) != (l.grid, l.block) {
+                return Err(CudaError::Tool(format!(
+                    "launch {} ({}) ran grid {} of blocks {} in {which} but grid {} of blocks \
+                     {} in run 1: its launches depend on the run, so their times cannot be \
+                     compared",
+                    l.number,
+                    l.name,
+                    crate::dims_cell(s.grid),
+                    crate::dims_cell(s.block),
+                    crate::dims_cell(l.grid),
+                    crate::dims_cell(l.block)
                 )));
             }
         }
@@ -331,6 +339,15 @@ mod tests {
         let e = join(&[run(&[("a", 1)]), run(&[("b", 1)])]).unwrap_err();
         assert!(
             e.to_string().contains("launch 0 is b in timing run 2"),
+            "{e}"
+        );
+        // The same kernels launched with other shapes: times of other work.
+        let mut r = run(&[("a", 1)]);
+        r.skipped[0].grid = [8, 1, 1];
+        let e = join(&[run(&[("a", 1)]), r]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("launch 0 (a) ran grid 8,1,1 of blocks 128,1,1 in timing run 2"),
             "{e}"
         );
         let e = join(&[run(&[("a", 1)]), run(&[("a", 1), ("a", 1)])]).unwrap_err();

@@ -31,6 +31,22 @@ impl Row<'_> {
             self.err(format!("{shown} is not a number in range"))
         })
     }
+
+    /// A grid's or block's dimensions, `X,Y,Z` ([`dims_cell`]'s).
+    pub fn dims(&self, cell: &str) -> Result<[u32; 3], CudaError> {
+        match cell.split(',').collect::<Vec<_>>()[..] {
+            [x, y, z] => Ok([self.num(x)?, self.num(y)?, self.num(z)?]),
+            _ => Err(self.err(format!(
+                "{} is not X,Y,Z",
+                bbv_files::input::quote(cell.as_bytes())
+            ))),
+        }
+    }
+}
+
+/// A grid's or block's dimensions as the run folder's TSV files write them: `X,Y,Z`.
+pub fn dims_cell(d: [u32; 3]) -> String {
+    format!("{},{},{}", d[0], d[1], d[2])
 }
 
 /// Reads `path`: `header` checks line 1's cells, `row` makes each later line's value. An

@@ -90,11 +90,12 @@ pub(crate) fn of_counted(
     if !tsv.exists() {
         return Ok(None);
     }
-    let counted = live
-        .run
-        .launches
-        .iter()
-        .map(|l| (l.number, l.name.as_str()));
+    let counted = (live.run.launches.iter()).map(|l| Counted {
+        number: l.number,
+        kernel: &l.name,
+        grid: l.grid,
+        block: l.block,
+    });
     let timed = matched(&tsv, times::read_tsv(&tsv)?, counted)?;
     let ns = (timed.into_iter().zip(counts))
         .map(|(t, count)| {
@@ -105,29 +106,50 @@ pub(crate) fn of_counted(
     Ok(Some(ns))
 }
 
-/// The line of `times.tsv` (`tsv`, read as `timed`) of each counted launch (its number and
-/// kernel), in the counted order: a counted launch without one, or of another kernel there, is
-/// another run's.
+/// A counted launch as the timed runs must have launched it too.
+struct Counted<'a> {
+    number: u64,
+    kernel: &'a str,
+    grid: [u32; 3],
+    block: [u32; 3],
+}
+
+/// The line of `times.tsv` (`tsv`, read as `timed`) of each counted launch, in the counted
+/// order: a counted launch without one, or of another kernel or shape there, is another
+/// run's.
 fn matched<'a>(
     tsv: &Path,
     timed: Vec<times::TimedLaunch>,
-    counted: impl Iterator<Item = (u64, &'a str)>,
+    counted: impl Iterator<Item = Counted<'a>>,
 ) -> Result<Vec<times::TimedLaunch>, GpuJobError> {
     let mut timed: std::collections::HashMap<u64, times::TimedLaunch> =
         timed.into_iter().map(|l| (l.number, l)).collect();
+    let dims = bbv_cuda::dims_cell;
     counted
-        .map(|(number, kernel)| match timed.remove(&number) {
-            Some(t) if t.name == kernel => Ok(t),
-            Some(t) => Err(GpuJobError::Invalid(format!(
-                "{}: launch {number} is {} there but {kernel} in the counted run: records of \
-                 another run",
-                tsv.display(),
-                t.name
-            ))),
-            None => Err(GpuJobError::Invalid(format!(
-                "{}: counted launch {number} ({kernel}) has no time: records of another run",
-                tsv.display()
-            ))),
+        .map(|c| {
+            let (number, kernel) = (c.number, c.kernel);
+            match timed.remove(&number) {
+                Some(t) if t.name == kernel && (t.grid, t.block) == (c.grid, c.block) => Ok(t),
+                Some(t) if t.name == kernel => Err(GpuJobError::Invalid(format!(
+                    "{}: launch {number} ({kernel}) ran grid {} of blocks {} there but grid {} \
+                     of blocks {} in the counted run: records of another run",
+                    tsv.display(),
+                    dims(t.grid),
+                    dims(t.block),
+                    dims(c.grid),
+                    dims(c.block)
+                ))),
+                Some(t) => Err(GpuJobError::Invalid(format!(
+                    "{}: launch {number} is {} there but {kernel} in the counted run: records \
+                     of another run",
+                    tsv.display(),
+                    t.name
+                ))),
+                None => Err(GpuJobError::Invalid(format!(
+                    "{}: counted launch {number} ({kernel}) has no time: records of another run",
+                    tsv.display()
+                ))),
+            }
         })
         .collect()
 }
@@ -318,8 +340,13 @@ fn records(
             vectors.len()
         )));
     }
-    let names = counted.iter().map(|c| (c.number, c.kernel.as_str()));
-    let launches = (matched(&tsv, timed, names)?.into_iter().zip(&counted))
+    let shapes = counted.iter().map(|c| Counted {
+        number: c.number,
+        kernel: &c.kernel,
+        grid: c.grid,
+        block: c.block,
+    });
+    let launches = (matched(&tsv, timed, shapes)?.into_iter().zip(&counted))
         .map(|(t, c)| bbv_gpu::timed::TimedLaunch {
             kernel: t.name,
             grid: t.grid,
