@@ -308,10 +308,13 @@ impl Live {
         // Once the region script recorded the region's end, Sniper's own summary as it
         // leaves (which fails when its region of interest began late in the stream, a
         // division by a zero time) is not the region's: the two snapshots are.
-        let ended = self.from_marker && self.reached().1;
+        // Sniper has ended: its log is read once, whole.
+        let log = self.log_text();
+        let reached = reached(&log);
+        let ended = self.from_marker && reached.1;
         // Sniper's crash handler leaves run-sniper's status 0: its log says it.
         if !ended {
-            if let Some(why) = crash(&self.log_text()) {
+            if let Some(why) = crash(&log) {
                 return Err(self.failed(why));
             }
         }
@@ -319,7 +322,7 @@ impl Live {
             return Err(self.failed(format!("{status}: {}", self.log_tail())));
         }
         let report = match self.from_marker {
-            true => self.partial_report()?,
+            true => self.partial_report(reached)?,
             false => self.dir.join("out/sim.out"),
         };
         let mut out = SimOut::read(&report, &self.log).map_err(|e| match e {
@@ -334,8 +337,9 @@ impl Live {
     }
 
     /// Sniper's report between the region script's two snapshots (its own tool reads them from
-    /// its statistics database), written next to `sim.out`.
-    fn partial_report(&self) -> Result<PathBuf, SniperError> {
+    /// its statistics database), written next to `sim.out`; `reached`: which bounds the
+    /// region script logged ([`reached`]).
+    fn partial_report(&self, reached: (bool, bool)) -> Result<PathBuf, SniperError> {
         let out = self.dir.join("out");
         let path = out.join("sim.region.out");
         let file = File::create(&path)
@@ -356,7 +360,7 @@ impl Live {
         }
         // The region script logs each bound it records (the tool exits 0 when a snapshot is
         // missing, saying only the first it looked for).
-        let why = match self.reached() {
+        let why = match reached {
             (true, true) => return Ok(path),
             (false, true) => {
                 "Sniper reached the region's end before its start: the end \
@@ -376,15 +380,6 @@ impl Live {
         Err(self.failed(why.into()))
     }
 
-    /// Whether the region script logged reaching the region's start and its end (a line of
-    /// its own each, though Sniper's output, which shares the log, may cut into the line
-    /// before it).
-    fn reached(&self) -> (bool, bool) {
-        let log = self.log_text();
-        let logged = |name: &str| log.contains(&format!("[BBV] {name}\n"));
-        (logged(REGION_START), logged(REGION_END))
-    }
-
     /// Sniper's log (its first 64 MiB), what is not UTF-8 replaced.
     fn log_text(&self) -> String {
         let log = bbv_files::input::read_bytes(&self.log, 64 << 20).unwrap_or_default();
@@ -398,6 +393,14 @@ impl Live {
             .collect::<Vec<_>>()
             .join(" | ")
     }
+}
+
+/// Whether the region script logged reaching the region's start and its end in Sniper's
+/// `log` (a line of its own each, though Sniper's output, which shares the log, may cut into
+/// the line before it).
+fn reached(log: &str) -> (bool, bool) {
+    let logged = |name: &str| log.contains(&format!("[BBV] {name}\n"));
+    (logged(REGION_START), logged(REGION_END))
 }
 
 /// What Sniper's log says of a crash: its exception handler's line (after the failed

@@ -48,7 +48,7 @@ pub(crate) fn wait(child: Child, stall: Duration) -> std::io::Result<Waited> {
             continue;
         }
         std::thread::sleep(Duration::from_millis(50));
-        if !stalled && watch.stalled() {
+        if watch.stalled() {
             // SAFETY: the group Sniper was started in (its id is the child's).
             unsafe { libc::kill(-pid, libc::SIGKILL) };
             stalled = true;

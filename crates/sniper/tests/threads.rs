@@ -9,7 +9,8 @@
 use std::time::{Duration, Instant};
 
 use bbv_sift::relay::{Session, ThreadStream};
-use bbv_sniper::SimOut;
+use bbv_sniper::{Live, SimOut};
+use tempfile::TempDir;
 
 mod common;
 use common::{iteration, sniper};
@@ -17,51 +18,62 @@ use common::{iteration, sniper};
 /// The joined thread's id word (its `clear_child_tid`).
 const TID_WORD: u64 = 0x7fff_0000;
 
-/// The main thread works `before` iterations, joins the thread (which works `child`), then
-/// works `after` on data of its own; Sniper's report. `slept`: the join slept in the guest
-/// until the thread's end woke it (false: as if it had not slept, the control).
-fn simulate(before: u64, child: u64, after: u64, slept: bool) -> SimOut {
-    let s = sniper();
+/// Sniper started on two cores in a folder of its own, and its streams (Sniper given up after
+/// `stall` without CPU while every stream waits for it): thread 0 in its region of interest,
+/// and the thread it created.
+fn two_threads(stall: Duration) -> (TempDir, Live, Session, [ThreadStream; 2]) {
     let work = tempfile::tempdir().unwrap();
-    let live = s.start(work.path(), 2, None).unwrap();
+    let live = sniper().start(work.path(), 2, None).unwrap();
     let mut session = Session::new(
         live.prefix().to_path_buf(),
         work.path().to_path_buf(),
         Some(live.pid()),
-    );
+    )
+    .stall(stall);
     let mut t0 = session.thread0().unwrap();
     t0.start_roi().unwrap();
-    let mut t1 = t0.new_thread(&mut session).unwrap();
-    for k in 0..child {
-        for i in iteration(0x10_0000, k, k + 1 == child) {
-            t1.instruction(&i).unwrap();
+    let t1 = t0.new_thread(&mut session).unwrap();
+    (work, live, session, [t0, t1])
+}
+
+/// `n` iterations of the loop at `base` on stream `t`.
+fn work(t: &mut ThreadStream, base: u64, n: u64) {
+    for k in 0..n {
+        for i in iteration(base, k, k + 1 == n) {
+            t.instruction(&i).unwrap();
         }
     }
+}
+
+/// Fails the test on Sniper's streams ending in `e`: Sniper's own account (the tail of its
+/// log) and its folder, kept.
+fn sniper_failed(e: &str, live: Live, work: TempDir) -> ! {
+    let sniper = live.finish().err().map(|e| e.to_string());
+    panic!(
+        "{e}; Sniper: {}; its folder: {}",
+        sniper.unwrap_or_default(),
+        work.keep().display()
+    );
+}
+
+/// The main thread works `before` iterations, joins the thread (which works `child`), then
+/// works `after` on data of its own; Sniper's report. `slept`: the join slept in the guest
+/// until the thread's end woke it (false: as if it had not slept, the control).
+fn simulate(before: u64, child: u64, after: u64, slept: bool) -> SimOut {
+    let (dir, live, session, [mut t0, mut t1]) = two_threads(bbv_sniper::STALL);
+    work(&mut t1, 0x10_0000, child);
     // Its end clears the id word and wakes the joiner.
     t1.futex_wake(TID_WORD, 1, 1).unwrap();
     t1.end().unwrap();
-    for k in 0..before {
-        for i in iteration(0, k, k + 1 == before) {
-            t0.instruction(&i).unwrap();
-        }
-    }
+    work(&mut t0, 0, before);
     t0.futex_wait(TID_WORD, 2, slept.then_some(1)).unwrap();
-    for k in 0..after {
-        for i in iteration(0x20_0000, k, k + 1 == after) {
-            t0.instruction(&i).unwrap();
-        }
-    }
+    work(&mut t0, 0x20_0000, after);
     t0.end_roi().unwrap();
     t0.exit_group(0).unwrap();
     t0.end().unwrap();
     if let Err(e) = session.finish() {
-        // Sniper ended mid-stream: its own account (the tail of its log) and its folder, kept.
-        let sniper = live.finish().err().map(|e| e.to_string());
-        panic!(
-            "{e}; Sniper: {}; its folder: {}",
-            sniper.unwrap_or_default(),
-            work.keep().display()
-        );
+        // Sniper ended mid-stream.
+        sniper_failed(&e, live, dir);
     }
     live.finish().unwrap()
 }
@@ -110,32 +122,12 @@ fn a_join_waits_in_sniper_as_long_as_the_thread_works_and_no_longer() {
     assert!(drift < 0.005, "{again} against {waits:?}");
 }
 
-/// `n` iterations of the loop at `base` on stream `t`.
-fn work(t: &mut ThreadStream, base: u64, n: u64) {
-    for k in 0..n {
-        for i in iteration(base, k, k + 1 == n) {
-            t.instruction(&i).unwrap();
-        }
-    }
-}
-
 /// The main thread waits in a futex for wake 1 of the thread it created; the thread works a
 /// little, sits idle for `idle` (its guest thread runs nothing), works, then sends wake 1
 /// when `wakes` (else it ends without it: Sniper's main thread then waits forever). The
 /// relays give Sniper up after 2 s without CPU. The session's end, and how long it took.
 fn wait_for_a_wake(idle: Duration, wakes: bool) -> (Result<(), String>, Duration) {
-    let s = sniper();
-    let work_dir = tempfile::tempdir().unwrap();
-    let live = s.start(work_dir.path(), 2, None).unwrap();
-    let mut session = Session::new(
-        live.prefix().to_path_buf(),
-        work_dir.path().to_path_buf(),
-        Some(live.pid()),
-    )
-    .stall(Duration::from_secs(2));
-    let mut t0 = session.thread0().unwrap();
-    t0.start_roi().unwrap();
-    let mut t1 = t0.new_thread(&mut session).unwrap();
+    let (dir, live, session, [mut t0, mut t1]) = two_threads(Duration::from_secs(2));
     work(&mut t0, 0, 1_000);
     t0.futex_wait(TID_WORD, 2, Some(1)).unwrap();
     // Enough records after the wait that they cannot all wait in the FIFO.
@@ -167,14 +159,7 @@ fn wait_for_a_wake(idle: Duration, wakes: bool) -> (Result<(), String>, Duration
         Err(e) if !wakes && (e.contains("a deadlock in Sniper") || e.contains("ended")) => {
             drop(live)
         }
-        Err(e) => panic!(
-            "{e}; Sniper: {}; its folder: {}",
-            live.finish()
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default(),
-            work_dir.keep().display()
-        ),
+        Err(e) => sniper_failed(e, live, dir),
     }
     (end, took)
 }
